@@ -1,0 +1,388 @@
+"""The JDL estimator: fit a normalized (and positive) joint model, query its conditionals.
+
+Model (paper eq. (5), (26)): with the double-orthogonal bases Psi_X, Psi_Y and coefficients H
+(m_Y x m_X), 1 + h(x, y_j) = 1 + A_Y[j] H Psi_X(x)^T on the training atoms y_j, and
+
+    Q(Y = y_j | X = x) = (1 + h(x, y_j)) / (n + s_Y^T H Psi_X(x)^T).
+
+Conditional expectations of f are (sum_j f(y_j) + (F^T A_Y) H Psi_X(x)^T) / (n + s_Y^T H Psi_X(x)^T):
+for registered test functions the n-sized sums are computed once at registration, so scoring costs
+O(m_X (d_X + p)) per query, independent of n.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import numpy as np
+
+from .basis import JDLReductions, SpectralBasis, reductions_from_values, spectral_basis
+from .cholesky import PIVOTING_RULES, pivoted_cholesky
+from .kernels import GaussianKernel, Kernel
+from .solvers import grid_minimum, solve_grid_positivity, solve_normalized, solve_tightened, solve_unconstrained
+from .validation import as_samples, check_choice, check_nonnegative, check_paired
+
+__all__ = ["JDL", "JDLProblem", "build_problem", "CONSTRAINTS", "POSITIVITY"]
+
+CONSTRAINTS = ("none", "normalization", "positivity")
+POSITIVITY = ("grid", "tightening", "clip")
+_QUERY_ELEMENTS = 1 << 22  # (queries x atoms) entries per batch when weights over all atoms are needed
+
+
+@dataclass
+class JDLProblem:
+    """Everything a solve needs, independent of ``reg`` and the constraints.
+
+    basis_x, basis_y: double-orthogonal bases; A_x (n, m_X), A_y (n, m_Y): their values at the
+    training samples; reductions: the m x m sums of the problem; factor diagnostics in ``factors``.
+    """
+
+    basis_x: SpectralBasis
+    basis_y: SpectralBasis
+    A_x: np.ndarray
+    A_y: np.ndarray
+    reductions: JDLReductions
+    factors: dict
+
+
+def build_problem(
+    X: np.ndarray,
+    Y: np.ndarray,
+    kernel_x: Kernel,
+    kernel_y: Kernel,
+    *,
+    tol: float,
+    max_rank: int | None = None,
+    pivoting: str = "random",
+    seed: int | None = 0,
+    block_size: int | None = None,
+) -> JDLProblem:
+    """Pivoted Cholesky of K_X and K_Y, double-orthogonal bases and the reductions (in memory)."""
+    started = time.perf_counter()
+    factor_x = pivoted_cholesky(kernel_x, X, tol=tol, max_rank=max_rank, pivoting=pivoting, seed=seed, block_size=block_size)
+    factor_y = pivoted_cholesky(kernel_y, Y, tol=tol, max_rank=max_rank, pivoting=pivoting, seed=seed, block_size=block_size)
+    basis_x = spectral_basis(factor_x, kernel_x)
+    basis_y = spectral_basis(factor_y, kernel_y)
+    A_x = factor_x.L @ basis_x.rotation
+    A_y = factor_y.L @ basis_y.rotation
+    factors = {
+        "rank_x": factor_x.rank,
+        "rank_y": factor_y.rank,
+        "trace_error_x": factor_x.trace_error,
+        "trace_error_y": factor_y.trace_error,
+        "relative_error_x": factor_x.relative_error,
+        "relative_error_y": factor_y.relative_error,
+        "stop_reason_x": factor_x.stop_reason,
+        "stop_reason_y": factor_y.stop_reason,
+        "pivots_x": factor_x.pivots,
+        "pivots_y": factor_y.pivots,
+        "factor_seconds": time.perf_counter() - started,
+    }
+    return JDLProblem(basis_x, basis_y, A_x, A_y, reductions_from_values(A_x, A_y), factors)
+
+
+class JDL:
+    """Adaptive joint distribution learner (Filipovic, Multerer & Schneider).
+
+    Parameters
+    ----------
+    kernel_x, kernel_y: kernels on X and Y (default Gaussian with lengthscale 1).
+    reg: lambda of the regularised loss (8), >= 0.
+    tol: relative tolerance of the pivoted Cholesky decompositions (residual trace / trace K).
+    constraints: "none", "normalization" or "positivity" (normalization and positivity).
+    positivity: how positivity is imposed when constraints="positivity":
+        "grid" (default): exact 1 + h >= 0 on the whole training grid (cutting planes);
+        "tightening": the paper's single inequality (33) (much stronger than needed);
+        "clip": normalization only; negative conditional weights are clipped to 0 and the rest
+        renormalised at query time.
+    pivoting: "random" (default) or "greedy" pivoted Cholesky; seed for random pivoting.
+    max_rank: cap on each rank m_X, m_Y.
+
+    Fitted attributes end in ``_``: basis_x_, basis_y_, coef_ (H, m_Y x m_X), y_atoms_ (n, d_y),
+    A_y_ (n, m_Y), reductions_, diagnostics_.
+    """
+
+    def __init__(
+        self,
+        kernel_x: Kernel | None = None,
+        kernel_y: Kernel | None = None,
+        reg: float = 1e-3,
+        tol: float = 1e-3,
+        constraints: str = "positivity",
+        positivity: str = "grid",
+        pivoting: str = "random",
+        max_rank: int | None = None,
+        seed: int | None = 0,
+        block_size: int | None = None,
+    ):
+        self.kernel_x = kernel_x
+        self.kernel_y = kernel_y
+        self.reg = reg
+        self.tol = tol
+        self.constraints = constraints
+        self.positivity = positivity
+        self.pivoting = pivoting
+        self.max_rank = max_rank
+        self.seed = seed
+        self.block_size = block_size
+
+    # -- fitting ----------------------------------------------------------------------------------
+    def get_params(self) -> dict[str, Any]:
+        return {
+            "kernel_x": self.kernel_x, "kernel_y": self.kernel_y, "reg": self.reg, "tol": self.tol,
+            "constraints": self.constraints, "positivity": self.positivity, "pivoting": self.pivoting,
+            "max_rank": self.max_rank, "seed": self.seed, "block_size": self.block_size,
+        }
+
+    def set_params(self, **params: Any) -> "JDL":
+        for name, value in params.items():
+            if name not in self.get_params():
+                raise ValueError(f"{name}: not a parameter of JDL")
+            setattr(self, name, value)
+        return self
+
+    def _check_params(self) -> None:
+        check_nonnegative(self.reg, "reg")
+        tol = float(self.tol)
+        if not np.isfinite(tol) or tol < 0:
+            raise ValueError(f"tol: must be finite and >= 0, got {self.tol!r}")
+        check_choice(self.constraints, "constraints", CONSTRAINTS)
+        check_choice(self.positivity, "positivity", POSITIVITY)
+        check_choice(self.pivoting, "pivoting", PIVOTING_RULES)
+        for name in ("kernel_x", "kernel_y"):
+            kernel = getattr(self, name)
+            if kernel is not None and not isinstance(kernel, Kernel):
+                raise ValueError(f"{name}: must be a jdlcore Kernel, got {type(kernel).__name__}")
+        if self.max_rank is not None and int(self.max_rank) < 1:
+            raise ValueError(f"max_rank: must be >= 1, got {self.max_rank!r}")
+
+    def fit(self, X: Any, Y: Any) -> "JDL":
+        """Fit on paired samples X (n, d_X) and Y (n, d_Y); returns self."""
+        self._check_params()
+        X = as_samples(X, "X", min_rows=2)
+        Y = as_samples(Y, "Y", min_rows=2)
+        check_paired(X, Y)
+        problem = build_problem(
+            X, Y, self.kernel_x or GaussianKernel(1.0), self.kernel_y or GaussianKernel(1.0),
+            tol=float(self.tol), max_rank=self.max_rank, pivoting=self.pivoting, seed=self.seed,
+            block_size=self.block_size,
+        )
+        return self.fit_problem(problem, Y)
+
+    def fit_problem(self, problem: JDLProblem, Y: np.ndarray) -> "JDL":
+        """Solve for ``coef_`` on a prepared problem (reused across ``reg`` values when tuning)."""
+        self._check_params()
+        reg = float(self.reg)
+        red = problem.reductions
+        if reg == 0 and np.min(red.lam_x) * np.min(red.lam_y) <= 0:
+            raise ValueError("reg: must be > 0 when a basis function has zero empirical norm")
+        started = time.perf_counter()
+        solver_info: dict[str, Any] = {}
+        if self.constraints == "none":
+            H = solve_unconstrained(red, reg)
+        elif self.constraints == "normalization" or self.positivity == "clip":
+            H = solve_normalized(red, reg)
+        elif self.positivity == "tightening":
+            H, solver_info = solve_tightened(red, reg)
+        else:
+            solution = solve_grid_positivity(red, reg, problem.A_x, problem.A_y)
+            H = solution.H
+            solver_info = {
+                "grid_min": solution.grid_min, "rounds": solution.rounds,
+                "constraints": solution.constraints, "active": solution.active,
+            }
+        self.basis_x_ = problem.basis_x
+        self.basis_y_ = problem.basis_y
+        self.coef_ = H
+        self.y_atoms_ = np.ascontiguousarray(Y)
+        self.A_y_ = problem.A_y
+        self.reductions_ = red
+        self.n_samples_ = red.n
+        self.diagnostics_ = {
+            **{k: v for k, v in problem.factors.items() if not k.startswith("pivots")},
+            "objective": red.objective(H, reg),
+            "normalization_defect": red.total_mass_defect(H) / red.n**2,
+            "solve_seconds": time.perf_counter() - started,
+            **solver_info,
+        }
+        self._registered: dict[str, _Registered] = {}
+        return self
+
+    # -- queries ----------------------------------------------------------------------------------
+    def _fitted(self) -> None:
+        if not hasattr(self, "coef_"):
+            raise RuntimeError("JDL: call fit(X, Y) before querying the model")
+
+    def _queries(self, Xq: Any) -> np.ndarray:
+        self._fitted()
+        Xq = as_samples(Xq, "Xq")
+        width = self.basis_x_.pivot_points.shape[1]
+        if Xq.shape[1] != width:
+            raise ValueError(f"Xq: has {Xq.shape[1]} features, the model was fitted on {width}")
+        return Xq
+
+    @property
+    def clips(self) -> bool:
+        return self.constraints == "positivity" and self.positivity == "clip"
+
+    def radon_nikodym(self, Xq: Any) -> np.ndarray:
+        """1 + h(x_q, y_j) for queries x_q and every training atom y_j, shape (q, n)."""
+        Xq = self._queries(Xq)
+        psi = self.basis_x_.features(Xq)
+        values = (psi @ self.coef_.T) @ self.A_y_.T
+        values += 1.0
+        return values
+
+    def conditional_weights(self, Xq: Any) -> np.ndarray:
+        """Weights of Q(Y | X = x_q) on the training atoms y_j, shape (q, n); rows sum to 1."""
+        values = self.radon_nikodym(Xq)
+        if self.clips:
+            np.maximum(values, 0.0, out=values)
+        values /= values.sum(axis=1, keepdims=True)
+        return values
+
+    def negative_mass(self, Xq: Any) -> np.ndarray:
+        """Total negative weight of Q(Y | X = x_q) before any clipping, shape (q,); 0 for a positive model."""
+        Xq = self._queries(Xq)
+        out = np.empty(Xq.shape[0])
+        for sl in self._batches(Xq.shape[0]):
+            values = self.radon_nikodym(Xq[sl])
+            totals = values.sum(axis=1)
+            out[sl] = np.minimum(values, 0.0).sum(axis=1) / -totals
+        return out
+
+    def conditional_expectation(self, Xq: Any, f: Callable[[np.ndarray], np.ndarray] | None = None) -> np.ndarray:
+        """E_Q[f(Y) | X = x_q] for each query; f maps the (n, d_y) atoms to (n, ...).
+
+        Returns shape (q, ...); f defaults to the identity (the conditional mean, (q, d_y)).
+        """
+        Xq = self._queries(Xq)
+        values, shape = self._evaluate_function(f)
+        return self._expectation_of_values(Xq, values).reshape((Xq.shape[0],) + shape)
+
+    def register(self, name: str, f: Callable[[np.ndarray], np.ndarray]) -> None:
+        """Precompute the n-sized sums of a test function so ``expectation(name, Xq)`` costs O(m_X) per query."""
+        self._fitted()
+        values, shape = self._evaluate_function(f)
+        self._registered[name] = _Registered(self._projection(values), shape)
+
+    def expectation(self, name: str, Xq: Any) -> np.ndarray:
+        """E_Q[f(Y) | X = x_q] for a registered test function, shape (q, ...)."""
+        Xq = self._queries(Xq)
+        if name not in self._registered:
+            raise ValueError(f"name: no test function {name!r} registered; have {sorted(self._registered)}")
+        entry = self._registered[name]
+        if self.clips:
+            raise ValueError("expectation: clipped models need all atoms; use conditional_expectation")
+        return self._project_queries(Xq, entry.projection).reshape((Xq.shape[0],) + entry.shape)
+
+    def conditional_cdf(self, Xq: Any, thresholds: Any) -> np.ndarray:
+        """Q(Y <= t | X = x_q) for thresholds t, shape (q, T).
+
+        ``thresholds`` is (T,) for scalar Y, or (T, d_y) for the joint CDF of a vector Y
+        (every component below its threshold).
+        """
+        self._fitted()
+        t = np.asarray(thresholds, dtype=np.float64)
+        d_y = self.y_atoms_.shape[1]
+        if t.ndim == 0:
+            t = t[None]
+        if t.ndim == 1:
+            if d_y != 1:
+                raise ValueError(f"thresholds: Y has {d_y} components, give thresholds of shape (T, {d_y})")
+            t = t[:, None]
+        if t.ndim != 2 or t.shape[1] != d_y or not np.all(np.isfinite(t)):
+            raise ValueError(f"thresholds: need finite values of shape (T,) or (T, {d_y}), got {np.shape(thresholds)}")
+        return self.conditional_expectation(
+            Xq, lambda y: np.all(y[:, None, :] <= t[None, :, :], axis=2).astype(np.float64)
+        )
+
+    def conditional_quantile(self, Xq: Any, levels: Any, component: int = 0) -> np.ndarray:
+        """Quantiles of Q(Y_component | X = x_q) at ``levels`` in (0, 1], shape (q, len(levels)).
+
+        The quantile is the smallest atom y with Q(Y <= y | x) >= level (the generalised inverse of
+        the conditional CDF, which stays well defined where weights are negative).
+        """
+        Xq = self._queries(Xq)
+        levels = np.atleast_1d(np.asarray(levels, dtype=np.float64))
+        if levels.ndim != 1 or np.any(~np.isfinite(levels)) or np.any(levels <= 0) or np.any(levels > 1):
+            raise ValueError(f"levels: need values in (0, 1], got {levels}")
+        d_y = self.y_atoms_.shape[1]
+        if not 0 <= component < d_y:
+            raise ValueError(f"component: must be in [0, {d_y}), got {component}")
+        order = np.argsort(self.y_atoms_[:, component], kind="stable")
+        atoms = self.y_atoms_[order, component]
+        out = np.empty((Xq.shape[0], levels.size))
+        for sl in self._batches(Xq.shape[0]):
+            cdf = np.cumsum(self.conditional_weights(Xq[sl])[:, order], axis=1)
+            np.maximum.accumulate(cdf, axis=1, out=cdf)
+            for k, level in enumerate(levels):
+                index = np.argmax(cdf >= level * (1 - 1e-12), axis=1)
+                out[sl, k] = atoms[index]
+        return out
+
+    def predict_proba(self, Xq: Any, classes: Any | None = None) -> np.ndarray:
+        """Q(Y = c | X = x_q) for each class c of a discrete scalar Y, shape (q, C).
+
+        ``classes`` defaults to the sorted distinct training values (available as ``classes_``).
+        """
+        self._fitted()
+        if self.y_atoms_.shape[1] != 1:
+            raise ValueError("predict_proba: needs a scalar (discrete) Y")
+        if classes is None:
+            classes = np.unique(self.y_atoms_[:, 0])
+        classes = np.asarray(classes, dtype=np.float64).ravel()
+        self.classes_ = classes
+        return self.conditional_expectation(Xq, lambda y: (y[:, :1] == classes[None, :]).astype(np.float64))
+
+    def grid_minimum(self, X: Any) -> float:
+        """min over training samples x_t and atoms y_s of 1 + h(x_t, y_s) (X: the training inputs)."""
+        X = self._queries(X)
+        return grid_minimum(self.coef_, self.basis_x_.features(X), self.A_y_)
+
+    # -- internals --------------------------------------------------------------------------------
+    def _batches(self, q: int):
+        step = max(1, _QUERY_ELEMENTS // max(self.n_samples_, 1))
+        return [slice(start, min(start + step, q)) for start in range(0, q, step)]
+
+    def _evaluate_function(self, f: Callable | None) -> tuple[np.ndarray, tuple]:
+        values = self.y_atoms_ if f is None else np.asarray(f(self.y_atoms_), dtype=np.float64)
+        n = self.n_samples_
+        if values.ndim == 0 or values.shape[0] != n:
+            raise ValueError(f"f: must map the (n, d_y) atoms to an array with n = {n} rows, got shape {values.shape}")
+        shape = values.shape[1:]
+        return values.reshape(n, -1), shape
+
+    def _projection(self, values: np.ndarray) -> "_Projection":
+        """Coefficients turning k(x, pivots_X) into numerator and denominator of the expectation."""
+        moments = np.column_stack([self.A_y_.T @ values, self.reductions_.sum_y])  # (m_Y, p + 1)
+        weights = self.basis_x_.coefficients @ (self.coef_.T @ moments)  # (m_X, p + 1)
+        totals = np.append(values.sum(axis=0), float(self.n_samples_))
+        return _Projection(weights, totals)
+
+    def _project_queries(self, Xq: np.ndarray, projection: "_Projection") -> np.ndarray:
+        k = self.basis_x_.kernel.block(Xq, self.basis_x_.pivot_points)
+        numerator = k @ projection.weights
+        numerator += projection.totals
+        return numerator[:, :-1] / numerator[:, -1:]
+
+    def _expectation_of_values(self, Xq: np.ndarray, values: np.ndarray) -> np.ndarray:
+        if not self.clips:
+            return self._project_queries(Xq, self._projection(values))
+        out = np.empty((Xq.shape[0], values.shape[1]))
+        for sl in self._batches(Xq.shape[0]):
+            out[sl] = self.conditional_weights(Xq[sl]) @ values
+        return out
+
+
+@dataclass
+class _Projection:
+    weights: np.ndarray  # (m_X, p + 1)
+    totals: np.ndarray  # (p + 1,)
+
+
+@dataclass
+class _Registered:
+    projection: _Projection
+    shape: tuple

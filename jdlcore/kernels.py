@@ -1,0 +1,258 @@
+"""Stationary kernels evaluated block by block, never as an n x n matrix.
+
+Every kernel maps two sample arrays A (p, d) and B (q, d) to the block k(A, B) of shape (p, q) and
+gives the diagonal k(a_i, a_i) of shape (p,). Lengthscales are in the units of the features; a
+per-feature lengthscale (shape (d,)) rescales each column before the distance is taken.
+Large blocks are evaluated in row slabs on a small thread pool (NumPy releases the GIL in BLAS
+and in ufuncs), which is where kernel-heavy work spends its time.
+"""
+from __future__ import annotations
+
+import os
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, ClassVar
+
+import numpy as np
+
+from .validation import as_samples, check_positive
+
+__all__ = [
+    "Kernel",
+    "GaussianKernel",
+    "LaplaceKernel",
+    "Matern32Kernel",
+    "Matern52Kernel",
+    "DeltaKernel",
+    "kernel_from_dict",
+    "median_heuristic",
+]
+
+_SLAB_ELEMENTS = 1 << 19  # entries per slab: about 4 MB of float64, cache-friendly
+_THREADS = max(1, min(4, os.cpu_count() or 1))
+_POOL: ThreadPoolExecutor | None = None
+
+
+def _pool() -> ThreadPoolExecutor:
+    global _POOL
+    if _POOL is None:
+        _POOL = ThreadPoolExecutor(max_workers=_THREADS, thread_name_prefix="jdl-kernel")
+    return _POOL
+
+
+class Kernel:
+    """Base class: subclasses implement ``_from_sqdist`` (a function of squared scaled distance)
+    or override ``_block`` entirely.
+
+    Parameters
+    ----------
+    lengthscale:
+        Positive scalar, or one positive value per feature (shape (d,)).
+    """
+
+    name: ClassVar[str] = "kernel"
+
+    def __init__(self, lengthscale: float | np.ndarray = 1.0):
+        scale = check_positive(lengthscale, "lengthscale")
+        if scale.ndim > 1:
+            raise ValueError(f"lengthscale: must be a scalar or a 1-D array, got shape {scale.shape}")
+        self.lengthscale = float(scale) if scale.ndim == 0 else scale.copy()
+
+    # -- public API -----------------------------------------------------------------------------
+    def __call__(self, A: Any, B: Any | None = None) -> np.ndarray:
+        """Kernel block k(A, B), shape (p, q); B defaults to A."""
+        A = self._check(A, "A")
+        B = A if B is None else self._check(B, "B")
+        if A.shape[1] != B.shape[1]:
+            raise ValueError(f"B: has {B.shape[1]} features, A has {A.shape[1]}")
+        return self.block(A, B)
+
+    def block(self, A: np.ndarray, B: np.ndarray) -> np.ndarray:
+        """Unchecked k(A, B) for float64 arrays of matching width, threaded over row slabs."""
+        p, q = A.shape[0], B.shape[0]
+        Bs = self._scale(B)
+        rows = max(1, _SLAB_ELEMENTS // max(q, 1))
+        if p <= rows or _THREADS == 1:
+            return self._block(self._scale(A), Bs)
+        out = np.empty((p, q))
+        starts = range(0, p, rows)
+
+        def work(start: int) -> None:
+            stop = min(start + rows, p)
+            out[start:stop] = self._block(self._scale(A[start:stop]), Bs)
+
+        list(_pool().map(work, starts))
+        return out
+
+    def diag(self, A: Any) -> np.ndarray:
+        """Diagonal k(a_i, a_i), shape (p,). Stationary kernels: all ones."""
+        A = self._check(A, "A")
+        return np.ones(A.shape[0])
+
+    @property
+    def bounds(self) -> tuple[float, float]:
+        """Lower and upper bound of k over all pairs of points."""
+        return 0.0, 1.0
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-serialisable description; ``kernel_from_dict`` inverts it."""
+        scale = self.lengthscale
+        return {"name": self.name, "lengthscale": scale if np.ndim(scale) == 0 else list(map(float, scale))}
+
+    def with_lengthscale(self, lengthscale: float | np.ndarray) -> "Kernel":
+        """Same kernel family with another lengthscale."""
+        return type(self)(lengthscale)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(lengthscale={self.lengthscale!r})"
+
+    def __eq__(self, other: object) -> bool:
+        return type(other) is type(self) and np.array_equal(
+            np.asarray(self.lengthscale), np.asarray(other.lengthscale)  # type: ignore[attr-defined]
+        )
+
+    __hash__ = None  # type: ignore[assignment]
+
+    # -- internals ------------------------------------------------------------------------------
+    def _check(self, A: Any, name: str) -> np.ndarray:
+        A = as_samples(A, name)
+        if np.ndim(self.lengthscale) == 1 and len(self.lengthscale) != A.shape[1]:
+            raise ValueError(
+                f"lengthscale: has {len(self.lengthscale)} entries but {name} has {A.shape[1]} features"
+            )
+        return A
+
+    def _scale(self, A: np.ndarray) -> np.ndarray:
+        return A / self.lengthscale
+
+    def _block(self, As: np.ndarray, Bs: np.ndarray) -> np.ndarray:
+        sq = _squared_distances(As, Bs)
+        return self._from_sqdist(sq)
+
+    def _from_sqdist(self, sq: np.ndarray) -> np.ndarray:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+
+def _squared_distances(As: np.ndarray, Bs: np.ndarray) -> np.ndarray:
+    """|a - b|^2 for all pairs, shape (p, q), clipped at 0 against rounding."""
+    out = As @ (-2.0 * Bs.T)
+    out += np.einsum("ij,ij->i", As, As)[:, None]
+    out += np.einsum("ij,ij->i", Bs, Bs)[None, :]
+    np.maximum(out, 0.0, out=out)
+    return out
+
+
+class GaussianKernel(Kernel):
+    """k(x, x') = exp(-|x - x'|^2 / (2 lengthscale^2))."""
+
+    name = "gaussian"
+
+    def _from_sqdist(self, sq: np.ndarray) -> np.ndarray:
+        sq *= -0.5
+        return np.exp(sq, out=sq)
+
+
+class LaplaceKernel(Kernel):
+    """k(x, x') = exp(-|x - x'| / lengthscale)."""
+
+    name = "laplace"
+
+    def _from_sqdist(self, sq: np.ndarray) -> np.ndarray:
+        np.sqrt(sq, out=sq)
+        sq *= -1.0
+        return np.exp(sq, out=sq)
+
+
+class Matern32Kernel(Kernel):
+    """k(x, x') = (1 + sqrt(3) r) exp(-sqrt(3) r), r = |x - x'| / lengthscale."""
+
+    name = "matern32"
+
+    def _from_sqdist(self, sq: np.ndarray) -> np.ndarray:
+        r = np.sqrt(sq, out=sq)
+        r *= np.sqrt(3.0)
+        return (1.0 + r) * np.exp(-r)
+
+
+class Matern52Kernel(Kernel):
+    """k(x, x') = (1 + sqrt(5) r + 5 r^2 / 3) exp(-sqrt(5) r), r = |x - x'| / lengthscale."""
+
+    name = "matern52"
+
+    def _from_sqdist(self, sq: np.ndarray) -> np.ndarray:
+        r = np.sqrt(sq)
+        r *= np.sqrt(5.0)
+        sq *= 5.0 / 3.0
+        sq += 1.0
+        sq += r
+        np.negative(r, out=r)
+        np.exp(r, out=r)
+        sq *= r
+        return sq
+
+
+class DeltaKernel(Kernel):
+    """k(x, x') = 1 if x == x' (every feature equal) else 0: the kernel of a discrete variable.
+
+    The lengthscale is irrelevant and fixed at 1.
+    """
+
+    name = "delta"
+
+    def __init__(self, lengthscale: float | np.ndarray = 1.0):
+        super().__init__(1.0)
+
+    def with_lengthscale(self, lengthscale: float | np.ndarray) -> "Kernel":
+        return DeltaKernel()
+
+    def _scale(self, A: np.ndarray) -> np.ndarray:
+        return A
+
+    def _block(self, As: np.ndarray, Bs: np.ndarray) -> np.ndarray:
+        equal = np.ones((As.shape[0], Bs.shape[0]), dtype=bool)
+        for column in range(As.shape[1]):
+            equal &= As[:, column, None] == Bs[None, :, column]
+        return equal.astype(np.float64)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name}
+
+    def __repr__(self) -> str:
+        return "DeltaKernel()"
+
+
+_KERNELS: dict[str, type[Kernel]] = {
+    cls.name: cls for cls in (GaussianKernel, LaplaceKernel, Matern32Kernel, Matern52Kernel, DeltaKernel)
+}
+
+
+def kernel_from_dict(spec: dict[str, Any]) -> Kernel:
+    """Rebuild a kernel from ``Kernel.to_dict()``; unknown names raise ``ValueError``."""
+    name = spec.get("name") if isinstance(spec, dict) else None
+    if name not in _KERNELS:
+        raise ValueError(f"kernel: unknown name {name!r}; choose one of {', '.join(sorted(_KERNELS))}")
+    if name == "delta":
+        return DeltaKernel()
+    lengthscale = spec.get("lengthscale", 1.0)
+    return _KERNELS[name](np.asarray(lengthscale, dtype=np.float64) if isinstance(lengthscale, list) else lengthscale)
+
+
+def median_heuristic(X: Any, *, per_feature: bool = False, max_points: int = 2000, seed: int = 0) -> float | np.ndarray:
+    """Median pairwise Euclidean distance of (a seeded subsample of) X, a common lengthscale choice.
+
+    With ``per_feature=True`` returns one median absolute difference per column (shape (d,)).
+    Raises ``ValueError`` when the median is 0 (constant or mostly duplicated data).
+    """
+    X = as_samples(X, "X", min_rows=2)
+    rng = np.random.default_rng(seed)
+    if X.shape[0] > max_points:
+        X = X[rng.choice(X.shape[0], max_points, replace=False)]
+    upper = np.triu_indices(X.shape[0], k=1)
+    if per_feature:
+        medians = np.array([np.median(np.abs(col[:, None] - col[None, :])[upper]) for col in X.T])
+        if np.any(medians <= 0):
+            raise ValueError(f"X: median pairwise difference is 0 in column(s) {np.flatnonzero(medians <= 0).tolist()}")
+        return medians
+    median = float(np.median(np.sqrt(_squared_distances(X, X)[upper])))
+    if median <= 0:
+        raise ValueError("X: median pairwise distance is 0 (constant or mostly duplicated rows)")
+    return median
