@@ -14,3 +14,12 @@ from .kernels import (
 __version__ = "0.1.0"
 from .basis import JDLReductions, SpectralBasis, spectral_basis
 from .jdl import JDL, JDLProblem, build_problem
+from .losses import ClippedLogisticLoss, SecondMomentLoss, clipped_logistic_loss, relative_second_moment_loss
+from .tuning import TuneResult, tune
+
+__all__ = [
+    "GaussianKernel", "LaplaceKernel", "Matern32Kernel", "Matern52Kernel", "DeltaKernel", "Kernel",
+    "kernel_from_dict", "median_heuristic", "pivoted_cholesky", "PivotedCholesky", "JDL", "JDLProblem",
+    "build_problem", "JDLReductions", "SpectralBasis", "spectral_basis", "tune", "TuneResult",
+    "SecondMomentLoss", "ClippedLogisticLoss", "relative_second_moment_loss", "clipped_logistic_loss",
+]

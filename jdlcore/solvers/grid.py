@@ -2,8 +2,8 @@
 
 The n^2 constraints are never materialised. Each round sweeps the grid in row blocks of
 (A_Y[block] H) A_X^T, adds the most violated pair of every violating row and column to a working
-set, and re-solves the QP (normalization + working-set constraints) through its small dual
-(``dual_qp``), warm-started from the previous multipliers. A sweep costs O(n^2 m_X) flops and
+set, and re-solves the QP (normalization + pooled constraints) with the Goldfarb–Idnani active-set method
+(``active_set``), which keeps its state between rounds. A sweep costs O(n^2 m_X) flops and
 O(block * n) memory; the loop ends when the whole grid satisfies 1 + h >= margin - feasibility_tol.
 """
 from __future__ import annotations
@@ -14,8 +14,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..basis import JDLReductions
-from .closed_form import solve_normalized
-from .dual_qp import solve_dual_qp
+from .active_set import ProjectionQP
 
 __all__ = ["GridSolution", "GridSweep", "grid_minimum", "grid_sweep", "solve_grid_positivity"]
 
@@ -69,7 +68,7 @@ class GridSolution:
     rounds: int
     constraints: int
     active: int
-    multiplier_mu: float
+    iterations: int
     seconds: float
     history: list = field(default_factory=list)
 
@@ -93,59 +92,49 @@ def solve_grid_positivity(
     """
     started = time.perf_counter()
     D = red.curvature(reg).ravel()
-    g = red.linear_term().ravel()
     S = np.outer(red.sum_y, red.sum_x).ravel()
-    if normalize:
-        g = g + S  # the S term is carried by the multiplier mu (mu = 1 without normalization)
-        H = solve_normalized(red, reg)
-        mu = 0.0
-    else:
-        H = (g / D).reshape(red.cross.shape)
-        mu = 0.0
+    # With normalization the S term of the linear part is carried by the equality's multiplier.
+    g = red.n * red.cross.ravel() if normalize else red.linear_term().ravel()
+    qp = ProjectionQP(D, g, equality=S if normalize else None, tol=feasibility_tol * 1e-2)
+    H = qp.h.reshape(red.cross.shape)
     pairs: list[tuple[int, int]] = []
-    known: set[tuple[int, int]] = set()
-    nu = np.zeros(0)
     history = []
-    beta_value = 1.0 - margin
+    limit = margin - feasibility_tol
     for rounds in range(1, max_rounds + 1):
         sweep = grid_sweep(H, A_x, A_y)
         history.append(sweep.minimum)
-        limit = margin - feasibility_tol
         if sweep.minimum >= limit:
             break
-        new = _most_violated(sweep, limit, max_new, known)
+        new = _most_violated(sweep, limit, max_new)
         if not new:
             break
         pairs.extend(new)
-        known.update(new)
-        s_idx = np.fromiter((p[0] for p in pairs), dtype=np.int64)
-        t_idx = np.fromiter((p[1] for p in pairs), dtype=np.int64)
-        C = (A_y[s_idx][:, :, None] * A_x[t_idx][:, None, :]).reshape(len(pairs), -1)
-        result = solve_dual_qp(
-            D, g, C, np.full(len(pairs), beta_value),
-            equality=S if normalize else None,
-            nu0=nu, mu0=mu,
-        )
-        nu, mu = result.nu, result.mu
-        H = result.h.reshape(red.cross.shape)
+        s_idx = np.fromiter((p[0] for p in new), dtype=np.int64)
+        t_idx = np.fromiter((p[1] for p in new), dtype=np.int64)
+        normals = (A_y[s_idx][:, :, None] * A_x[t_idx][:, None, :]).reshape(len(new), -1)
+        qp.prune()
+        qp.add(normals, np.full(len(new), 1.0 - margin))
+        qp.solve()
+        H = qp.h.reshape(red.cross.shape)
     else:
         raise RuntimeError(
             f"grid positivity: not feasible after {max_rounds} cutting-plane rounds "
             f"(grid minimum {history[-1]:.3e}); raise max_rounds or reg"
         )
+    multipliers = qp.multipliers()
     return GridSolution(
         H=H,
         grid_min=history[-1],
         rounds=rounds,
         constraints=len(pairs),
-        active=int(np.sum(nu > 0)),
-        multiplier_mu=float(mu),
+        active=int(np.sum(multipliers > 0)),
+        iterations=qp.iterations,
         seconds=time.perf_counter() - started,
         history=history,
     )
 
 
-def _most_violated(sweep: GridSweep, limit: float, max_new: int, known: set) -> list[tuple[int, int]]:
+def _most_violated(sweep: GridSweep, limit: float, max_new: int) -> list[tuple[int, int]]:
     """The worst violating pair of each violating row and column, most violated first."""
     candidates: dict[tuple[int, int], float] = {}
     for s in np.flatnonzero(sweep.row_min < limit):
@@ -153,5 +142,5 @@ def _most_violated(sweep: GridSweep, limit: float, max_new: int, known: set) -> 
     for t in np.flatnonzero(sweep.col_min < limit):
         pair = (int(sweep.col_arg[t]), int(t))
         candidates[pair] = min(candidates.get(pair, np.inf), float(sweep.col_min[t]))
-    ranked = sorted((value, pair) for pair, value in candidates.items() if pair not in known)
+    ranked = sorted((value, pair) for pair, value in candidates.items())
     return [pair for _, pair in ranked[:max_new]]

@@ -1,0 +1,2 @@
+"""pipeline: out-of-core staging, chunked (Dask) factorisation and reductions, the model store and
+batch scoring. Feeds the mathematics of ``jdlcore``; holds none of its own."""

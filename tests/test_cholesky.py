@@ -1,0 +1,95 @@
+import numpy as np
+import pytest
+
+from jdlcore import GaussianKernel, LaplaceKernel, pivoted_cholesky
+
+
+def algorithm_1(K: np.ndarray, eps: float):
+    """Plain transcription of Algorithm 1 (greedy, column by column, explicit matrix)."""
+    n = K.shape[0]
+    d = np.diag(K).copy()
+    L = np.zeros((n, 0))
+    B = np.zeros((n, 0))
+    pivots = []
+    while d.sum() > eps:
+        p = int(np.argmax(d))
+        e = np.zeros(n)
+        e[p] = 1.0
+        ell = (K - L @ L.T) @ e / np.sqrt(d[p])
+        b = (e - B @ L.T @ e) / np.sqrt(d[p])
+        L, B = np.column_stack([L, ell]), np.column_stack([B, b])
+        d = d - ell * ell
+        pivots.append(p)
+    return np.array(pivots), L, B
+
+
+@pytest.mark.parametrize("n,dim,tol", [(300, 1, 1e-8), (800, 3, 1e-4)])
+def test_greedy_pivots_identical_to_algorithm_1(n, dim, tol, rng):
+    X = rng.standard_normal((n, dim))
+    kernel = GaussianKernel(1.0)
+    K = kernel(X)
+    pivots, L, B = algorithm_1(K, tol * np.trace(K))
+    for block in (1, 16, 64, n):
+        f = pivoted_cholesky(kernel, X, tol=tol, pivoting="greedy", block_size=block)
+        np.testing.assert_array_equal(f.pivots, pivots)
+        np.testing.assert_allclose(f.L, L, atol=1e-9)
+        np.testing.assert_allclose(f.basis(), B, atol=1e-6 * np.abs(B).max())
+
+
+@pytest.mark.parametrize("pivoting", ["greedy", "random"])
+@pytest.mark.parametrize("block", [1, 64])
+def test_biorthogonality_identities(pivoting, block, rng):
+    X = rng.standard_normal((2000, 2))
+    kernel = GaussianKernel(0.7)
+    K = kernel(X)
+    f = pivoted_cholesky(kernel, X, tol=1e-5, pivoting=pivoting, block_size=block, seed=3)
+    B = f.basis()
+    np.testing.assert_allclose(K @ B, f.L, rtol=0, atol=1e-10)
+    np.testing.assert_allclose(B.T @ f.L, np.eye(f.rank), rtol=0, atol=1e-10)
+    assert np.allclose(np.triu(f.L[f.pivots], 1), 0.0, atol=0)
+    assert np.allclose(np.tril(f.B_pivots, -1), 0.0, atol=0)
+    residual = np.trace(K) - np.sum(f.L**2)
+    assert f.trace_error[-1] == pytest.approx(residual, abs=1e-9)
+    assert f.trace_error[-1] <= 1e-5 * np.trace(K)
+    assert np.all(np.diff(f.trace_error) <= 1e-12)
+    assert len(f.trace_error) == f.rank + 1
+    assert np.linalg.eigvalsh(K - f.L @ f.L.T).min() > -1e-10  # Schur complement stays PSD
+
+
+def test_random_pivoting_is_seeded(rng):
+    X = rng.standard_normal((3000, 3))
+    a = pivoted_cholesky(GaussianKernel(1.0), X, tol=1e-2, seed=7)
+    b = pivoted_cholesky(GaussianKernel(1.0), X, tol=1e-2, seed=7)
+    c = pivoted_cholesky(GaussianKernel(1.0), X, tol=1e-2, seed=8)
+    np.testing.assert_array_equal(a.pivots, b.pivots)
+    assert not np.array_equal(a.pivots, c.pivots)
+
+
+@pytest.mark.parametrize("pivoting", ["greedy", "random"])
+def test_duplicates_and_exact_low_rank(pivoting, rng):
+    base = rng.standard_normal((7, 2))
+    X = np.repeat(base, 40, axis=0)  # rank-7 kernel matrix, each point 40 times
+    f = pivoted_cholesky(GaussianKernel(1.0), X, tol=0.0, pivoting=pivoting)
+    assert f.rank == 7
+    assert f.stop_reason == "exhausted"
+    assert np.all(np.isfinite(f.L)) and np.all(np.isfinite(f.B_pivots))
+    K = GaussianKernel(1.0)(X)
+    np.testing.assert_allclose(f.L @ f.L.T, K, atol=1e-10)
+    np.testing.assert_allclose(K @ f.basis(), f.L, atol=1e-10)
+
+
+def test_max_rank_and_absolute_tolerance(rng):
+    X = rng.standard_normal((500, 2))
+    f = pivoted_cholesky(LaplaceKernel(1.0), X, tol=0.0, max_rank=25)
+    assert f.rank == 25 and f.stop_reason == "max_rank"
+    g = pivoted_cholesky(GaussianKernel(1.0), X, tol=0.0, atol=1.0, pivoting="greedy")
+    assert g.trace_error[-1] <= 1.0 < g.trace_error[-2]
+
+
+def test_input_errors():
+    with pytest.raises(ValueError, match="X: contains NaN"):
+        pivoted_cholesky(GaussianKernel(1.0), np.array([[0.0], [np.nan]]))
+    with pytest.raises(ValueError, match="pivoting: unknown value 'best'"):
+        pivoted_cholesky(GaussianKernel(1.0), np.zeros((3, 1)), pivoting="best")
+    with pytest.raises(ValueError, match="tol"):
+        pivoted_cholesky(GaussianKernel(1.0), np.zeros((3, 1)), tol=-1)

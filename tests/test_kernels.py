@@ -1,0 +1,76 @@
+import numpy as np
+import pytest
+
+from jdlcore import (
+    DeltaKernel, GaussianKernel, LaplaceKernel, Matern32Kernel, Matern52Kernel, kernel_from_dict, median_heuristic,
+)
+
+
+def brute(kernel, A, B):
+    """Pairwise loop with the textbook formulas."""
+    out = np.empty((len(A), len(B)))
+    scale = np.broadcast_to(np.asarray(kernel.lengthscale, dtype=float), A.shape[1:])
+    for i, a in enumerate(A):
+        for j, b in enumerate(B):
+            r = np.sqrt(np.sum(((a - b) / scale) ** 2))
+            if isinstance(kernel, GaussianKernel):
+                out[i, j] = np.exp(-0.5 * r**2)
+            elif isinstance(kernel, LaplaceKernel):
+                out[i, j] = np.exp(-r)
+            elif isinstance(kernel, Matern32Kernel):
+                out[i, j] = (1 + np.sqrt(3) * r) * np.exp(-np.sqrt(3) * r)
+            elif isinstance(kernel, Matern52Kernel):
+                out[i, j] = (1 + np.sqrt(5) * r + 5 * r**2 / 3) * np.exp(-np.sqrt(5) * r)
+    return out
+
+
+@pytest.mark.parametrize("cls", [GaussianKernel, LaplaceKernel, Matern32Kernel, Matern52Kernel])
+@pytest.mark.parametrize("lengthscale", [0.7, np.array([0.5, 1.5, 2.0])])
+def test_kernel_blocks_match_formulas(cls, lengthscale, rng):
+    A, B = rng.standard_normal((7, 3)), rng.standard_normal((5, 3))
+    kernel = cls(lengthscale)
+    np.testing.assert_allclose(kernel(A, B), brute(kernel, A, B), rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(np.diag(kernel(A)), kernel.diag(A), atol=1e-12)
+    assert kernel_from_dict(kernel.to_dict()) == kernel
+
+
+def test_threaded_large_block_equals_unthreaded(rng):
+    A, B = rng.standard_normal((20_000, 2)), rng.standard_normal((60, 2))
+    kernel = GaussianKernel(0.8)
+    big = kernel(A, B)
+    np.testing.assert_allclose(big[:100], kernel(A[:100], B), rtol=0, atol=1e-15)
+
+
+def test_delta_kernel():
+    A = np.array([[0.0], [1.0], [1.0], [2.0]])
+    K = DeltaKernel()(A)
+    np.testing.assert_array_equal(K, (A == A.T).astype(float))
+    assert kernel_from_dict({"name": "delta"}) == DeltaKernel()
+
+
+@pytest.mark.parametrize("bad", [0.0, -1.0, np.nan, np.inf, [1.0, -2.0]])
+def test_bad_lengthscale(bad):
+    with pytest.raises(ValueError, match="lengthscale"):
+        GaussianKernel(bad)
+
+
+def test_feature_count_mismatch(rng):
+    with pytest.raises(ValueError, match="lengthscale"):
+        GaussianKernel(np.ones(2))(rng.standard_normal((3, 3)))
+    with pytest.raises(ValueError, match="B"):
+        GaussianKernel(1.0)(rng.standard_normal((3, 3)), rng.standard_normal((3, 2)))
+
+
+def test_unknown_kernel_name():
+    with pytest.raises(ValueError, match="unknown name 'rbf'"):
+        kernel_from_dict({"name": "rbf"})
+
+
+def test_median_heuristic_matches_brute_force(rng):
+    X = rng.standard_normal((50, 2))
+    distances = [np.linalg.norm(X[i] - X[j]) for i in range(50) for j in range(i + 1, 50)]
+    assert median_heuristic(X) == pytest.approx(np.median(distances), rel=1e-12)
+    per_feature = median_heuristic(X, per_feature=True)
+    assert per_feature.shape == (2,)
+    with pytest.raises(ValueError, match="median"):
+        median_heuristic(np.ones((10, 2)))
