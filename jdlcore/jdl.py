@@ -27,6 +27,7 @@ __all__ = ["JDL", "JDLProblem", "build_problem", "CONSTRAINTS", "POSITIVITY"]
 
 CONSTRAINTS = ("none", "normalization", "positivity")
 POSITIVITY = ("grid", "tightening", "clip")
+_QUERY_SLAB = 1 << 15  # queries per slab when scoring registered functions
 _QUERY_ELEMENTS = 1 << 22  # (queries x atoms) entries per batch when weights over all atoms are needed
 
 
@@ -362,10 +363,16 @@ class JDL:
         return _Projection(weights, totals)
 
     def _project_queries(self, Xq: np.ndarray, projection: "_Projection") -> np.ndarray:
-        k = self.basis_x_.kernel.block(Xq, self.basis_x_.pivot_points)
-        numerator = k @ projection.weights
-        numerator += projection.totals
-        return numerator[:, :-1] / numerator[:, -1:]
+        """(totals + k(Xq, pivots) W) split into numerator / denominator, in cache-sized slabs."""
+        p = projection.weights.shape[1] - 1
+        out = np.empty((Xq.shape[0], p))
+        pivots = self.basis_x_.pivot_points
+        for start in range(0, Xq.shape[0], _QUERY_SLAB):
+            stop = min(start + _QUERY_SLAB, Xq.shape[0])
+            numerator = self.basis_x_.kernel.block(Xq[start:stop], pivots) @ projection.weights
+            numerator += projection.totals
+            np.divide(numerator[:, :p], numerator[:, p:], out=out[start:stop])
+        return out
 
     def _expectation_of_values(self, Xq: np.ndarray, values: np.ndarray) -> np.ndarray:
         if not self.clips:
