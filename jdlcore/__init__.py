@@ -1,5 +1,10 @@
-"""jdlcore: the mathematics of adaptive joint distribution learning, on in-memory NumPy arrays."""
-from .cholesky import PivotedCholesky, pivoted_cholesky
+"""jdlcore: the mathematics of adaptive joint distribution learning, on in-memory NumPy arrays.
+
+No Dask, no Prefect, no I/O: the pipeline feeds these functions.
+"""
+from .basis import JDLReductions, SpectralBasis, spectral_basis
+from .cholesky import FactorStorage, InMemoryFactorStorage, PivotedCholesky, pivoted_cholesky, run_pivoted_cholesky
+from .jdl import JDL, JDLProblem, build_problem
 from .kernels import (
     DeltaKernel,
     GaussianKernel,
@@ -10,16 +15,15 @@ from .kernels import (
     kernel_from_dict,
     median_heuristic,
 )
-
-__version__ = "0.1.0"
-from .basis import JDLReductions, SpectralBasis, spectral_basis
-from .jdl import JDL, JDLProblem, build_problem
 from .losses import ClippedLogisticLoss, SecondMomentLoss, clipped_logistic_loss, relative_second_moment_loss
 from .tuning import TuneResult, tune
 
+__version__ = "0.1.0"
+
 __all__ = [
     "GaussianKernel", "LaplaceKernel", "Matern32Kernel", "Matern52Kernel", "DeltaKernel", "Kernel",
-    "kernel_from_dict", "median_heuristic", "pivoted_cholesky", "PivotedCholesky", "JDL", "JDLProblem",
-    "build_problem", "JDLReductions", "SpectralBasis", "spectral_basis", "tune", "TuneResult",
-    "SecondMomentLoss", "ClippedLogisticLoss", "relative_second_moment_loss", "clipped_logistic_loss",
+    "kernel_from_dict", "median_heuristic", "pivoted_cholesky", "run_pivoted_cholesky", "PivotedCholesky",
+    "FactorStorage", "InMemoryFactorStorage", "JDL", "JDLProblem", "build_problem", "JDLReductions",
+    "SpectralBasis", "spectral_basis", "tune", "TuneResult", "SecondMomentLoss", "ClippedLogisticLoss",
+    "relative_second_moment_loss", "clipped_logistic_loss",
 ]

@@ -331,11 +331,14 @@ class JDL:
         self._fitted()
         if self.y_atoms_.shape[1] != 1:
             raise ValueError("predict_proba: needs a scalar (discrete) Y")
-        if classes is None:
-            classes = np.unique(self.y_atoms_[:, 0])
-        classes = np.asarray(classes, dtype=np.float64).ravel()
-        self.classes_ = classes
+        classes = self.classes_ if classes is None else np.asarray(classes, dtype=np.float64).ravel()
         return self.conditional_expectation(Xq, lambda y: (y[:, :1] == classes[None, :]).astype(np.float64))
+
+    @property
+    def classes_(self) -> np.ndarray:
+        """Sorted distinct training values of a scalar Y (the classes of ``predict_proba``)."""
+        self._fitted()
+        return np.unique(self.y_atoms_[:, 0])
 
     def grid_minimum(self, X: Any) -> float:
         """min over training samples x_t and atoms y_s of 1 + h(x_t, y_s) (X: the training inputs)."""
