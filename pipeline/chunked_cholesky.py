@@ -1,0 +1,204 @@
+"""Pivoted Cholesky over sample chunks held by Dask workers: a ``FactorStorage`` for jdlcore's driver.
+
+The driver (``jdlcore.cholesky.run_pivoted_cholesky``) is the same one the in-memory path uses; this
+module only feeds it. Each chunk of samples keeps its own state on a worker: its points (n_c, d),
+its slab of L^T (rank, n_c), its residual diagonal (n_c,) and the local positions of the pivots it
+holds. Every operation maps the old state to a new one (no mutation), so a lost worker is rebuilt
+from the task graph and a fit survives it with the same result.
+
+Per round the scheduler sees four fan-outs (select or sample, pivot rows, extend, commit), so the
+number of round trips is about 4 m / b for rank m and b pivots accepted per round; only O(b m)
+numbers and per-chunk scalars travel to the client. L never leaves the workers.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from jdlcore.cholesky import top_candidates
+from jdlcore.kernels import Kernel
+
+__all__ = ["ChunkState", "DaskFactorStorage"]
+
+
+@dataclass(frozen=True)
+class ChunkState:
+    """One chunk of samples and its share of the factorisation (immutable)."""
+
+    offset: int  # global index of the chunk's first sample
+    X: np.ndarray  # (n_c, d)
+    Lt: np.ndarray  # (rank, n_c) committed columns of L, transposed
+    diag: np.ndarray  # (n_c,) residual diagonal
+    pivots: np.ndarray  # local positions of the committed pivots held by this chunk
+    staged: np.ndarray | None = None  # (b, n_c) columns awaiting commit
+    staged_local: np.ndarray | None = None  # local positions of staged pivots (their order in b)
+    staged_order: np.ndarray | None = None  # positions within b of staged_local
+
+
+def _initial_state(X: np.ndarray, offset: int, kernel: Kernel) -> ChunkState:
+    X = np.ascontiguousarray(X, dtype=np.float64)
+    return ChunkState(offset, X, np.zeros((0, X.shape[0])), np.array(kernel.diag(X), dtype=np.float64),
+                      np.empty(0, dtype=np.int64))
+
+
+def _summary(state: ChunkState) -> tuple[float, float]:
+    return float(state.diag.sum()), float(state.diag.max()) if state.diag.size else 0.0
+
+
+def _top(state: ChunkState, count: int) -> tuple[np.ndarray, np.ndarray]:
+    indices, _ = top_candidates(state.diag, min(count, state.diag.size))
+    return indices + state.offset, state.diag[indices]
+
+
+def _sample(state: ChunkState, targets: np.ndarray) -> np.ndarray:
+    cumulative = np.cumsum(state.diag)
+    local = np.searchsorted(cumulative, targets, side="right")
+    return np.minimum(local, state.diag.size - 1) + state.offset
+
+
+def _rows(state: ChunkState, local: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    return state.X[local], state.Lt[:, local].T, state.diag[local]
+
+
+def _extend(
+    state: ChunkState, kernel: Kernel, pivot_points: np.ndarray, pivot_L: np.ndarray,
+    transform_t: np.ndarray, factor_rows: np.ndarray, local: np.ndarray, order: np.ndarray,
+) -> ChunkState:
+    residual = kernel.block(pivot_points, state.X)
+    if state.Lt.shape[0]:
+        residual -= pivot_L @ state.Lt
+    new = transform_t @ residual
+    new[:, state.pivots] = 0.0
+    new[:, local] = factor_rows.T[:, order]
+    return replace(state, staged=new, staged_local=local, staged_order=order)
+
+
+def _norms(state: ChunkState) -> np.ndarray:
+    return np.einsum("ij,ij->i", state.staged, state.staged)
+
+
+def _commit(state: ChunkState, count: int) -> ChunkState:
+    kept = state.staged[:count]
+    diag = state.diag - np.einsum("ij,ij->j", kept, kept)
+    accepted = state.staged_local[state.staged_order < count]
+    diag[accepted] = 0.0
+    np.maximum(diag, 0.0, out=diag)
+    return ChunkState(state.offset, state.X, np.vstack([state.Lt, kept]), diag,
+                      np.concatenate([state.pivots, accepted]))
+
+
+def _factor_block(state: ChunkState) -> np.ndarray:
+    return state.Lt.T
+
+
+class DaskFactorStorage:
+    """``FactorStorage`` whose L, residual diagonal and points stay in chunks on Dask workers.
+
+    Parameters
+    ----------
+    client: a ``distributed.Client``.
+    kernel: the kernel.
+    chunks: futures (or arrays) of the sample chunks, each (n_c, d), in sample order.
+    """
+
+    def __init__(self, client, kernel: Kernel, chunks: list):
+        self.client = client
+        self.kernel = kernel
+        sizes = client.gather(client.map(lambda x: int(np.shape(x)[0]), chunks, pure=False))
+        self.offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+        self.n = int(self.offsets[-1])
+        self.rank = 0
+        self.states = client.map(_initial_state, chunks, list(self.offsets[:-1]), kernel=kernel, pure=False)
+        self._refresh()
+        self._trace = self._sum
+
+    def _refresh(self) -> None:
+        summaries = self.client.gather(self.client.map(_summary, self.states, pure=False))
+        self._chunk_sums = np.array([s for s, _ in summaries])
+        self._sum = float(self._chunk_sums.sum())
+        self._max = float(max(m for _, m in summaries))
+
+    # -- selection ---------------------------------------------------------------------------------
+    def diagonal_trace(self) -> float:
+        return self._trace
+
+    def max_residual(self) -> float:
+        return self._max
+
+    def select_top(self, count: int) -> tuple[np.ndarray, float]:
+        parts = self.client.gather(self.client.map(_top, self.states, count=count + 1, pure=False))
+        indices = np.concatenate([p[0] for p in parts])
+        values = np.concatenate([p[1] for p in parts])
+        order = np.lexsort((indices, -values))
+        top = indices[order[:count]]
+        outside = float(values[order[count]]) if order.size > count else -np.inf
+        return top, outside
+
+    def sample(self, count: int, rng: np.random.Generator) -> np.ndarray:
+        draws = rng.random(count) * self._sum
+        edges = np.cumsum(self._chunk_sums)
+        chunk_of = np.minimum(np.searchsorted(edges, draws, side="right"), len(self.states) - 1)
+        starts = np.concatenate([[0.0], edges[:-1]])
+        out = np.empty(count, dtype=np.int64)
+        jobs = {}
+        for chunk in np.unique(chunk_of):
+            where = np.flatnonzero(chunk_of == chunk)
+            jobs[int(chunk)] = (where, self.client.submit(_sample, self.states[chunk], draws[where] - starts[chunk], pure=False))
+        for where, future in jobs.values():
+            out[where] = future.result()
+        return out
+
+    def _split(self, indices: np.ndarray) -> dict[int, np.ndarray]:
+        chunk_of = np.searchsorted(self.offsets, indices, side="right") - 1
+        return {int(c): np.flatnonzero(chunk_of == c) for c in np.unique(chunk_of)}
+
+    def pivot_rows(self, indices: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        points, rows, diag = self._gather_rows(indices)
+        self._cached = (self.rank, {int(i): k for k, i in enumerate(indices)}, points, rows)
+        return points, rows, diag
+
+    def _gather_rows(self, indices: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        groups = self._split(indices)
+        futures = {c: self.client.submit(_rows, self.states[c], indices[w] - self.offsets[c], pure=False)
+                   for c, w in groups.items()}
+        points = rows = diag = None
+        for c, where in groups.items():
+            x, l, d = futures[c].result()
+            if points is None:
+                points = np.empty((indices.size, x.shape[1]))
+                rows = np.empty((indices.size, l.shape[1]))
+                diag = np.empty(indices.size)
+            points[where], rows[where], diag[where] = x, l, d
+        return points, rows, diag
+
+    # -- update ------------------------------------------------------------------------------------
+    def extend(self, pivots: np.ndarray, transform: np.ndarray, factor_rows: np.ndarray) -> np.ndarray:
+        rank, position, points, rows = getattr(self, "_cached", (-1, {}, None, None))
+        if rank == self.rank and all(int(p) in position for p in pivots):
+            take = np.array([position[int(p)] for p in pivots])
+            points, rows = points[take], rows[take]
+        else:
+            points, rows, _ = self._gather_rows(pivots)
+        groups = self._split(pivots)
+        transform_t = np.ascontiguousarray(transform.T)
+        shared = self.client.scatter([points, rows, transform_t, factor_rows], broadcast=True)
+        empty = np.empty(0, dtype=np.int64)
+        states = []
+        for c, state in enumerate(self.states):
+            where = groups.get(c, empty)
+            states.append(self.client.submit(
+                _extend, state, self.kernel, *shared, pivots[where] - self.offsets[c], where, pure=False))
+        self.states = states
+        self._staged_count = pivots.size
+        return np.sum(self.client.gather(self.client.map(_norms, self.states, pure=False)), axis=0)
+
+    def commit(self, count: int) -> float:
+        self.states = self.client.map(_commit, self.states, count=count, pure=False)
+        self.rank += count
+        self._refresh()
+        return self._sum
+
+    def factor(self) -> np.ndarray:
+        """Gather L (n, rank) to the client: for tests and small n only."""
+        return np.vstack(self.client.gather(self.client.map(_factor_block, self.states, pure=False)))
