@@ -15,7 +15,10 @@ import numpy as np
 from .cholesky import PivotedCholesky
 from .kernels import Kernel
 
-__all__ = ["SpectralBasis", "JDLReductions", "spectral_basis", "reductions_from_values"]
+__all__ = [
+    "SpectralBasis", "JDLReductions", "FactorPartials", "spectral_basis", "factor_partials",
+    "reductions_from_partials", "reductions_from_values",
+]
 
 
 @dataclass
@@ -123,4 +126,57 @@ def reductions_from_values(A_x: np.ndarray, A_y: np.ndarray) -> JDLReductions:
         max_x=A_x.max(axis=0),
         min_y=A_y.min(axis=0),
         max_y=A_y.max(axis=0),
+    )
+
+
+@dataclass
+class FactorPartials:
+    """Sums over samples of products of the Cholesky factors; additive over disjoint sample chunks.
+
+    n; gram_x = L_X^T L_X (m_X, m_X); gram_y = L_Y^T L_Y (m_Y, m_Y); cross = L_Y^T L_X (m_Y, m_X);
+    sum_x = L_X^T 1 (m_X,); sum_y = L_Y^T 1 (m_Y,).
+    """
+
+    n: int
+    gram_x: np.ndarray
+    gram_y: np.ndarray
+    cross: np.ndarray
+    sum_x: np.ndarray
+    sum_y: np.ndarray
+
+    def __add__(self, other: "FactorPartials") -> "FactorPartials":
+        return FactorPartials(
+            self.n + other.n, self.gram_x + other.gram_x, self.gram_y + other.gram_y,
+            self.cross + other.cross, self.sum_x + other.sum_x, self.sum_y + other.sum_y,
+        )
+
+
+def factor_partials(L_x: np.ndarray, L_y: np.ndarray) -> FactorPartials:
+    """Partial sums of one chunk of paired rows of L_X (n_c, m_X) and L_Y (n_c, m_Y)."""
+    return FactorPartials(L_x.shape[0], L_x.T @ L_x, L_y.T @ L_y, L_y.T @ L_x, L_x.sum(axis=0), L_y.sum(axis=0))
+
+
+def column_extremes(L: np.ndarray, rotation: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Column minima and maxima of A = L V for one chunk (combine chunks with min / max)."""
+    A = L @ rotation
+    return A.min(axis=0), A.max(axis=0)
+
+
+def reductions_from_partials(
+    partials: FactorPartials,
+    basis_x: SpectralBasis,
+    basis_y: SpectralBasis,
+    extremes_x: tuple[np.ndarray, np.ndarray],
+    extremes_y: tuple[np.ndarray, np.ndarray],
+) -> JDLReductions:
+    """The reductions of the JDL problem from factor partial sums: A = L V, so A_Y^T A_X = V_Y^T (L_Y^T L_X) V_X."""
+    Vx, Vy = basis_x.rotation, basis_y.rotation
+    return JDLReductions(
+        n=partials.n,
+        lam_x=np.einsum("ij,ik,kj->j", Vx, partials.gram_x, Vx),
+        lam_y=np.einsum("ij,ik,kj->j", Vy, partials.gram_y, Vy),
+        cross=Vy.T @ partials.cross @ Vx,
+        sum_x=Vx.T @ partials.sum_x,
+        sum_y=Vy.T @ partials.sum_y,
+        min_x=extremes_x[0], max_x=extremes_x[1], min_y=extremes_y[0], max_y=extremes_y[1],
     )

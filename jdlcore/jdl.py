@@ -17,13 +17,13 @@ from typing import Any, Callable
 
 import numpy as np
 
-from .basis import JDLReductions, SpectralBasis, reductions_from_values, spectral_basis
-from .cholesky import PIVOTING_RULES, pivoted_cholesky
+from .basis import JDLReductions, SpectralBasis, factor_partials, reductions_from_partials, spectral_basis
+from .cholesky import PIVOTING_RULES, PivotedCholesky, pivoted_cholesky
 from .kernels import GaussianKernel, Kernel
 from .solvers import grid_minimum, solve_grid_positivity, solve_normalized, solve_tightened, solve_unconstrained
 from .validation import as_samples, check_choice, check_nonnegative, check_paired
 
-__all__ = ["JDL", "JDLProblem", "build_problem", "CONSTRAINTS", "POSITIVITY"]
+__all__ = ["JDL", "JDLProblem", "build_problem", "factor_diagnostics", "CONSTRAINTS", "POSITIVITY"]
 
 CONSTRAINTS = ("none", "normalization", "positivity")
 POSITIVITY = ("grid", "tightening", "clip")
@@ -63,11 +63,20 @@ def build_problem(
     started = time.perf_counter()
     factor_x = pivoted_cholesky(kernel_x, X, tol=tol, max_rank=max_rank, pivoting=pivoting, seed=seed, block_size=block_size)
     factor_y = pivoted_cholesky(kernel_y, Y, tol=tol, max_rank=max_rank, pivoting=pivoting, seed=seed, block_size=block_size)
-    basis_x = spectral_basis(factor_x, kernel_x)
-    basis_y = spectral_basis(factor_y, kernel_y)
+    partials = factor_partials(factor_x.L, factor_y.L)
+    basis_x = spectral_basis(factor_x, kernel_x, gram=partials.gram_x)
+    basis_y = spectral_basis(factor_y, kernel_y, gram=partials.gram_y)
     A_x = factor_x.L @ basis_x.rotation
     A_y = factor_y.L @ basis_y.rotation
-    factors = {
+    reductions = reductions_from_partials(
+        partials, basis_x, basis_y, (A_x.min(axis=0), A_x.max(axis=0)), (A_y.min(axis=0), A_y.max(axis=0))
+    )
+    return JDLProblem(basis_x, basis_y, A_x, A_y, reductions, factor_diagnostics(factor_x, factor_y, started))
+
+
+def factor_diagnostics(factor_x: PivotedCholesky, factor_y: PivotedCholesky, started: float) -> dict:
+    """Ranks, residual traces and stop reasons of the two factorisations."""
+    return {
         "rank_x": factor_x.rank,
         "rank_y": factor_y.rank,
         "trace_error_x": factor_x.trace_error,
@@ -80,7 +89,6 @@ def build_problem(
         "pivots_y": factor_y.pivots,
         "factor_seconds": time.perf_counter() - started,
     }
-    return JDLProblem(basis_x, basis_y, A_x, A_y, reductions_from_values(A_x, A_y), factors)
 
 
 class JDL:

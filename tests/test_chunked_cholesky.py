@@ -25,3 +25,27 @@ def test_chunked_factor_equals_in_memory(dask_client, pivoting):
     np.testing.assert_allclose(result.history, expected.history, rtol=1e-10, atol=1e-9)
     np.testing.assert_allclose(chunked.factor(), memory.factor(), rtol=0, atol=1e-10)
     assert result.stop_reason == expected.stop_reason == "tolerance"
+
+
+@pytest.mark.parametrize("constraints, positivity", [("normalization", "grid"), ("positivity", "tightening"), ("positivity", "grid")])
+def test_chunked_jdl_fit_equals_in_memory(dask_client, constraints, positivity):
+    from jdlcore import JDL, build_problem
+    from pipeline.chunked_fit import chunked_problem
+
+    rng = np.random.default_rng(8)
+    X = rng.standard_normal((3000, 2))
+    Y = X @ np.array([[0.8], [0.3]]) + 0.5 * rng.standard_normal((3000, 1))
+    kx, ky = GaussianKernel(1.0), GaussianKernel(0.7)
+    options = dict(tol=1e-4, pivoting="random", seed=2)
+    memory = build_problem(X, Y, kx, ky, **options)
+    chunked = chunked_problem(dask_client, dask_client.scatter(chunks_of(X, 700)),
+                              dask_client.scatter(chunks_of(Y, 700)), kx, ky, **options)
+    for name in ("lam_x", "lam_y", "cross", "sum_x", "sum_y", "min_x", "max_x", "min_y", "max_y"):
+        a, b = getattr(chunked.reductions, name), getattr(memory.reductions, name)
+        np.testing.assert_allclose(a, b, rtol=0, atol=1e-10 * max(1.0, np.abs(b).max()), err_msg=name)
+    estimator = dict(kernel_x=kx, kernel_y=ky, reg=1e-3, constraints=constraints, positivity=positivity)
+    a = JDL(**estimator).fit_problem(chunked, Y)
+    b = JDL(**estimator).fit_problem(memory, Y)
+    Xq = rng.standard_normal((50, 2)) * 2
+    np.testing.assert_allclose(a.conditional_weights(Xq), b.conditional_weights(Xq), rtol=0, atol=1e-10)
+    np.testing.assert_allclose(a.conditional_expectation(Xq), b.conditional_expectation(Xq), rtol=0, atol=1e-10)

@@ -1,0 +1,91 @@
+"""The JDL problem assembled from sample chunks on Dask: factorisations, bases and reductions.
+
+Both pivoted Cholesky decompositions run jdlcore's driver over ``DaskFactorStorage``; the
+reductions are jdlcore's ``FactorPartials`` summed over chunks (pass 1) and the column extremes of
+A = L V (pass 2, once V is known). Only m x m quantities reach the client; the small problem is
+then solved centrally by jdlcore's solvers.
+"""
+from __future__ import annotations
+
+import time
+from functools import reduce
+from operator import add
+
+import numpy as np
+
+from jdlcore.basis import FactorPartials, column_extremes, factor_partials, reductions_from_partials, spectral_basis
+from jdlcore.cholesky import PivotedCholesky, pivot_block_inverse, run_pivoted_cholesky
+from jdlcore.jdl import JDLProblem, factor_diagnostics
+from jdlcore.kernels import Kernel
+
+from .chunked_cholesky import ChunkState, DaskFactorStorage
+
+__all__ = ["chunked_factor", "chunked_problem"]
+
+
+def chunked_factor(client, kernel: Kernel, chunks: list, **options) -> tuple[PivotedCholesky, DaskFactorStorage]:
+    """Pivoted Cholesky over chunks (futures of (n_c, d) arrays); L stays on the workers.
+
+    ``options`` are those of ``run_pivoted_cholesky`` (tol, atol, max_rank, pivoting, seed, ...).
+    The returned ``PivotedCholesky`` has ``L=None``; the storage holds L chunk by chunk.
+    """
+    storage = DaskFactorStorage(client, kernel, chunks)
+    run = run_pivoted_cholesky(storage, kernel, **options)
+    points, rows, _ = storage.pivot_rows(run.pivots) if run.pivots.size else (np.zeros((0, 0)), np.zeros((0, 0)), None)
+    factor = PivotedCholesky(
+        pivots=run.pivots, L=None, B_pivots=pivot_block_inverse(rows), trace_error=run.history,
+        trace=run.trace, stop_reason=run.stop_reason, pivot_points=points,
+    )
+    return factor, storage
+
+
+def _partials(x: ChunkState, y: ChunkState) -> FactorPartials:
+    return factor_partials(x.Lt.T, y.Lt.T)
+
+
+def _extremes(state: ChunkState, rotation: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    return column_extremes(state.Lt.T, rotation)
+
+
+def _values(state: ChunkState, rotation: np.ndarray) -> np.ndarray:
+    return state.Lt.T @ rotation
+
+
+def chunked_problem(
+    client,
+    x_chunks: list,
+    y_chunks: list,
+    kernel_x: Kernel,
+    kernel_y: Kernel,
+    *,
+    tol: float,
+    max_rank: int | None = None,
+    pivoting: str = "random",
+    seed: int | None = 0,
+    block_size: int | None = None,
+) -> JDLProblem:
+    """``jdlcore.build_problem`` computed chunk by chunk; x and y chunks must be paired row for row.
+
+    The basis values A_X, A_Y (n x m) are gathered into the problem for the in-memory model object;
+    the model store streams them to zarr instead.
+    """
+    started = time.perf_counter()
+    options = dict(tol=tol, max_rank=max_rank, pivoting=pivoting, seed=seed, block_size=block_size)
+    factor_x, storage_x = chunked_factor(client, kernel_x, x_chunks, **options)
+    factor_y, storage_y = chunked_factor(client, kernel_y, y_chunks, **options)
+    if not np.array_equal(storage_x.offsets, storage_y.offsets):
+        raise ValueError("y_chunks: must have the same chunk lengths as x_chunks (paired samples)")
+    partials = reduce(add, client.gather(client.map(_partials, storage_x.states, storage_y.states, pure=False)))
+    basis_x = spectral_basis(factor_x, kernel_x, gram=partials.gram_x)
+    basis_y = spectral_basis(factor_y, kernel_y, gram=partials.gram_y)
+
+    def extremes(storage: DaskFactorStorage, rotation: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        parts = client.gather(client.map(_extremes, storage.states, rotation=rotation, pure=False))
+        return np.min([p[0] for p in parts], axis=0), np.max([p[1] for p in parts], axis=0)
+
+    reductions = reductions_from_partials(
+        partials, basis_x, basis_y, extremes(storage_x, basis_x.rotation), extremes(storage_y, basis_y.rotation)
+    )
+    A_x = np.vstack(client.gather(client.map(_values, storage_x.states, rotation=basis_x.rotation, pure=False)))
+    A_y = np.vstack(client.gather(client.map(_values, storage_y.states, rotation=basis_y.rotation, pure=False)))
+    return JDLProblem(basis_x, basis_y, A_x, A_y, reductions, factor_diagnostics(factor_x, factor_y, started))
