@@ -16,10 +16,15 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from jdlcore.cholesky import top_candidates
+from distributed.client import FutureCancelledError
+from distributed.scheduler import KilledWorker
+
+from jdlcore.cholesky import pivot_block_inverse, top_candidates
 from jdlcore.kernels import Kernel
 
 __all__ = ["ChunkState", "DaskFactorStorage"]
+
+_LOST = (FutureCancelledError, KilledWorker)  # data or tasks lost with a worker
 
 
 @dataclass(frozen=True)
@@ -40,6 +45,24 @@ def _initial_state(X: np.ndarray, offset: int, kernel: Kernel) -> ChunkState:
     X = np.ascontiguousarray(X, dtype=np.float64)
     return ChunkState(offset, X, np.zeros((0, X.shape[0])), np.array(kernel.diag(X), dtype=np.float64),
                       np.empty(0, dtype=np.int64))
+
+
+def _rebuild_state(
+    X: np.ndarray, offset: int, kernel: Kernel, pivot_points: np.ndarray, pivots: np.ndarray,
+    L_pivots: np.ndarray, B_pivots: np.ndarray,
+) -> ChunkState:
+    """A chunk's committed state from scratch: L = K[:, S] B[S, :], exact rows at its own pivots."""
+    state = _initial_state(X, offset, kernel)
+    if pivots.size == 0:
+        return state
+    L = kernel.block(state.X, pivot_points) @ B_pivots
+    mine = np.flatnonzero((pivots >= offset) & (pivots < offset + state.X.shape[0]))
+    local = pivots[mine] - offset
+    L[local] = L_pivots[mine]
+    diag = state.diag - np.einsum("ij,ij->i", L, L)
+    diag[local] = 0.0
+    np.maximum(diag, 0.0, out=diag)
+    return ChunkState(offset, state.X, np.ascontiguousarray(L.T), diag, local)
 
 
 def _summary(state: ChunkState) -> tuple[float, float]:
@@ -88,6 +111,10 @@ def _commit(state: ChunkState, count: int) -> ChunkState:
                       np.concatenate([state.pivots, accepted]))
 
 
+def _length(X: np.ndarray) -> int:
+    return int(np.shape(X)[0])
+
+
 def _factor_block(state: ChunkState) -> np.ndarray:
     return state.Lt.T
 
@@ -99,19 +126,52 @@ class DaskFactorStorage:
     ----------
     client: a ``distributed.Client``.
     kernel: the kernel.
-    chunks: futures (or arrays) of the sample chunks, each (n_c, d), in sample order.
+    chunks: futures of the sample chunks, each (n_c, d), in sample order. Futures of tasks (say,
+        reading a zarr chunk) can be recomputed after a worker is lost; scattered data cannot.
+
+    Fault tolerance: the client keeps the committed pivots, their points and the m x m pivot rows
+    of L. When an operation fails because a worker (and the chunk states on it) was lost, every
+    chunk state is rebuilt from its source chunk as L = K[:, S] B[S, :] and the operation is retried.
     """
+
+    _RETRIES = 3
 
     def __init__(self, client, kernel: Kernel, chunks: list):
         self.client = client
         self.kernel = kernel
-        sizes = client.gather(client.map(lambda x: int(np.shape(x)[0]), chunks, pure=False))
+        self.chunks = list(chunks)
+        sizes = client.gather(client.map(_length, self.chunks, pure=False))
         self.offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
         self.n = int(self.offsets[-1])
         self.rank = 0
-        self.states = client.map(_initial_state, chunks, list(self.offsets[:-1]), kernel=kernel, pure=False)
-        self._refresh()
+        self.recoveries = 0
+        self._pivots = np.empty(0, dtype=np.int64)
+        self._pivot_points = np.zeros((0, 0))
+        self._L_pivots = np.zeros((0, 0))
+        self.states = client.map(_initial_state, self.chunks, list(self.offsets[:-1]), kernel=kernel, pure=False)
+        self._retrying(self._refresh)
         self._trace = self._sum
+
+    def _retrying(self, operation, *args):
+        """Run ``operation``; if it fails because data was lost with a worker, rebuild and retry."""
+        for attempt in range(self._RETRIES + 1):
+            try:
+                return operation(*args)
+            except _LOST as error:
+                if attempt == self._RETRIES:
+                    raise RuntimeError(f"chunked pivoted Cholesky: lost workers {attempt + 1} times ({error})") from error
+                self._rebuild()
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _rebuild(self) -> None:
+        self.recoveries += 1
+        B = pivot_block_inverse(self._L_pivots) if self._pivots.size else np.zeros((0, 0))
+        shared = self.client.scatter([self._pivot_points, self._pivots, self._L_pivots, B], broadcast=True)
+        self.states = [
+            self.client.submit(_rebuild_state, chunk, int(offset), self.kernel, *shared, pure=False)
+            for chunk, offset in zip(self.chunks, self.offsets[:-1])
+        ]
+        self._cached = None
 
     def _refresh(self) -> None:
         summaries = self.client.gather(self.client.map(_summary, self.states, pure=False))
@@ -127,6 +187,9 @@ class DaskFactorStorage:
         return self._max
 
     def select_top(self, count: int) -> tuple[np.ndarray, float]:
+        return self._retrying(self._select_top, count)
+
+    def _select_top(self, count: int) -> tuple[np.ndarray, float]:
         parts = self.client.gather(self.client.map(_top, self.states, count=count + 1, pure=False))
         indices = np.concatenate([p[0] for p in parts])
         values = np.concatenate([p[1] for p in parts])
@@ -136,7 +199,11 @@ class DaskFactorStorage:
         return top, outside
 
     def sample(self, count: int, rng: np.random.Generator) -> np.ndarray:
-        draws = rng.random(count) * self._sum
+        return self._retrying(self._sample, rng.random(count))
+
+    def _sample(self, uniforms: np.ndarray) -> np.ndarray:
+        count = uniforms.size
+        draws = uniforms * self._sum
         edges = np.cumsum(self._chunk_sums)
         chunk_of = np.minimum(np.searchsorted(edges, draws, side="right"), len(self.states) - 1)
         starts = np.concatenate([[0.0], edges[:-1]])
@@ -154,9 +221,11 @@ class DaskFactorStorage:
         return {int(c): np.flatnonzero(chunk_of == c) for c in np.unique(chunk_of)}
 
     def pivot_rows(self, indices: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        points, rows, diag = self._gather_rows(indices)
+        points, rows, diag = self._retrying(self._gather_rows, indices)
         self._cached = (self.rank, {int(i): k for k, i in enumerate(indices)}, points, rows)
         return points, rows, diag
+
+    _cached = None
 
     def _gather_rows(self, indices: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         groups = self._split(indices)
@@ -174,7 +243,10 @@ class DaskFactorStorage:
 
     # -- update ------------------------------------------------------------------------------------
     def extend(self, pivots: np.ndarray, transform: np.ndarray, factor_rows: np.ndarray) -> np.ndarray:
-        rank, position, points, rows = getattr(self, "_cached", (-1, {}, None, None))
+        return self._retrying(self._extend, pivots, transform, factor_rows)
+
+    def _extend(self, pivots: np.ndarray, transform: np.ndarray, factor_rows: np.ndarray) -> np.ndarray:
+        rank, position, points, rows = self._cached or (-1, {}, None, None)
         if rank == self.rank and all(int(p) in position for p in pivots):
             take = np.array([position[int(p)] for p in pivots])
             points, rows = points[take], rows[take]
@@ -190,15 +262,25 @@ class DaskFactorStorage:
             states.append(self.client.submit(
                 _extend, state, self.kernel, *shared, pivots[where] - self.offsets[c], where, pure=False))
         self.states = states
-        self._staged_count = pivots.size
+        self._staged = (pivots, points, rows, factor_rows)
         return np.sum(self.client.gather(self.client.map(_norms, self.states, pure=False)), axis=0)
 
     def commit(self, count: int) -> float:
+        # Book-keep first: a rebuild after a failure below then already includes this commit.
+        pivots, points, rows, factor_rows = self._staged
+        m = self.rank
+        grown = np.zeros((m + count, m + count))
+        grown[:m, :m] = self._L_pivots
+        grown[m:, :m] = rows[:count]
+        grown[m:, m:] = factor_rows[:count, :count]
+        self._L_pivots = grown
+        self._pivots = np.concatenate([self._pivots, pivots[:count]])
+        self._pivot_points = points[:count] if m == 0 else np.vstack([self._pivot_points, points[:count]])
         self.states = self.client.map(_commit, self.states, count=count, pure=False)
-        self.rank += count
-        self._refresh()
+        self.rank = m + count
+        self._retrying(self._refresh)
         return self._sum
 
     def factor(self) -> np.ndarray:
         """Gather L (n, rank) to the client: for tests and small n only."""
-        return np.vstack(self.client.gather(self.client.map(_factor_block, self.states, pure=False)))
+        return self._retrying(lambda: np.vstack(self.client.gather(self.client.map(_factor_block, self.states, pure=False))))

@@ -1,3 +1,5 @@
+import contextlib
+
 import numpy as np
 import pytest
 
@@ -22,9 +24,10 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
-@pytest.fixture(scope="session")
-def dask_client():
-    """A real `dask scheduler` with two `dask worker` processes on 127.0.0.1 (1 thread, 2 GB each)."""
+@contextlib.contextmanager
+def dask_cluster(workers: int = 2):
+    """A real `dask scheduler` with `dask worker` processes (each with its nanny) on 127.0.0.1,
+    1 thread and 2 GB each; everything is shut down on exit."""
     import os
     import shutil
     import signal
@@ -43,7 +46,7 @@ def dask_client():
         [binary, "scheduler", "--host", "127.0.0.1", "--port", str(port), "--no-dashboard"],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env, start_new_session=True,
     )]
-    for _ in range(2):
+    for _ in range(workers):
         processes.append(subprocess.Popen(
             [binary, "worker", address, "--nworkers", "1", "--nthreads", "1", "--memory-limit", "2GB",
              "--no-dashboard", "--host", "127.0.0.1"],
@@ -59,7 +62,7 @@ def dask_client():
                 if time.monotonic() > deadline:
                     raise
                 time.sleep(0.5)
-        client.wait_for_workers(2, timeout=60)
+        client.wait_for_workers(workers, timeout=60)
         yield client
     finally:
         if client is not None:
@@ -75,3 +78,9 @@ def dask_client():
             except subprocess.TimeoutExpired:
                 os.killpg(process.pid, signal.SIGKILL)
                 process.wait()
+
+
+@pytest.fixture(scope="session")
+def dask_client():
+    with dask_cluster(2) as client:
+        yield client
