@@ -19,7 +19,7 @@ import numpy as np
 
 from .basis import JDLReductions, SpectralBasis, factor_partials, reductions_from_partials, spectral_basis
 from .cholesky import PIVOTING_RULES, PivotedCholesky, pivoted_cholesky
-from .kernels import GaussianKernel, Kernel
+from .kernels import GaussianKernel, Kernel, kernel_from_dict
 from .solvers import grid_minimum, solve_grid_positivity, solve_normalized, solve_tightened, solve_unconstrained
 from .validation import as_samples, check_choice, check_nonnegative, check_paired
 
@@ -217,6 +217,77 @@ class JDL:
         }
         self._registered: dict[str, _Registered] = {}
         return self
+
+    # -- state (for stores) -----------------------------------------------------------------------
+    _PARAMS = ("reg", "tol", "constraints", "positivity", "pivoting", "max_rank", "seed", "block_size")
+
+    def state(self) -> dict[str, Any]:
+        """Everything a fitted model needs, as NumPy arrays and JSON-able values (no pickles).
+
+        ``from_state(state())`` rebuilds a model whose queries are bit-identical.
+        """
+        self._fitted()
+        red = self.reductions_
+        arrays = {
+            "coef": self.coef_, "y_atoms": self.y_atoms_, "A_y": self.A_y_,
+            **{f"reduction_{name}": getattr(red, name) for name in red.__dataclass_fields__ if name != "n"},
+        }
+        for side, basis in (("x", self.basis_x_), ("y", self.basis_y_)):
+            arrays.update({
+                f"{side}_pivot_points": basis.pivot_points, f"{side}_coefficients": basis.coefficients,
+                f"{side}_eigenvalues": basis.eigenvalues, f"{side}_rotation": basis.rotation,
+                f"{side}_trace_error": np.asarray(self.diagnostics_[f"trace_error_{side}"]),
+            })
+        diagnostics = {
+            k: (v.item() if isinstance(v, np.generic) else v)
+            for k, v in self.diagnostics_.items() if not isinstance(v, np.ndarray)
+        }
+        return {
+            "arrays": arrays,
+            "kernel_x": self.basis_x_.kernel.to_dict(),
+            "kernel_y": self.basis_y_.kernel.to_dict(),
+            "params": {name: getattr(self, name) for name in self._PARAMS},
+            "n_samples": int(self.n_samples_),
+            "diagnostics": diagnostics,
+        }
+
+    @classmethod
+    def from_state(cls, state: dict[str, Any]) -> "JDL":
+        """Rebuild a fitted model from ``state()``; raises ``ValueError`` on missing or inconsistent parts."""
+        try:
+            arrays = {k: np.asarray(v, dtype=np.float64) for k, v in state["arrays"].items()}
+            kernels = {side: kernel_from_dict(state[f"kernel_{side}"]) for side in ("x", "y")}
+            model = cls(kernel_x=kernels["x"], kernel_y=kernels["y"], **state["params"])
+            n = int(state["n_samples"])
+            bases = {
+                side: SpectralBasis(kernels[side], arrays[f"{side}_pivot_points"], arrays[f"{side}_coefficients"],
+                                    arrays[f"{side}_eigenvalues"], arrays[f"{side}_rotation"])
+                for side in ("x", "y")
+            }
+            reductions = JDLReductions(n=n, **{
+                name: arrays[f"reduction_{name}"] for name in JDLReductions.__dataclass_fields__ if name != "n"
+            })
+            coef, y_atoms, A_y = arrays["coef"], arrays["y_atoms"], arrays["A_y"]
+        except KeyError as missing:
+            raise ValueError(f"state: missing part {missing}") from None
+        m_y, m_x = coef.shape
+        expected = {
+            "y_atoms": (n, bases["y"].pivot_points.shape[1]), "A_y": (n, m_y),
+            "x_coefficients": (m_x, m_x), "y_coefficients": (m_y, m_y), "reduction_cross": (m_y, m_x),
+        }
+        for name, shape in expected.items():
+            if arrays[name].shape != shape:
+                raise ValueError(f"state: {name} has shape {arrays[name].shape}, expected {shape}")
+        model._check_params()
+        model.basis_x_, model.basis_y_ = bases["x"], bases["y"]
+        model.coef_, model.y_atoms_, model.A_y_ = coef, y_atoms, A_y
+        model.reductions_, model.n_samples_ = reductions, n
+        model.diagnostics_ = {
+            **state.get("diagnostics", {}),
+            "trace_error_x": arrays["x_trace_error"], "trace_error_y": arrays["y_trace_error"],
+        }
+        model._registered = {}
+        return model
 
     # -- queries ----------------------------------------------------------------------------------
     def _fitted(self) -> None:

@@ -1,0 +1,77 @@
+"""Contract of a fitted-model store: an xarray Dataset in zarr v3.
+
+Variables and their dimensions (sizes: n samples, m_X / m_Y basis functions, d_X / d_Y features):
+
+| variable | dims |
+|---|---|
+| coef | (basis_y, basis_x) |
+| y_atoms | (sample, y_feature) |
+| A_y | (sample, basis_y) |
+| x_pivot_points / y_pivot_points | (pivot_x, x_feature) / (pivot_y, y_feature) |
+| x_coefficients / y_coefficients | (pivot_x, basis_x) / (pivot_y, basis_y) |
+| x_rotation / y_rotation | (pivot_x, basis_x) / (pivot_y, basis_y) |
+| x_eigenvalues / y_eigenvalues | (basis_x,) / (basis_y,) |
+| x_trace_error / y_trace_error | (step_x,) / (step_y,) |
+| reduction_lam_x, reduction_sum_x, reduction_min_x, reduction_max_x | (basis_x,) |
+| reduction_lam_y, reduction_sum_y, reduction_min_y, reduction_max_y | (basis_y,) |
+| reduction_cross | (basis_y, basis_x) |
+
+Attributes: ``schema`` = "jdl.model", ``schema_version``, ``jdl_version``, ``method``, and JSON texts
+``kernel_x``, ``kernel_y``, ``params``, ``diagnostics``, ``provenance``; ``n_samples``.
+"""
+from __future__ import annotations
+
+SCHEMA_NAME = "jdl.model"
+SCHEMA_VERSION = 1
+
+VARIABLE_DIMS: dict[str, tuple[str, ...]] = {
+    "coef": ("basis_y", "basis_x"),
+    "y_atoms": ("sample", "y_feature"),
+    "A_y": ("sample", "basis_y"),
+    "x_pivot_points": ("pivot_x", "x_feature"),
+    "y_pivot_points": ("pivot_y", "y_feature"),
+    "x_coefficients": ("pivot_x", "basis_x"),
+    "y_coefficients": ("pivot_y", "basis_y"),
+    "x_rotation": ("pivot_x", "basis_x"),
+    "y_rotation": ("pivot_y", "basis_y"),
+    "x_eigenvalues": ("basis_x",),
+    "y_eigenvalues": ("basis_y",),
+    "x_trace_error": ("step_x",),
+    "y_trace_error": ("step_y",),
+    "reduction_lam_x": ("basis_x",),
+    "reduction_sum_x": ("basis_x",),
+    "reduction_min_x": ("basis_x",),
+    "reduction_max_x": ("basis_x",),
+    "reduction_lam_y": ("basis_y",),
+    "reduction_sum_y": ("basis_y",),
+    "reduction_min_y": ("basis_y",),
+    "reduction_max_y": ("basis_y",),
+    "reduction_cross": ("basis_y", "basis_x"),
+}
+
+REQUIRED_ATTRS = ("schema", "schema_version", "jdl_version", "method", "kernel_x", "kernel_y", "params",
+                  "diagnostics", "provenance", "n_samples")
+
+
+def validate_model_dataset(ds, where: str = "model") -> None:
+    """Raise ``ValueError`` naming the first broken rule of the model contract."""
+    schema = ds.attrs.get("schema")
+    if schema != SCHEMA_NAME:
+        raise ValueError(f"{where}: not a jdl model store (attribute schema={schema!r}, expected {SCHEMA_NAME!r})")
+    version = ds.attrs.get("schema_version")
+    if not isinstance(version, int) or version > SCHEMA_VERSION:
+        raise ValueError(
+            f"{where}: schema_version {version!r} is newer than this jdl reads ({SCHEMA_VERSION}); upgrade jdl"
+        )
+    for name in REQUIRED_ATTRS:
+        if name not in ds.attrs:
+            raise ValueError(f"{where}: attribute {name!r} is missing")
+    for name, dims in VARIABLE_DIMS.items():
+        if name not in ds.variables:
+            raise ValueError(f"{where}: variable {name!r} is missing (truncated store?)")
+        if tuple(ds[name].dims) != dims:
+            raise ValueError(f"{where}: variable {name!r} has dims {tuple(ds[name].dims)}, expected {dims}")
+        if ds[name].dtype.kind != "f":
+            raise ValueError(f"{where}: variable {name!r} has dtype {ds[name].dtype}, expected float")
+    if ds.sizes["sample"] != ds.attrs["n_samples"]:
+        raise ValueError(f"{where}: {ds.sizes['sample']} samples but attribute n_samples={ds.attrs['n_samples']}")
