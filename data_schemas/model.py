@@ -17,7 +17,8 @@ Variables and their dimensions (sizes: n samples, m_X / m_Y basis functions, d_X
 | reduction_cross | (basis_y, basis_x) |
 
 Attributes: ``schema`` = "jdl.model", ``schema_version``, ``jdl_version``, ``method``, and JSON texts
-``kernel_x``, ``kernel_y``, ``params``, ``diagnostics``, ``provenance``; ``n_samples``.
+``kernel_x``, ``kernel_y``, ``params``, ``diagnostics``, ``provenance``, ``checksums`` (SHA-256 of
+each variable's float64 bytes, so missing chunk files cannot pass as fill values); ``n_samples``.
 """
 from __future__ import annotations
 
@@ -50,7 +51,7 @@ VARIABLE_DIMS: dict[str, tuple[str, ...]] = {
 }
 
 REQUIRED_ATTRS = ("schema", "schema_version", "jdl_version", "method", "kernel_x", "kernel_y", "params",
-                  "diagnostics", "provenance", "n_samples")
+                  "diagnostics", "provenance", "checksums", "n_samples")
 
 
 def validate_model_dataset(ds, where: str = "model") -> None:

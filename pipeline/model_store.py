@@ -7,6 +7,7 @@ rebuilding. The sample-sized variables (y_atoms, A_y) are chunked along ``sample
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -43,13 +44,30 @@ def model_to_dataset(model: JDL, provenance: dict[str, Any] | None = None) -> xr
         "provenance": json.dumps(provenance or {}),
         "n_samples": state["n_samples"],
     })
+    ds.attrs["checksums"] = json.dumps({name: _checksum(ds[name].values) for name in VARIABLE_DIMS})
     validate_model_dataset(ds)
     return ds
+
+
+def _checksum(values: np.ndarray) -> str:
+    return hashlib.sha256(np.ascontiguousarray(values, dtype=np.float64).tobytes()).hexdigest()
+
+
+def _verify_checksums(ds: xr.Dataset, where: str) -> None:
+    """Missing chunk files read back as fill values; the recorded checksums catch that."""
+    try:
+        recorded = json.loads(ds.attrs["checksums"])
+    except (KeyError, json.JSONDecodeError, TypeError):
+        raise ValueError(f"{where}: attribute 'checksums' is missing or unreadable") from None
+    for name in VARIABLE_DIMS:
+        if recorded.get(name) != _checksum(ds[name].values):
+            raise ValueError(f"{where}: variable {name!r} does not match its checksum (truncated or modified store)")
 
 
 def model_from_dataset(ds: xr.Dataset, where: str = "model") -> JDL:
     """Validate a Dataset against the contract and rebuild the model."""
     validate_model_dataset(ds, where)
+    _verify_checksums(ds, where)
     try:
         state = {
             "arrays": {name: ds[name].values for name in VARIABLE_DIMS},

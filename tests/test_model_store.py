@@ -57,6 +57,12 @@ def test_foreign_truncated_and_newer_stores_are_refused(fitted, tmp_path):
     shutil.rmtree(truncated / "A_y")
     with pytest.raises(ValueError, match="model .*truncated.zarr"):
         load_model(truncated)
+    missing_chunks = save_model(fitted, tmp_path / "chunks.zarr")
+    for chunk in (missing_chunks / "A_y" / "c").rglob("*"):
+        if chunk.is_file():
+            chunk.unlink()
+    with pytest.raises(ValueError, match="'A_y' does not match its checksum"):
+        load_model(missing_chunks)
     newer = model_to_dataset(fitted)
     newer.attrs["schema_version"] = 99
     newer.to_zarr(tmp_path / "newer.zarr", zarr_format=3, consolidated=False)
