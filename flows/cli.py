@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 
@@ -29,6 +30,28 @@ def _stage(args: argparse.Namespace) -> int:
     return 0
 
 
+def _fit(args: argparse.Namespace) -> int:
+    from pipeline.fitting import fit_store
+
+    path, model = fit_store(
+        args.data, args.out, lengthscale_x=args.lengthscale_x, lengthscale_y=args.lengthscale_y, reg=args.reg,
+        tol=args.tol, constraints=args.constraints, positivity=args.positivity, pivoting=args.pivoting,
+        seed=args.seed, scheduler=args.scheduler, overwrite=args.overwrite,
+    )
+    d = model.diagnostics_
+    print(f"fitted n = {model.n_samples_:,}: m_X = {d['rank_x']}, m_Y = {d['rank_y']}, objective {d['objective']:.6g}, "
+          f"{d['fit_seconds']:.1f}s -> {path}")
+    return 0
+
+
+def _score(args: argparse.Namespace) -> int:
+    from pipeline.scoring import score_store
+
+    path = score_store(args.model, args.data, args.out, args.function, overwrite=args.overwrite)
+    print(f"scored {', '.join(args.function)} -> {path}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="jdl", description="Adaptive joint distribution learning at scale.")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -44,6 +67,29 @@ def build_parser() -> argparse.ArgumentParser:
     stage.add_argument("--chunk-size", type=int, default=65_536, help="rows per chunk (default 65536)")
     stage.add_argument("--overwrite", action="store_true", help="replace an existing store")
     stage.set_defaults(run=_stage)
+    fit = commands.add_parser("fit", help="fit a JDL model on a staged data store and write a model store")
+    fit.add_argument("data", help="staged data store (from jdl stage)")
+    fit.add_argument("--out", required=True, help="the model store to write")
+    fit.add_argument("--lengthscale-x", type=float, required=True, help="Gaussian kernel lengthscale on x")
+    fit.add_argument("--lengthscale-y", type=float, required=True, help="Gaussian kernel lengthscale on y")
+    fit.add_argument("--reg", type=float, default=1e-4, help="regularisation lambda (default 1e-4)")
+    fit.add_argument("--tol", type=float, default=1e-3, help="relative pivoted-Cholesky tolerance (default 1e-3)")
+    fit.add_argument("--constraints", default="positivity", help="none | normalization | positivity (default)")
+    fit.add_argument("--positivity", default="grid", help="grid (default) | tightening | clip")
+    fit.add_argument("--pivoting", default="random", help="random (default) | greedy")
+    fit.add_argument("--seed", type=int, default=0)
+    fit.add_argument("--scheduler", default=os.environ.get("JDL_SCHEDULER"),
+                     help="run the factorisation on Dask: 'local' or tcp://HOST:PORT (env JDL_SCHEDULER)")
+    fit.add_argument("--overwrite", action="store_true", help="replace an existing store")
+    fit.set_defaults(run=_fit)
+    score = commands.add_parser("score", help="score a staged data store with a model store")
+    score.add_argument("model", help="model store (from jdl fit)")
+    score.add_argument("data", help="staged data store")
+    score.add_argument("--out", required=True, help="the scores store to write")
+    score.add_argument("--function", action="append", default=[], required=True,
+                       help="mean | second_moment | cdf:t1,t2,... | quantile:l1,l2,... (repeatable)")
+    score.add_argument("--overwrite", action="store_true", help="replace an existing store")
+    score.set_defaults(run=_score)
     return parser
 
 

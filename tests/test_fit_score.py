@@ -1,0 +1,55 @@
+"""End to end through the CLI: stage -> fit (in memory and on a real Dask scheduler) -> score."""
+import numpy as np
+import pytest
+
+pytest.importorskip("pandas")
+zarr = pytest.importorskip("zarr")
+from flows.cli import main  # noqa: E402
+from pipeline.model_store import load_model  # noqa: E402
+
+
+@pytest.fixture
+def staged(tmp_path, rng):
+    n = 1500
+    x = rng.standard_normal(n)
+    y = 0.8 * x + 0.6 * rng.standard_normal(n)
+    np.savez(tmp_path / "src.npz", a=x, t=y)
+    assert main(["stage", str(tmp_path / "src.npz"), "--x", "a", "--y", "t", "--out", str(tmp_path / "d.zarr"),
+                 "--chunk-size", "400"]) == 0
+    return tmp_path, x[:, None], y[:, None]
+
+
+def fit_args(tmp_path, name, *extra):
+    return ["fit", str(tmp_path / "d.zarr"), "--out", str(tmp_path / name), "--lengthscale-x", "0.5",
+            "--lengthscale-y", "0.5", "--reg", "1e-4", "--tol", "1e-4", *extra]
+
+
+def test_stage_fit_score_in_memory(staged, capsys):
+    tmp_path, x, y = staged
+    assert main(fit_args(tmp_path, "m.zarr")) == 0
+    assert "fitted n = 1,500" in capsys.readouterr().out
+    model = load_model(tmp_path / "m.zarr")
+    assert model.diagnostics_["grid_min"] >= 0
+    assert main(["score", str(tmp_path / "m.zarr"), str(tmp_path / "d.zarr"), "--out", str(tmp_path / "s.zarr"),
+                 "--function", "mean", "--function", "second_moment", "--function", "cdf:-1,0,1",
+                 "--function", "quantile:0.05,0.5,0.95"]) == 0
+    scores = zarr.open_group(tmp_path / "s.zarr", mode="r")
+    np.testing.assert_allclose(scores["mean"][:], model.conditional_expectation(x), atol=1e-12)
+    np.testing.assert_allclose(scores["second_moment"][:][:, 0, 0], model.conditional_expectation(x, lambda v: v**2)[:, 0], atol=1e-12)
+    np.testing.assert_allclose(scores["cdf:-1,0,1"][:], model.conditional_cdf(x, [-1, 0, 1]), atol=1e-12)
+    np.testing.assert_array_equal(scores["quantile:0.05,0.5,0.95"][:], model.conditional_quantile(x, [0.05, 0.5, 0.95]))
+    assert scores["mean"].metadata.dimension_names == ("sample", "y_feature")
+    assert main(["score", str(tmp_path / "m.zarr"), str(tmp_path / "d.zarr"), "--out", str(tmp_path / "t.zarr"),
+                 "--function", "median"]) == 2
+    assert "function 'median': unknown" in capsys.readouterr().err
+    assert not (tmp_path / "t.zarr").exists()
+
+
+def test_fit_on_real_dask_scheduler_equals_in_memory(staged, dask_client):
+    tmp_path, x, _ = staged
+    address = dask_client.scheduler.address
+    assert main(fit_args(tmp_path, "mem.zarr", "--constraints", "normalization")) == 0
+    assert main(fit_args(tmp_path, "dask.zarr", "--constraints", "normalization", "--scheduler", address)) == 0
+    a, b = load_model(tmp_path / "mem.zarr"), load_model(tmp_path / "dask.zarr")
+    Xq = np.linspace(-3, 3, 25)[:, None]
+    np.testing.assert_allclose(a.conditional_weights(Xq), b.conditional_weights(Xq), rtol=0, atol=1e-10)
