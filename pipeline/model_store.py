@@ -10,8 +10,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import shutil
-import uuid
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +19,8 @@ import xarray as xr
 import jdlcore
 from data_schemas.model import SCHEMA_NAME, SCHEMA_VERSION, VARIABLE_DIMS, validate_model_dataset
 from jdlcore import JDL
+
+from .atomic import atomic_store
 
 __all__ = ["model_to_dataset", "model_from_dataset", "save_model", "load_model"]
 
@@ -90,20 +90,13 @@ def save_model(model: JDL, path: str | os.PathLike, *, overwrite: bool = False,
     """Write the model store at ``path`` atomically; refuses to replace an existing path unless ``overwrite``."""
     target = Path(path)
     if target.exists() and not overwrite:
-        raise ValueError(f"out: {target} already exists (pass overwrite=True to replace it)")
+        raise ValueError(f"out: {target} already exists (use overwrite to replace it)")
     ds = model_to_dataset(model, provenance)
     encoding = {name: {"chunks": tuple(min(SAMPLE_CHUNK, size) if dim == "sample" else size
                                        for dim, size in zip(ds[name].dims, ds[name].shape))}
                 for name in ds.data_vars}
-    staging = target.with_name(f".{target.name}.tmp-{uuid.uuid4().hex}")
-    try:
+    with atomic_store(target, overwrite=overwrite) as staging:
         ds.to_zarr(staging, mode="w", zarr_format=3, consolidated=False, encoding=encoding)
-        if target.exists():
-            shutil.rmtree(target)
-        os.replace(staging, target)
-    finally:
-        if staging.exists():
-            shutil.rmtree(staging, ignore_errors=True)
     return target
 
 

@@ -12,13 +12,12 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import uuid
 from pathlib import Path
 
 import numpy as np
 import zarr
 
+from .atomic import atomic_store
 from .model_store import load_model
 from .staging import open_staged
 
@@ -62,17 +61,13 @@ def score_store(model_path: str | os.PathLike, data: str | os.PathLike, out: str
     for spec, (kind, _) in specs.items():
         if kind in ("cdf", "quantile") and d_y != 1:
             raise ValueError(f"function {spec!r}: needs a scalar y, the model has {d_y} y features")
-    for spec, (kind, values) in specs.items():
-        if kind == "mean":
-            model.register(spec, lambda y: y)
-        elif kind == "second_moment":
-            model.register(spec, lambda y: y[:, :, None] * y[:, None, :])
-        elif kind == "cdf":
-            model.register(spec, lambda y, t=values: (y[:, :1] <= t[None, :]).astype(np.float64))
+    functions_of = {spec: _test_function(kind, values) for spec, (kind, values) in specs.items() if kind != "quantile"}
+    if not model.clips:
+        for spec, f in functions_of.items():
+            model.register(spec, f)
     x = group["x"]
     n, step = x.shape[0], x.chunks[0]
-    staging = target.with_name(f".{target.name}.tmp-{uuid.uuid4().hex}")
-    try:
+    with atomic_store(target, overwrite=overwrite) as staging:
         root = zarr.open_group(staging, mode="w", zarr_format=3)
         arrays = {}
         for spec, (kind, values) in specs.items():
@@ -92,20 +87,21 @@ def score_store(model_path: str | os.PathLike, data: str | os.PathLike, out: str
                 if kind == "quantile":
                     arrays[spec][start:start + block.shape[0]] = model.conditional_quantile(block, values)
                 elif model.clips:
-                    f = {"mean": lambda y: y, "second_moment": lambda y: y[:, :, None] * y[:, None, :],
-                         "cdf": lambda y, t=values: (y[:, :1] <= t[None, :]).astype(np.float64)}[kind]
-                    arrays[spec][start:start + block.shape[0]] = model.conditional_expectation(block, f)
+                    arrays[spec][start:start + block.shape[0]] = model.conditional_expectation(block, functions_of[spec])
                 else:
                     arrays[spec][start:start + block.shape[0]] = model.expectation(spec, block)
         root.attrs.update({"schema": "jdl.scores", "schema_version": 1, "model": str(Path(model_path).resolve()),
                            "data": str(Path(data).resolve()), "n_samples": n, "functions": json.dumps(functions)})
-        if target.exists():
-            shutil.rmtree(target)
-        os.replace(staging, target)
-    finally:
-        if staging.exists():
-            shutil.rmtree(staging, ignore_errors=True)
     return target
+
+
+def _test_function(kind: str, thresholds: np.ndarray | None):
+    """The test function f(y) (n, d_y) -> (n, ...) behind 'mean', 'second_moment' and 'cdf:...'."""
+    if kind == "mean":
+        return lambda y: y
+    if kind == "second_moment":
+        return lambda y: y[:, :, None] * y[:, None, :]
+    return lambda y: (y[:, :1] <= thresholds[None, :]).astype(np.float64)
 
 
 def _model_features(model_path: str | os.PathLike) -> list[str] | None:

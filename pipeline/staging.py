@@ -8,10 +8,7 @@ nothing behind.
 """
 from __future__ import annotations
 
-import json
 import os
-import shutil
-import uuid
 from pathlib import Path
 from typing import Iterator
 
@@ -19,6 +16,8 @@ import numpy as np
 import zarr
 
 from data_schemas.data import SCHEMA_NAME, SCHEMA_VERSION, ColumnStats, validate_block
+
+from .atomic import atomic_store
 
 __all__ = ["stage", "open_staged", "FORMATS"]
 
@@ -111,10 +110,7 @@ def stage(
         raise ValueError(f"column {sorted(overlap)[0]!r}: is named for both x and y")
     if chunk_size < 1:
         raise ValueError(f"chunk_size: must be >= 1, got {chunk_size}")
-    if target.exists() and not overwrite:
-        raise ValueError(f"out: {target} already exists (use overwrite to replace it)")
-    staging = target.with_name(f".{target.name}.tmp-{uuid.uuid4().hex}")
-    try:
+    with atomic_store(target, overwrite=overwrite) as staging:
         group = zarr.open_group(staging, mode="w", zarr_format=3)
         arrays = {
             role: group.create_array(role, shape=(0, len(names)), chunks=(chunk_size, len(names)), dtype="float64",
@@ -138,12 +134,6 @@ def stage(
             "schema": SCHEMA_NAME, "schema_version": SCHEMA_VERSION, "x_features": list(map(str, x)),
             "y_features": list(map(str, y)), "n_samples": rows, "source": str(source.resolve()),
         })
-        if target.exists():
-            shutil.rmtree(target)
-        os.replace(staging, target)
-    finally:
-        if staging.exists():
-            shutil.rmtree(staging, ignore_errors=True)
     return target
 
 
