@@ -148,7 +148,7 @@ class DaskFactorStorage:
         self._pivots = np.empty(0, dtype=np.int64)
         self._pivot_points = np.zeros((0, 0))
         self._L_pivots = np.zeros((0, 0))
-        self.states = client.map(_initial_state, self.chunks, list(self.offsets[:-1]), kernel=kernel, pure=False)
+        self.states = client.map(_initial_state, self.chunks, list(self.offsets[:-1]), [kernel] * len(self.chunks), pure=False)
         self._retrying(self._refresh)
         self._trace = self._sum
 

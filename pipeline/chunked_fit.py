@@ -79,13 +79,19 @@ def chunked_problem(
     basis_x = spectral_basis(factor_x, kernel_x, gram=partials.gram_x)
     basis_y = spectral_basis(factor_y, kernel_y, gram=partials.gram_y)
 
-    def extremes(storage: DaskFactorStorage, rotation: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        parts = client.gather(client.map(_extremes, storage.states, rotation=rotation, pure=False))
+    # Arrays go to the workers as explicitly scattered futures: large keyword arguments of
+    # client.map would become tasks keyed by the argument's name and collide between x and y.
+    rotation_x, rotation_y = client.scatter([basis_x.rotation, basis_y.rotation], broadcast=True)
+
+    def extremes(storage: DaskFactorStorage, rotation) -> tuple[np.ndarray, np.ndarray]:
+        parts = client.gather([client.submit(_extremes, state, rotation, pure=False) for state in storage.states])
         return np.min([p[0] for p in parts], axis=0), np.max([p[1] for p in parts], axis=0)
 
+    def values(storage: DaskFactorStorage, rotation) -> np.ndarray:
+        return np.vstack(client.gather([client.submit(_values, state, rotation, pure=False) for state in storage.states]))
+
     reductions = reductions_from_partials(
-        partials, basis_x, basis_y, extremes(storage_x, basis_x.rotation), extremes(storage_y, basis_y.rotation)
+        partials, basis_x, basis_y, extremes(storage_x, rotation_x), extremes(storage_y, rotation_y)
     )
-    A_x = np.vstack(client.gather(client.map(_values, storage_x.states, rotation=basis_x.rotation, pure=False)))
-    A_y = np.vstack(client.gather(client.map(_values, storage_y.states, rotation=basis_y.rotation, pure=False)))
+    A_x, A_y = values(storage_x, rotation_x), values(storage_y, rotation_y)
     return JDLProblem(basis_x, basis_y, A_x, A_y, reductions, factor_diagnostics(factor_x, factor_y, started))
