@@ -86,3 +86,21 @@ def test_fit_survives_a_killed_worker():
         np.testing.assert_allclose(factor.trace_error, expected.history, rtol=1e-10, atol=1e-8)
         assert factor.rank > killed[0][1]
         assert storage.recoveries >= 1
+
+
+def test_chunked_problem_with_large_bases(dask_client):
+    """Ranks above ~150 make the m x m rotations large enough for Dask to ship them as separate
+    tasks; x and y must not collide (found at n = 1e6)."""
+    from jdlcore import build_problem
+    from pipeline.chunked_fit import chunked_problem
+
+    rng = np.random.default_rng(3)
+    X, Y = rng.uniform(-3, 3, (2500, 2)), rng.uniform(-3, 3, (2500, 2))
+    kx, ky = GaussianKernel(0.4), GaussianKernel(0.45)
+    chunked = chunked_problem(dask_client, dask_client.scatter(chunks_of(X, 600)), dask_client.scatter(chunks_of(Y, 600)),
+                              kx, ky, tol=1e-4, seed=1)
+    memory = build_problem(X, Y, kx, ky, tol=1e-4, seed=1)
+    assert min(chunked.factors["rank_x"], chunked.factors["rank_y"]) > 200
+    np.testing.assert_allclose(chunked.reductions.cross, memory.reductions.cross, rtol=0,
+                               atol=1e-10 * np.abs(memory.reductions.cross).max())
+    np.testing.assert_allclose(chunked.reductions.max_y, memory.reductions.max_y, rtol=0, atol=1e-10)
