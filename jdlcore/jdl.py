@@ -36,12 +36,13 @@ class JDLProblem:
     """Everything a solve needs, independent of ``reg`` and the constraints.
 
     basis_x, basis_y: double-orthogonal bases; A_x (n, m_X), A_y (n, m_Y): their values at the
-    training samples; reductions: the m x m sums of the problem; factor diagnostics in ``factors``.
+    training samples (A_x may be None when no grid-positivity solve is needed); reductions: the
+    m x m sums of the problem; factor diagnostics in ``factors``.
     """
 
     basis_x: SpectralBasis
     basis_y: SpectralBasis
-    A_x: np.ndarray
+    A_x: np.ndarray | None
     A_y: np.ndarray
     reductions: JDLReductions
     factors: dict
@@ -195,6 +196,8 @@ class JDL:
         elif self.positivity == "tightening":
             H, solver_info = solve_tightened(red, reg)
         else:
+            if problem.A_x is None:
+                raise ValueError("positivity: 'grid' needs the basis values A_x of the problem, which were not kept")
             solution = solve_grid_positivity(red, reg, problem.A_x, problem.A_y)
             H = solution.H
             solver_info = {
@@ -301,6 +304,11 @@ class JDL:
         if Xq.shape[1] != width:
             raise ValueError(f"Xq: has {Xq.shape[1]} features, the model was fitted on {width}")
         return Xq
+
+    @property
+    def uses_grid(self) -> bool:
+        """True when fitting solves exact positivity on the training grid."""
+        return self.constraints == "positivity" and self.positivity == "grid"
 
     @property
     def clips(self) -> bool:

@@ -63,11 +63,12 @@ def chunked_problem(
     pivoting: str = "random",
     seed: int | None = 0,
     block_size: int | None = None,
+    gather_x_values: bool = True,
 ) -> JDLProblem:
     """``jdlcore.build_problem`` computed chunk by chunk; x and y chunks must be paired row for row.
 
-    The basis values A_X, A_Y (n x m) are gathered into the problem for the in-memory model object;
-    the model store streams them to zarr instead.
+    The basis values A_Y (n x m_Y) are gathered for the model object (its atoms' coordinates);
+    A_X (n x m_X) only when ``gather_x_values`` (exact grid positivity needs it), else None.
     """
     started = time.perf_counter()
     options = dict(tol=tol, max_rank=max_rank, pivoting=pivoting, seed=seed, block_size=block_size)
@@ -93,5 +94,6 @@ def chunked_problem(
     reductions = reductions_from_partials(
         partials, basis_x, basis_y, extremes(storage_x, rotation_x), extremes(storage_y, rotation_y)
     )
-    A_x, A_y = values(storage_x, rotation_x), values(storage_y, rotation_y)
+    A_x = values(storage_x, rotation_x) if gather_x_values else None
+    A_y = values(storage_y, rotation_y)
     return JDLProblem(basis_x, basis_y, A_x, A_y, reductions, factor_diagnostics(factor_x, factor_y, started))

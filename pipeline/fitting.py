@@ -92,7 +92,8 @@ def fit_store(
         with dask_client(scheduler) as client:
             chunks = {role: [client.submit(read_rows, path, role, a, b, pure=False) for a, b in bounds]
                       for role in ("x", "y")}
-            problem = chunked_problem(client, chunks["x"], chunks["y"], estimator.kernel_x, estimator.kernel_y, **options)
+            problem = chunked_problem(client, chunks["x"], chunks["y"], estimator.kernel_x, estimator.kernel_y,
+                                      gather_x_values=estimator.uses_grid, **options)
     model = estimator.fit_problem(problem, Y)
     model.diagnostics_["fit_seconds"] = time.perf_counter() - started
     provenance: dict[str, Any] = {

@@ -185,3 +185,16 @@ def test_tune_reuses_factors_and_picks_the_best(data):
     assert custom.best["score"] == 42.0
     with pytest.raises(ValueError, match="threshold"):
         tune(X, Y, criterion="logistic")
+
+
+def test_grid_positivity_needs_x_values(data):
+    from dataclasses import replace
+
+    from jdlcore import build_problem
+
+    X, Y = data
+    problem = replace(build_problem(X, Y, GaussianKernel(0.6), GaussianKernel(0.6), tol=1e-4), A_x=None)
+    with pytest.raises(ValueError, match="positivity: 'grid' needs the basis values A_x"):
+        JDL(GaussianKernel(0.6), GaussianKernel(0.6)).fit_problem(problem, Y)
+    model = JDL(GaussianKernel(0.6), GaussianKernel(0.6), constraints="normalization").fit_problem(problem, Y)
+    assert not model.uses_grid and np.isfinite(model.coef_).all()
