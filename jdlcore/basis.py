@@ -16,7 +16,7 @@ from .cholesky import PivotedCholesky
 from .kernels import Kernel
 
 __all__ = [
-    "SpectralBasis", "JDLReductions", "FactorPartials", "spectral_basis", "factor_partials",
+    "SpectralBasis", "JDLReductions", "FactorPartials", "spectral_basis", "factor_partials", "column_extremes",
     "reductions_from_partials", "reductions_from_values",
 ]
 
@@ -156,9 +156,8 @@ def factor_partials(L_x: np.ndarray, L_y: np.ndarray) -> FactorPartials:
     return FactorPartials(L_x.shape[0], L_x.T @ L_x, L_y.T @ L_y, L_y.T @ L_x, L_x.sum(axis=0), L_y.sum(axis=0))
 
 
-def column_extremes(L: np.ndarray, rotation: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Column minima and maxima of A = L V for one chunk (combine chunks with min / max)."""
-    A = L @ rotation
+def column_extremes(A: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Column minima and maxima of basis values A (n_c, m) of one chunk (combine chunks with min / max)."""
     return A.min(axis=0), A.max(axis=0)
 
 

@@ -17,7 +17,9 @@ from typing import Any, Callable
 
 import numpy as np
 
-from .basis import JDLReductions, SpectralBasis, factor_partials, reductions_from_partials, spectral_basis
+from .basis import (
+    JDLReductions, SpectralBasis, column_extremes, factor_partials, reductions_from_partials, spectral_basis,
+)
 from .cholesky import PIVOTING_RULES, PivotedCholesky, pivoted_cholesky
 from .kernels import GaussianKernel, Kernel, kernel_from_dict
 from .solvers import grid_minimum, solve_grid_positivity, solve_normalized, solve_tightened, solve_unconstrained
@@ -69,9 +71,7 @@ def build_problem(
     basis_y = spectral_basis(factor_y, kernel_y, gram=partials.gram_y)
     A_x = factor_x.L @ basis_x.rotation
     A_y = factor_y.L @ basis_y.rotation
-    reductions = reductions_from_partials(
-        partials, basis_x, basis_y, (A_x.min(axis=0), A_x.max(axis=0)), (A_y.min(axis=0), A_y.max(axis=0))
-    )
+    reductions = reductions_from_partials(partials, basis_x, basis_y, column_extremes(A_x), column_extremes(A_y))
     return JDLProblem(basis_x, basis_y, A_x, A_y, reductions, factor_diagnostics(factor_x, factor_y, started))
 
 

@@ -8,7 +8,13 @@ import uuid
 from pathlib import Path
 from typing import Iterator
 
-__all__ = ["atomic_store"]
+__all__ = ["atomic_store", "refuse_existing"]
+
+
+def refuse_existing(target: str | os.PathLike, overwrite: bool) -> None:
+    """Raise ``ValueError`` if ``target`` exists and may not be replaced; call it early, before costly work."""
+    if Path(target).exists() and not overwrite:
+        raise ValueError(f"out: {target} already exists (use overwrite to replace it)")
 
 
 @contextlib.contextmanager
@@ -19,8 +25,7 @@ def atomic_store(target: str | os.PathLike, *, overwrite: bool = False) -> Itera
     failed write never leaves a partial store. An existing ``target`` is refused unless ``overwrite``.
     """
     target = Path(target)
-    if target.exists() and not overwrite:
-        raise ValueError(f"out: {target} already exists (use overwrite to replace it)")
+    refuse_existing(target, overwrite)
     staging = target.with_name(f".{target.name}.tmp-{uuid.uuid4().hex}")
     try:
         yield staging

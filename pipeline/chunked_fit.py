@@ -43,12 +43,11 @@ def _partials(x: ChunkState, y: ChunkState) -> FactorPartials:
     return factor_partials(x.Lt.T, y.Lt.T)
 
 
-def _extremes(state: ChunkState, rotation: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    return column_extremes(state.Lt.T, rotation)
-
-
-def _values(state: ChunkState, rotation: np.ndarray) -> np.ndarray:
-    return state.Lt.T @ rotation
+def _basis_values(state: ChunkState, rotation: np.ndarray, keep: bool) -> tuple[np.ndarray | None, np.ndarray, np.ndarray]:
+    """One pass over the chunk: A = L V (if ``keep``) and its column minima and maxima."""
+    A = state.Lt.T @ rotation
+    low, high = column_extremes(A)
+    return (A if keep else None), low, high
 
 
 def chunked_problem(
@@ -84,16 +83,12 @@ def chunked_problem(
     # client.map would become tasks keyed by the argument's name and collide between x and y.
     rotation_x, rotation_y = client.scatter([basis_x.rotation, basis_y.rotation], broadcast=True)
 
-    def extremes(storage: DaskFactorStorage, rotation) -> tuple[np.ndarray, np.ndarray]:
-        parts = client.gather([client.submit(_extremes, state, rotation, pure=False) for state in storage.states])
-        return np.min([p[0] for p in parts], axis=0), np.max([p[1] for p in parts], axis=0)
+    def values(storage: DaskFactorStorage, rotation, keep: bool):
+        parts = client.gather([client.submit(_basis_values, state, rotation, keep, pure=False) for state in storage.states])
+        extremes = np.min([p[1] for p in parts], axis=0), np.max([p[2] for p in parts], axis=0)
+        return (np.vstack([p[0] for p in parts]) if keep else None), extremes
 
-    def values(storage: DaskFactorStorage, rotation) -> np.ndarray:
-        return np.vstack(client.gather([client.submit(_values, state, rotation, pure=False) for state in storage.states]))
-
-    reductions = reductions_from_partials(
-        partials, basis_x, basis_y, extremes(storage_x, rotation_x), extremes(storage_y, rotation_y)
-    )
-    A_x = values(storage_x, rotation_x) if gather_x_values else None
-    A_y = values(storage_y, rotation_y)
+    A_x, extremes_x = values(storage_x, rotation_x, gather_x_values)
+    A_y, extremes_y = values(storage_y, rotation_y, True)
+    reductions = reductions_from_partials(partials, basis_x, basis_y, extremes_x, extremes_y)
     return JDLProblem(basis_x, basis_y, A_x, A_y, reductions, factor_diagnostics(factor_x, factor_y, started))

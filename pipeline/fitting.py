@@ -19,6 +19,7 @@ import zarr
 
 from jdlcore import JDL, GaussianKernel, build_problem
 
+from .atomic import refuse_existing
 from .model_store import save_model
 from .staging import open_staged
 
@@ -72,8 +73,7 @@ def fit_store(
 ) -> tuple[Path, JDL]:
     """Fit on a staged store and save the model store at ``out``; returns its path and the model."""
     target = Path(out)
-    if target.exists() and not overwrite:
-        raise ValueError(f"out: {target} already exists (use overwrite to replace it)")
+    refuse_existing(target, overwrite)  # before the fit, not after it
     group = open_staged(data)
     started = time.perf_counter()
     estimator = JDL(GaussianKernel(lengthscale_x), GaussianKernel(lengthscale_y), reg=reg, tol=tol,

@@ -20,7 +20,7 @@ import jdlcore
 from data_schemas.model import SCHEMA_NAME, SCHEMA_VERSION, VARIABLE_DIMS, validate_model_dataset
 from jdlcore import JDL
 
-from .atomic import atomic_store
+from .atomic import atomic_store, refuse_existing
 
 __all__ = ["model_to_dataset", "model_from_dataset", "save_model", "load_model"]
 
@@ -77,20 +77,22 @@ def model_from_dataset(ds: xr.Dataset, where: str = "model") -> JDL:
             "diagnostics": json.loads(ds.attrs["diagnostics"]),
             "n_samples": int(ds.attrs["n_samples"]),
         }
+        provenance = json.loads(ds.attrs["provenance"])
     except (json.JSONDecodeError, TypeError) as error:
         raise ValueError(f"{where}: unreadable attribute ({error})") from None
     try:
-        return JDL.from_state(state)
+        model = JDL.from_state(state)
     except ValueError as error:
         raise ValueError(f"{where}: {error}") from None
+    model.provenance_ = provenance
+    return model
 
 
 def save_model(model: JDL, path: str | os.PathLike, *, overwrite: bool = False,
                provenance: dict[str, Any] | None = None) -> Path:
     """Write the model store at ``path`` atomically; refuses to replace an existing path unless ``overwrite``."""
     target = Path(path)
-    if target.exists() and not overwrite:
-        raise ValueError(f"out: {target} already exists (use overwrite to replace it)")
+    refuse_existing(target, overwrite)  # before the checksums over every variable
     ds = model_to_dataset(model, provenance)
     encoding = {name: {"chunks": tuple(min(SAMPLE_CHUNK, size) if dim == "sample" else size
                                        for dim, size in zip(ds[name].dims, ds[name].shape))}

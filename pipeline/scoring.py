@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import zarr
 
-from .atomic import atomic_store
+from .atomic import atomic_store, refuse_existing
 from .model_store import load_model
 from .staging import open_staged
 
@@ -49,12 +49,11 @@ def score_store(model_path: str | os.PathLike, data: str | os.PathLike, out: str
         raise ValueError("function: give at least one --function")
     specs = {spec: parse_function(spec) for spec in functions}
     target = Path(out)
-    if target.exists() and not overwrite:
-        raise ValueError(f"out: {target} already exists (use overwrite to replace it)")
+    refuse_existing(target, overwrite)  # before loading the model
     model = load_model(model_path)
     group = open_staged(data)
 
-    trained = _model_features(model_path)
+    trained = model.provenance_.get("x_features")
     if trained is not None and list(group.attrs["x_features"]) != list(trained):
         raise ValueError(f"data: x features {group.attrs['x_features']} differ from the model's {trained}")
     d_y = model.y_atoms_.shape[1]
@@ -102,9 +101,3 @@ def _test_function(kind: str, thresholds: np.ndarray | None):
     if kind == "second_moment":
         return lambda y: y[:, :, None] * y[:, None, :]
     return lambda y: (y[:, :1] <= thresholds[None, :]).astype(np.float64)
-
-
-def _model_features(model_path: str | os.PathLike) -> list[str] | None:
-    group = zarr.open_group(model_path, mode="r", zarr_format=3)
-    provenance = json.loads(group.attrs.get("provenance", "{}"))
-    return provenance.get("x_features")

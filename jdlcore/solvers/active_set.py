@@ -61,10 +61,6 @@ class ProjectionQP:
         """Current primal solution h = D^{-1/2} y."""
         return self.y / self.root
 
-    @property
-    def pool_size(self) -> int:
-        return self._beta.size
-
     def multipliers(self) -> np.ndarray:
         """Multiplier of every pooled inequality (0 when inactive)."""
         out = np.zeros(self._beta.size)
