@@ -6,7 +6,6 @@ Variables and their dimensions (sizes: n samples, m_X / m_Y basis functions, d_X
 |---|---|
 | coef | (basis_y, basis_x) |
 | y_atoms | (sample, y_feature) |
-| A_y | (sample, basis_y) |
 | x_pivot_points / y_pivot_points | (pivot_x, x_feature) / (pivot_y, y_feature) |
 | x_coefficients / y_coefficients | (pivot_x, basis_x) / (pivot_y, basis_y) |
 | x_rotation / y_rotation | (pivot_x, basis_x) / (pivot_y, basis_y) |
@@ -15,20 +14,29 @@ Variables and their dimensions (sizes: n samples, m_X / m_Y basis functions, d_X
 | reduction_lam_x, reduction_sum_x, reduction_min_x, reduction_max_x | (basis_x,) |
 | reduction_lam_y, reduction_sum_y, reduction_min_y, reduction_max_y | (basis_y,) |
 | reduction_cross | (basis_y, basis_x) |
+| registered_{k}_moments / registered_{k}_totals | (basis_y, registered_{k}_value) / (registered_{k}_value,) |
+
+The basis values A_Y at the atoms are not stored (n x m_Y would be 40 GB at n = 1e7, m_Y = 500):
+a model recomputes them from y_atoms. Registered test functions (k = 0, 1, ...) hold A_Y^T f(y)
+and f(y)^T 1, so their conditional expectations need no pass over the atoms.
 
 Attributes: ``schema`` = "jdl.model", ``schema_version``, ``jdl_version``, ``method``, and JSON texts
-``kernel_x``, ``kernel_y``, ``params``, ``diagnostics``, ``provenance``, ``checksums`` (SHA-256 of
-each variable's float64 bytes, so missing chunk files cannot pass as fill values); ``n_samples``.
+``kernel_x``, ``kernel_y``, ``params``, ``diagnostics``, ``provenance``, ``registered`` (a list of
+{"name", "shape"}, entry k describing registered_{k}_*), ``checksums`` (SHA-256 of each variable's
+float64 bytes in C order, so missing chunk files cannot pass as fill values); ``n_samples``.
+
+Version history: 1 stored A_y (sample, basis_y); 2 drops it and adds the registered functions.
 """
 from __future__ import annotations
 
+import json
+
 SCHEMA_NAME = "jdl.model"
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 VARIABLE_DIMS: dict[str, tuple[str, ...]] = {
     "coef": ("basis_y", "basis_x"),
     "y_atoms": ("sample", "y_feature"),
-    "A_y": ("sample", "basis_y"),
     "x_pivot_points": ("pivot_x", "x_feature"),
     "y_pivot_points": ("pivot_y", "y_feature"),
     "x_coefficients": ("pivot_x", "basis_x"),
@@ -51,7 +59,21 @@ VARIABLE_DIMS: dict[str, tuple[str, ...]] = {
 }
 
 REQUIRED_ATTRS = ("schema", "schema_version", "jdl_version", "method", "kernel_x", "kernel_y", "params",
-                  "diagnostics", "provenance", "checksums", "n_samples")
+                  "diagnostics", "provenance", "registered", "checksums", "n_samples")
+
+
+def registered_dims(k: int) -> dict[str, tuple[str, ...]]:
+    """Variables and dims of the k-th registered test function."""
+    return {f"registered_{k}_moments": ("basis_y", f"registered_{k}_value"),
+            f"registered_{k}_totals": (f"registered_{k}_value",)}
+
+
+def model_variables(registered: list) -> dict[str, tuple[str, ...]]:
+    """Every variable of a model store with ``registered`` test functions, and its dims."""
+    dims = dict(VARIABLE_DIMS)
+    for k in range(len(registered)):
+        dims.update(registered_dims(k))
+    return dims
 
 
 def validate_model_dataset(ds, where: str = "model") -> None:
@@ -64,10 +86,20 @@ def validate_model_dataset(ds, where: str = "model") -> None:
         raise ValueError(
             f"{where}: schema_version {version!r} is newer than this jdl reads ({SCHEMA_VERSION}); upgrade jdl"
         )
+    if version < SCHEMA_VERSION:
+        raise ValueError(f"{where}: schema_version {version} is older than this jdl reads ({SCHEMA_VERSION}); "
+                         "refit the model")
     for name in REQUIRED_ATTRS:
         if name not in ds.attrs:
             raise ValueError(f"{where}: attribute {name!r} is missing")
-    for name, dims in VARIABLE_DIMS.items():
+    try:
+        registered = json.loads(ds.attrs["registered"])
+        if not isinstance(registered, list) or not all(isinstance(e, dict) and {"name", "shape"} <= set(e)
+                                                       for e in registered):
+            raise ValueError
+    except (ValueError, TypeError):
+        raise ValueError(f"{where}: attribute 'registered' must be a JSON list of {{name, shape}}") from None
+    for name, dims in model_variables(registered).items():
         if name not in ds.variables:
             raise ValueError(f"{where}: variable {name!r} is missing (truncated store?)")
         if tuple(ds[name].dims) != dims:

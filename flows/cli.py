@@ -30,17 +30,21 @@ def _stage(args: argparse.Namespace) -> int:
     return 0
 
 
+def _progress(line: str) -> None:
+    print(f"  {line}", file=sys.stderr, flush=True)
+
+
 def _fit(args: argparse.Namespace) -> int:
     from pipeline.fitting import fit_store
 
     path, model = fit_store(
         args.data, args.out, lengthscale_x=args.lengthscale_x, lengthscale_y=args.lengthscale_y, reg=args.reg,
         tol=args.tol, constraints=args.constraints, positivity=args.positivity, pivoting=args.pivoting,
-        seed=args.seed, scheduler=args.scheduler, overwrite=args.overwrite,
+        seed=args.seed, scheduler=args.scheduler, overwrite=args.overwrite, progress=_progress,
     )
     d = model.diagnostics_
     print(f"fitted n = {model.n_samples_:,}: m_X = {d['rank_x']}, m_Y = {d['rank_y']}, objective {d['objective']:.6g}, "
-          f"{d['fit_seconds']:.1f}s -> {path}")
+          f"fit {d['fit_seconds']:.1f}s, write {d['write_seconds']:.1f}s -> {path}")
     return 0
 
 

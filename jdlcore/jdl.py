@@ -12,11 +12,12 @@ O(m_X (d_X + p)) per query, independent of n.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import numpy as np
 
+from .atoms import Atoms, FunctionSums, evaluate_function
 from .basis import (
     JDLReductions, SpectralBasis, column_extremes, factor_partials, reductions_from_partials, spectral_basis,
 )
@@ -38,16 +39,18 @@ class JDLProblem:
     """Everything a solve needs, independent of ``reg`` and the constraints.
 
     basis_x, basis_y: double-orthogonal bases; A_x (n, m_X), A_y (n, m_Y): their values at the
-    training samples (A_x may be None when no grid-positivity solve is needed); reductions: the
-    m x m sums of the problem; factor diagnostics in ``factors``.
+    training samples (both may be None when no grid-positivity solve is needed); reductions: the
+    m x m sums of the problem; factor diagnostics in ``factors``; function_sums: sums of test
+    functions over the atoms, registered with the fitted model under their names.
     """
 
     basis_x: SpectralBasis
     basis_y: SpectralBasis
     A_x: np.ndarray | None
-    A_y: np.ndarray
+    A_y: np.ndarray | None
     reductions: JDLReductions
     factors: dict
+    function_sums: dict[str, FunctionSums] = field(default_factory=dict)
 
 
 def build_problem(
@@ -61,8 +64,13 @@ def build_problem(
     pivoting: str = "random",
     seed: int | None = 0,
     block_size: int | None = None,
+    test_functions: dict[str, Callable] | None = None,
 ) -> JDLProblem:
-    """Pivoted Cholesky of K_X and K_Y, double-orthogonal bases and the reductions (in memory)."""
+    """Pivoted Cholesky of K_X and K_Y, double-orthogonal bases and the reductions (in memory).
+
+    ``test_functions`` (name -> f, row-wise on the atoms) are summed here and registered with
+    models fitted on the problem.
+    """
     started = time.perf_counter()
     factor_x = pivoted_cholesky(kernel_x, X, tol=tol, max_rank=max_rank, pivoting=pivoting, seed=seed, block_size=block_size)
     factor_y = pivoted_cholesky(kernel_y, Y, tol=tol, max_rank=max_rank, pivoting=pivoting, seed=seed, block_size=block_size)
@@ -72,7 +80,11 @@ def build_problem(
     A_x = factor_x.L @ basis_x.rotation
     A_y = factor_y.L @ basis_y.rotation
     reductions = reductions_from_partials(partials, basis_x, basis_y, column_extremes(A_x), column_extremes(A_y))
-    return JDLProblem(basis_x, basis_y, A_x, A_y, reductions, factor_diagnostics(factor_x, factor_y, started))
+    sums = {}
+    for name, f in (test_functions or {}).items():
+        values, shape = evaluate_function(f, Y)
+        sums[name] = FunctionSums(A_y.T @ values, values.sum(axis=0), shape)
+    return JDLProblem(basis_x, basis_y, A_x, A_y, reductions, factor_diagnostics(factor_x, factor_y, started), sums)
 
 
 def factor_diagnostics(factor_x: PivotedCholesky, factor_y: PivotedCholesky, started: float) -> dict:
@@ -109,8 +121,9 @@ class JDL:
     pivoting: "random" (default) or "greedy" pivoted Cholesky; seed for random pivoting.
     max_rank: cap on each rank m_X, m_Y.
 
-    Fitted attributes end in ``_``: basis_x_, basis_y_, coef_ (H, m_Y x m_X), y_atoms_ (n, d_y),
-    A_y_ (n, m_Y), reductions_, diagnostics_.
+    Fitted attributes end in ``_``: basis_x_, basis_y_, coef_ (H, m_Y x m_X), atoms_ (the training
+    atoms y_j and their basis values, see ``jdlcore.atoms``), y_atoms_ (n, d_y), reductions_,
+    diagnostics_.
     """
 
     def __init__(
@@ -180,8 +193,11 @@ class JDL:
         )
         return self.fit_problem(problem, Y)
 
-    def fit_problem(self, problem: JDLProblem, Y: np.ndarray) -> "JDL":
-        """Solve for ``coef_`` on a prepared problem (reused across ``reg`` values when tuning)."""
+    def fit_problem(self, problem: JDLProblem, Y: Any) -> "JDL":
+        """Solve for ``coef_`` on a prepared problem (reused across ``reg`` values when tuning).
+
+        Y: the training atoms (n, d_y), in memory or a lazily read array (a zarr array).
+        """
         self._check_params()
         reg = float(self.reg)
         red = problem.reductions
@@ -196,8 +212,8 @@ class JDL:
         elif self.positivity == "tightening":
             H, solver_info = solve_tightened(red, reg)
         else:
-            if problem.A_x is None:
-                raise ValueError("positivity: 'grid' needs the basis values A_x of the problem, which were not kept")
+            if problem.A_x is None or problem.A_y is None:
+                raise ValueError("positivity: 'grid' needs the basis values A_x and A_y of the problem, which were not kept")
             solution = solve_grid_positivity(red, reg, problem.A_x, problem.A_y)
             H = solution.H
             solver_info = {
@@ -207,8 +223,7 @@ class JDL:
         self.basis_x_ = problem.basis_x
         self.basis_y_ = problem.basis_y
         self.coef_ = H
-        self.y_atoms_ = np.ascontiguousarray(Y)
-        self.A_y_ = problem.A_y
+        self.atoms_ = Atoms(np.ascontiguousarray(Y) if isinstance(Y, np.ndarray) else Y, problem.basis_y)
         self.reductions_ = red
         self.n_samples_ = red.n
         self.diagnostics_ = {
@@ -218,8 +233,20 @@ class JDL:
             "solve_seconds": time.perf_counter() - started,
             **solver_info,
         }
-        self._registered: dict[str, _Registered] = {}
+        self._registered: dict[str, FunctionSums] = dict(problem.function_sums)
         return self
+
+    @property
+    def y_atoms_(self) -> Any:
+        """The training atoms (n, d_y): a NumPy array, or a lazily read array for a loaded store."""
+        self._fitted()
+        return self.atoms_.values
+
+    @property
+    def registered_(self) -> dict[str, FunctionSums]:
+        """Registered test functions by name (their sums over the atoms)."""
+        self._fitted()
+        return dict(self._registered)
 
     # -- state (for stores) -----------------------------------------------------------------------
     _PARAMS = ("reg", "tol", "constraints", "positivity", "pivoting", "max_rank", "seed", "block_size")
@@ -227,14 +254,21 @@ class JDL:
     def state(self) -> dict[str, Any]:
         """Everything a fitted model needs, as NumPy arrays and JSON-able values (no pickles).
 
-        ``from_state(state())`` rebuilds a model whose queries are bit-identical.
+        ``from_state(state())`` rebuilds a model whose queries are bit-identical. The atoms are
+        passed through as they are (a lazily read array stays lazy); registered test functions
+        are kept as ``registered_{k}_moments`` / ``registered_{k}_totals`` with names and shapes
+        under "registered".
         """
         self._fitted()
         red = self.reductions_
         arrays = {
-            "coef": self.coef_, "y_atoms": self.y_atoms_, "A_y": self.A_y_,
+            "coef": self.coef_, "y_atoms": self.y_atoms_,
             **{f"reduction_{name}": getattr(red, name) for name in red.__dataclass_fields__ if name != "n"},
         }
+        registered = []
+        for k, (name, sums) in enumerate(self._registered.items()):
+            arrays[f"registered_{k}_moments"], arrays[f"registered_{k}_totals"] = sums.moments, sums.totals
+            registered.append({"name": name, "shape": list(sums.shape)})
         for side, basis in (("x", self.basis_x_), ("y", self.basis_y_)):
             arrays.update({
                 f"{side}_pivot_points": basis.pivot_points, f"{side}_coefficients": basis.coefficients,
@@ -252,13 +286,15 @@ class JDL:
             "params": {name: getattr(self, name) for name in self._PARAMS},
             "n_samples": int(self.n_samples_),
             "diagnostics": diagnostics,
+            "registered": registered,
         }
 
     @classmethod
     def from_state(cls, state: dict[str, Any]) -> "JDL":
         """Rebuild a fitted model from ``state()``; raises ``ValueError`` on missing or inconsistent parts."""
         try:
-            arrays = {k: np.asarray(v, dtype=np.float64) for k, v in state["arrays"].items()}
+            y_atoms = state["arrays"]["y_atoms"]
+            arrays = {k: np.asarray(v, dtype=np.float64) for k, v in state["arrays"].items() if k != "y_atoms"}
             kernels = {side: kernel_from_dict(state[f"kernel_{side}"]) for side in ("x", "y")}
             model = cls(kernel_x=kernels["x"], kernel_y=kernels["y"], **state["params"])
             n = int(state["n_samples"])
@@ -270,26 +306,37 @@ class JDL:
             reductions = JDLReductions(n=n, **{
                 name: arrays[f"reduction_{name}"] for name in JDLReductions.__dataclass_fields__ if name != "n"
             })
-            coef, y_atoms, A_y = arrays["coef"], arrays["y_atoms"], arrays["A_y"]
+            coef = arrays["coef"]
+            registered = {
+                entry["name"]: FunctionSums(arrays[f"registered_{k}_moments"], arrays[f"registered_{k}_totals"],
+                                            tuple(int(s) for s in entry["shape"]))
+                for k, entry in enumerate(state.get("registered", []))
+            }
         except KeyError as missing:
             raise ValueError(f"state: missing part {missing}") from None
         m_y, m_x = coef.shape
+        shapes = {name: array.shape for name, array in arrays.items()}
+        shapes["y_atoms"] = tuple(y_atoms.shape)
         expected = {
-            "y_atoms": (n, bases["y"].pivot_points.shape[1]), "A_y": (n, m_y),
+            "y_atoms": (n, bases["y"].pivot_points.shape[1]),
             "x_coefficients": (m_x, m_x), "y_coefficients": (m_y, m_y), "reduction_cross": (m_y, m_x),
         }
+        for k, (name, sums) in enumerate(registered.items()):
+            p = int(np.prod(sums.shape))
+            expected[f"registered_{k}_moments"], expected[f"registered_{k}_totals"] = (m_y, p), (p,)
         for name, shape in expected.items():
-            if arrays[name].shape != shape:
-                raise ValueError(f"state: {name} has shape {arrays[name].shape}, expected {shape}")
+            if shapes[name] != shape:
+                raise ValueError(f"state: {name} has shape {shapes[name]}, expected {shape}")
         model._check_params()
         model.basis_x_, model.basis_y_ = bases["x"], bases["y"]
-        model.coef_, model.y_atoms_, model.A_y_ = coef, y_atoms, A_y
+        model.coef_ = coef
+        model.atoms_ = Atoms(y_atoms, bases["y"])
         model.reductions_, model.n_samples_ = reductions, n
         model.diagnostics_ = {
             **state.get("diagnostics", {}),
             "trace_error_x": arrays["x_trace_error"], "trace_error_y": arrays["y_trace_error"],
         }
-        model._registered = {}
+        model._registered = registered
         return model
 
     # -- queries ----------------------------------------------------------------------------------
@@ -314,11 +361,17 @@ class JDL:
     def clips(self) -> bool:
         return self.constraints == "positivity" and self.positivity == "clip"
 
+    def _directions(self, Xq: np.ndarray) -> np.ndarray:
+        """g(x_q) = H Psi_X(x_q)^T as rows (q, m_Y): 1 + h(x_q, y_j) = 1 + A_Y[j] . g(x_q)."""
+        return self.basis_x_.features(Xq) @ self.coef_.T
+
     def radon_nikodym(self, Xq: Any) -> np.ndarray:
         """1 + h(x_q, y_j) for queries x_q and every training atom y_j, shape (q, n)."""
         Xq = self._queries(Xq)
-        psi = self.basis_x_.features(Xq)
-        values = (psi @ self.coef_.T) @ self.A_y_.T
+        g = self._directions(Xq)
+        values = np.empty((Xq.shape[0], self.n_samples_))
+        for rows, _, A in self.atoms_.blocks():
+            np.matmul(g, A.T, out=values[:, rows])
         values += 1.0
         return values
 
@@ -333,37 +386,59 @@ class JDL:
     def negative_mass(self, Xq: Any) -> np.ndarray:
         """Total negative weight of Q(Y | X = x_q) before any clipping, shape (q,); 0 for a positive model."""
         Xq = self._queries(Xq)
-        out = np.empty(Xq.shape[0])
+        negative, totals = np.zeros(Xq.shape[0]), np.zeros(Xq.shape[0])
         for sl in self._batches(Xq.shape[0]):
-            values = self.radon_nikodym(Xq[sl])
-            totals = values.sum(axis=1)
-            out[sl] = np.minimum(values, 0.0).sum(axis=1) / -totals
-        return out
+            g = self._directions(Xq[sl])
+            for _, _, A in self.atoms_.blocks():
+                values = g @ A.T
+                values += 1.0
+                negative[sl] += np.minimum(values, 0.0).sum(axis=1)
+                totals[sl] += values.sum(axis=1)
+        return negative / -totals
 
     def conditional_expectation(self, Xq: Any, f: Callable[[np.ndarray], np.ndarray] | None = None) -> np.ndarray:
-        """E_Q[f(Y) | X = x_q] for each query; f maps the (n, d_y) atoms to (n, ...).
+        """E_Q[f(Y) | X = x_q] for each query; f maps atoms (b, d_y) row by row to (b, ...).
 
         Returns shape (q, ...); f defaults to the identity (the conditional mean, (q, d_y)).
         """
         Xq = self._queries(Xq)
-        values, shape = self._evaluate_function(f)
-        return self._expectation_of_values(Xq, values).reshape((Xq.shape[0],) + shape)
+        if not self.clips:
+            sums = self.atoms_.function_sums(f)
+            return self._project_queries(Xq, sums).reshape((Xq.shape[0],) + sums.shape)
+        return self._clipped_expectation(Xq, f)
 
     def register(self, name: str, f: Callable[[np.ndarray], np.ndarray]) -> None:
         """Precompute the n-sized sums of a test function so ``expectation(name, Xq)`` costs O(m_X) per query."""
         self._fitted()
-        values, shape = self._evaluate_function(f)
-        self._registered[name] = _Registered(self._projection(values), shape)
+        self._registered[name] = self.atoms_.function_sums(f)
 
     def expectation(self, name: str, Xq: Any) -> np.ndarray:
         """E_Q[f(Y) | X = x_q] for a registered test function, shape (q, ...)."""
         Xq = self._queries(Xq)
         if name not in self._registered:
             raise ValueError(f"name: no test function {name!r} registered; have {sorted(self._registered)}")
-        entry = self._registered[name]
         if self.clips:
             raise ValueError("expectation: clipped models need all atoms; use conditional_expectation")
-        return self._project_queries(Xq, entry.projection).reshape((Xq.shape[0],) + entry.shape)
+        sums = self._registered[name]
+        return self._project_queries(Xq, sums).reshape((Xq.shape[0],) + sums.shape)
+
+    def expectations(self, names: list[str], Xq: Any) -> dict[str, np.ndarray]:
+        """``expectation(name, Xq)`` for several registered functions at once (one kernel block)."""
+        Xq = self._queries(Xq)
+        missing = [name for name in names if name not in self._registered]
+        if missing:
+            raise ValueError(f"names: no test function {missing[0]!r} registered; have {sorted(self._registered)}")
+        if self.clips:
+            raise ValueError("expectations: clipped models need all atoms; use conditional_expectation")
+        parts = [self._registered[name] for name in names]
+        joint = FunctionSums(np.hstack([p.moments for p in parts]), np.concatenate([p.totals for p in parts]),
+                             (sum(p.totals.size for p in parts),))
+        values = self._project_queries(Xq, joint)
+        out, offset = {}, 0
+        for name, part in zip(names, parts):
+            out[name] = values[:, offset:offset + part.totals.size].reshape((Xq.shape[0],) + part.shape)
+            offset += part.totals.size
+        return out
 
     def conditional_cdf(self, Xq: Any, thresholds: Any) -> np.ndarray:
         """Q(Y <= t | X = x_q) for thresholds t, shape (q, T).
@@ -373,7 +448,7 @@ class JDL:
         """
         self._fitted()
         t = np.asarray(thresholds, dtype=np.float64)
-        d_y = self.y_atoms_.shape[1]
+        d_y = self.atoms_.d
         if t.ndim == 0:
             t = t[None]
         if t.ndim == 1:
@@ -390,17 +465,19 @@ class JDL:
         """Quantiles of Q(Y_component | X = x_q) at ``levels`` in (0, 1], shape (q, len(levels)).
 
         The quantile is the smallest atom y with Q(Y <= y | x) >= level (the generalised inverse of
-        the conditional CDF, which stays well defined where weights are negative).
+        the conditional CDF, which stays well defined where weights are negative). Costs O(n m_Y)
+        per query: the weights on all atoms are needed.
         """
         Xq = self._queries(Xq)
         levels = np.atleast_1d(np.asarray(levels, dtype=np.float64))
         if levels.ndim != 1 or np.any(~np.isfinite(levels)) or np.any(levels <= 0) or np.any(levels > 1):
             raise ValueError(f"levels: need values in (0, 1], got {levels}")
-        d_y = self.y_atoms_.shape[1]
+        d_y = self.atoms_.d
         if not 0 <= component < d_y:
             raise ValueError(f"component: must be in [0, {d_y}), got {component}")
-        order = np.argsort(self.y_atoms_[:, component], kind="stable")
-        atoms = self.y_atoms_[order, component]
+        column = self.atoms_.column(component)
+        order = np.argsort(column, kind="stable")
+        atoms = column[order]
         out = np.empty((Xq.shape[0], levels.size))
         for sl in self._batches(Xq.shape[0]):
             cdf = np.cumsum(self.conditional_weights(Xq[sl])[:, order], axis=1)
@@ -416,7 +493,7 @@ class JDL:
         ``classes`` defaults to the sorted distinct training values (available as ``classes_``).
         """
         self._fitted()
-        if self.y_atoms_.shape[1] != 1:
+        if self.atoms_.d != 1:
             raise ValueError("predict_proba: needs a scalar (discrete) Y")
         classes = self.classes_ if classes is None else np.asarray(classes, dtype=np.float64).ravel()
         return self.conditional_expectation(Xq, lambda y: (y[:, :1] == classes[None, :]).astype(np.float64))
@@ -425,61 +502,49 @@ class JDL:
     def classes_(self) -> np.ndarray:
         """Sorted distinct training values of a scalar Y (the classes of ``predict_proba``)."""
         self._fitted()
-        return np.unique(self.y_atoms_[:, 0])
+        return np.unique(self.atoms_.column(0))
 
     def grid_minimum(self, X: Any) -> float:
         """min over training samples x_t and atoms y_s of 1 + h(x_t, y_s) (X: the training inputs)."""
         X = self._queries(X)
-        return grid_minimum(self.coef_, self.basis_x_.features(X), self.A_y_)
+        psi = self.basis_x_.features(X)
+        return min(grid_minimum(self.coef_, psi, A) for _, _, A in self.atoms_.blocks())
 
     # -- internals --------------------------------------------------------------------------------
     def _batches(self, q: int):
         step = max(1, _QUERY_ELEMENTS // max(self.n_samples_, 1))
         return [slice(start, min(start + step, q)) for start in range(0, q, step)]
 
-    def _evaluate_function(self, f: Callable | None) -> tuple[np.ndarray, tuple]:
-        values = self.y_atoms_ if f is None else np.asarray(f(self.y_atoms_), dtype=np.float64)
-        n = self.n_samples_
-        if values.ndim == 0 or values.shape[0] != n:
-            raise ValueError(f"f: must map the (n, d_y) atoms to an array with n = {n} rows, got shape {values.shape}")
-        shape = values.shape[1:]
-        return values.reshape(n, -1), shape
-
-    def _projection(self, values: np.ndarray) -> "_Projection":
-        """Coefficients turning k(x, pivots_X) into numerator and denominator of the expectation."""
-        moments = np.column_stack([self.A_y_.T @ values, self.reductions_.sum_y])  # (m_Y, p + 1)
+    def _project_queries(self, Xq: np.ndarray, sums: FunctionSums) -> np.ndarray:
+        """E[f(Y) | x] = (totals + k(x, pivots_X) W)[:p] / (...)[p] for the test function's sums, where
+        W = coefficients_X H^T [moments, s_Y] (m_X, p + 1); computed in cache-sized slabs, (q, p)."""
+        moments = np.column_stack([sums.moments, self.reductions_.sum_y])  # (m_Y, p + 1)
         weights = self.basis_x_.coefficients @ (self.coef_.T @ moments)  # (m_X, p + 1)
-        totals = np.append(values.sum(axis=0), float(self.n_samples_))
-        return _Projection(weights, totals)
-
-    def _project_queries(self, Xq: np.ndarray, projection: "_Projection") -> np.ndarray:
-        """(totals + k(Xq, pivots) W) split into numerator / denominator, in cache-sized slabs."""
-        p = projection.weights.shape[1] - 1
+        totals = np.append(sums.totals, float(self.n_samples_))
+        p = weights.shape[1] - 1
         out = np.empty((Xq.shape[0], p))
         pivots = self.basis_x_.pivot_points
         for start in range(0, Xq.shape[0], _QUERY_SLAB):
             stop = min(start + _QUERY_SLAB, Xq.shape[0])
-            numerator = self.basis_x_.kernel.block(Xq[start:stop], pivots) @ projection.weights
-            numerator += projection.totals
+            numerator = self.basis_x_.kernel.block(Xq[start:stop], pivots) @ weights
+            numerator += totals
             np.divide(numerator[:, :p], numerator[:, p:], out=out[start:stop])
         return out
 
-    def _expectation_of_values(self, Xq: np.ndarray, values: np.ndarray) -> np.ndarray:
-        if not self.clips:
-            return self._project_queries(Xq, self._projection(values))
-        out = np.empty((Xq.shape[0], values.shape[1]))
+    def _clipped_expectation(self, Xq: np.ndarray, f: Callable | None) -> np.ndarray:
+        """E[f(Y) | x] under the clipped weights max(1 + h, 0) / sum, streamed over atom blocks."""
+        numerator: np.ndarray | None = None
+        denominator = np.zeros(Xq.shape[0])
+        shape: tuple = ()
         for sl in self._batches(Xq.shape[0]):
-            out[sl] = self.conditional_weights(Xq[sl]) @ values
-        return out
-
-
-@dataclass
-class _Projection:
-    weights: np.ndarray  # (m_X, p + 1)
-    totals: np.ndarray  # (p + 1,)
-
-
-@dataclass
-class _Registered:
-    projection: _Projection
-    shape: tuple
+            g = self._directions(Xq[sl])
+            for _, y, A in self.atoms_.blocks():
+                values, shape = evaluate_function(f, y)
+                weights = g @ A.T
+                weights += 1.0
+                np.maximum(weights, 0.0, out=weights)
+                if numerator is None:
+                    numerator = np.zeros((Xq.shape[0], values.shape[1]))
+                numerator[sl] += weights @ values
+                denominator[sl] += weights.sum(axis=1)
+        return (numerator / denominator[:, None]).reshape((Xq.shape[0],) + shape)

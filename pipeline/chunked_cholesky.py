@@ -29,40 +29,67 @@ _LOST = (FutureCancelledError, KilledWorker)  # data or tasks lost with a worker
 
 @dataclass(frozen=True)
 class ChunkState:
-    """One chunk of samples and its share of the factorisation (immutable)."""
+    """One chunk of samples and its share of the factorisation (immutable).
+
+    With the factor kept (``Lt`` not None) the chunk holds its slab of L^T; factor-free chunks hold
+    only points and residual diagonal, and recompute K[chunk, S] B[S, :] where L is needed.
+    """
 
     offset: int  # global index of the chunk's first sample
     X: np.ndarray  # (n_c, d)
-    Lt: np.ndarray  # (rank, n_c) committed columns of L, transposed
+    Lt: np.ndarray | None  # (rank, n_c) committed columns of L, transposed; None when factor-free
     diag: np.ndarray  # (n_c,) residual diagonal
     pivots: np.ndarray  # local positions of the committed pivots held by this chunk
-    staged: np.ndarray | None = None  # (b, n_c) columns awaiting commit
+    staged: np.ndarray | None = None  # (b, n_c) columns awaiting commit (factor kept)
+    staged_diag: np.ndarray | None = None  # (n_c,) diag after all b staged columns (factor-free)
+    staged_args: tuple | None = None  # what recomputes the staged columns (factor-free)
     staged_local: np.ndarray | None = None  # local positions of staged pivots (their order in b)
     staged_order: np.ndarray | None = None  # positions within b of staged_local
 
 
-def _initial_state(X: np.ndarray, offset: int, kernel: Kernel) -> ChunkState:
+SLAB_ROWS = 1 << 14  # sample columns per slab where a chunk evaluates kernel blocks against all pivots
+
+
+def _initial_state(X: np.ndarray, offset: int, kernel: Kernel, keep_factor: bool = True) -> ChunkState:
     X = np.ascontiguousarray(X, dtype=np.float64)
-    return ChunkState(offset, X, np.zeros((0, X.shape[0])), np.array(kernel.diag(X), dtype=np.float64),
-                      np.empty(0, dtype=np.int64))
+    return ChunkState(offset, X, np.zeros((0, X.shape[0])) if keep_factor else None,
+                      np.array(kernel.diag(X), dtype=np.float64), np.empty(0, dtype=np.int64))
+
+
+def recomputed_factor(kernel: Kernel, X: np.ndarray, pivot_points: np.ndarray, B_pivots: np.ndarray) -> np.ndarray:
+    """L = K[X, S] B[S, :] (n_c, m) for points X (n_c, d), pivots S (m, d) and B[S, :] (m, m)."""
+    if pivot_points.shape[0] == 0:
+        return np.zeros((X.shape[0], 0))
+    return kernel.block(X, pivot_points) @ B_pivots
 
 
 def _rebuild_state(
-    X: np.ndarray, offset: int, kernel: Kernel, pivot_points: np.ndarray, pivots: np.ndarray,
+    X: np.ndarray, offset: int, kernel: Kernel, keep_factor: bool, pivot_points: np.ndarray, pivots: np.ndarray,
     L_pivots: np.ndarray, B_pivots: np.ndarray,
 ) -> ChunkState:
     """A chunk's committed state from scratch: L = K[:, S] B[S, :], exact rows at its own pivots."""
-    state = _initial_state(X, offset, kernel)
+    state = _initial_state(X, offset, kernel, keep_factor)
     if pivots.size == 0:
         return state
-    L = kernel.block(state.X, pivot_points) @ B_pivots
     mine = np.flatnonzero((pivots >= offset) & (pivots < offset + state.X.shape[0]))
     local = pivots[mine] - offset
-    L[local] = L_pivots[mine]
-    diag = state.diag - np.einsum("ij,ij->i", L, L)
+    diag = state.diag.copy()
+    slabs = []
+    for start in range(0, state.X.shape[0], SLAB_ROWS):
+        L = recomputed_factor(kernel, state.X[start:start + SLAB_ROWS], pivot_points, B_pivots)
+        here = (local >= start) & (local < start + L.shape[0])
+        L[local[here] - start] = L_pivots[mine[here]]
+        diag[start:start + L.shape[0]] -= np.einsum("ij,ij->i", L, L)
+        if keep_factor:
+            slabs.append(L.T)
     diag[local] = 0.0
     np.maximum(diag, 0.0, out=diag)
-    return ChunkState(offset, state.X, np.ascontiguousarray(L.T), diag, local)
+    Lt = np.ascontiguousarray(np.hstack(slabs)) if keep_factor else None
+    return ChunkState(offset, state.X, Lt, diag, local)
+
+
+def _drop_factor(state: ChunkState) -> ChunkState:
+    return replace(state, Lt=None)
 
 
 def _summary(state: ChunkState) -> tuple[float, float]:
@@ -80,35 +107,90 @@ def _sample(state: ChunkState, targets: np.ndarray) -> np.ndarray:
     return np.minimum(local, state.diag.size - 1) + state.offset
 
 
-def _rows(state: ChunkState, local: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    return state.X[local], state.Lt[:, local].T, state.diag[local]
+def _rows(state: ChunkState, local: np.ndarray) -> tuple[np.ndarray, np.ndarray | None, np.ndarray]:
+    rows = state.Lt[:, local].T if state.Lt is not None else None
+    return state.X[local], rows, state.diag[local]
+
+
+def _new_columns(
+    state: ChunkState, kernel: Kernel, pivot_points: np.ndarray, pivot_L: np.ndarray, transform_t: np.ndarray,
+    factor_rows: np.ndarray, local: np.ndarray, order: np.ndarray, basis: tuple | None,
+    start: int = 0, stop: int | None = None,
+) -> np.ndarray:
+    """Columns (K[chunk, P] - L L[P]^T) T of the chunk's samples [start, stop), transposed (b, stop - start).
+
+    With the factor kept, L L[P]^T uses the chunk's slab of L. Factor-free, ``basis`` = (S points,
+    W) with W = B[S, :] L[P]^T (m x b), so L L[P]^T = K[chunk, S] W: one kernel block against the
+    new and the committed pivots together.
+    """
+    stop = state.X.shape[0] if stop is None else stop
+    X = state.X[start:stop]
+    if basis is None:
+        residual = kernel.block(pivot_points, X)
+        if state.Lt.shape[0]:
+            residual -= pivot_L @ state.Lt[:, start:stop]
+        new = transform_t @ residual
+    else:
+        committed_points, mixing = basis  # mixing = [T^T, -T^T W^T] (b, b + m)
+        new = mixing @ kernel.block(np.vstack([pivot_points, committed_points]), X)
+    committed = state.pivots[(state.pivots >= start) & (state.pivots < stop)]
+    new[:, committed - start] = 0.0
+    here = (local >= start) & (local < stop)
+    new[:, local[here] - start] = factor_rows.T[:, order[here]]
+    return new
 
 
 def _extend(
-    state: ChunkState, kernel: Kernel, pivot_points: np.ndarray, pivot_L: np.ndarray,
-    transform_t: np.ndarray, factor_rows: np.ndarray, local: np.ndarray, order: np.ndarray,
+    state: ChunkState, kernel: Kernel, pivot_points: np.ndarray, pivot_L: np.ndarray, transform_t: np.ndarray,
+    factor_rows: np.ndarray, local: np.ndarray, order: np.ndarray,
+    committed_points: np.ndarray | None = None, mixing: np.ndarray | None = None,
 ) -> ChunkState:
-    residual = kernel.block(pivot_points, state.X)
-    if state.Lt.shape[0]:
-        residual -= pivot_L @ state.Lt
-    new = transform_t @ residual
-    new[:, state.pivots] = 0.0
-    new[:, local] = factor_rows.T[:, order]
-    return replace(state, staged=new, staged_local=local, staged_order=order)
+    basis = None if mixing is None else (committed_points, mixing)
+    args = (pivot_points, pivot_L, transform_t, factor_rows, local, order, basis)
+    if basis is None:
+        return replace(state, staged=_new_columns(state, kernel, *args), staged_local=local, staged_order=order)
+    diag = state.diag.copy()
+    for start in range(0, state.X.shape[0], SLAB_ROWS):
+        new = _new_columns(state, kernel, *args, start=start, stop=min(start + SLAB_ROWS, state.X.shape[0]))
+        diag[start:start + new.shape[1]] -= np.einsum("ij,ij->j", new, new)
+    return replace(state, staged_diag=diag, staged_args=(kernel, *args), staged_local=local, staged_order=order)
 
 
 def _norms(state: ChunkState) -> np.ndarray:
-    return np.einsum("ij,ij->i", state.staged, state.staged)
+    if state.staged is not None:
+        return np.einsum("ij,ij->i", state.staged, state.staged)
+    norms = 0.0
+    for start in range(0, state.X.shape[0], SLAB_ROWS):
+        new = _new_columns(state, *state.staged_args, start=start, stop=min(start + SLAB_ROWS, state.X.shape[0]))
+        norms = norms + np.einsum("ij,ij->i", new, new)
+    return np.asarray(norms)
 
 
 def _commit(state: ChunkState, count: int) -> ChunkState:
-    kept = state.staged[:count]
-    diag = state.diag - np.einsum("ij,ij->j", kept, kept)
     accepted = state.staged_local[state.staged_order < count]
+    if state.staged is not None:
+        kept = state.staged[:count]
+        diag = state.diag - np.einsum("ij,ij->j", kept, kept)
+        Lt = np.vstack([state.Lt, kept])
+    elif count == state.staged_args[3].shape[0]:  # every staged column kept
+        diag, Lt = state.staged_diag.copy(), None
+    else:  # a partial last round: recompute the kept columns (deterministic, so identical)
+        diag, Lt = state.diag.copy(), None
+        for start in range(0, state.X.shape[0], SLAB_ROWS):
+            new = _new_columns(state, *state.staged_args, start=start, stop=min(start + SLAB_ROWS, state.X.shape[0]))[:count]
+            diag[start:start + new.shape[1]] -= np.einsum("ij,ij->j", new, new)
     diag[accepted] = 0.0
     np.maximum(diag, 0.0, out=diag)
-    return ChunkState(state.offset, state.X, np.vstack([state.Lt, kept]), diag,
-                      np.concatenate([state.pivots, accepted]))
+    return ChunkState(state.offset, state.X, Lt, diag, np.concatenate([state.pivots, accepted]))
+
+
+def worker_memory(client) -> float:
+    """Sum of the workers' memory limits in bytes (the machine's memory where a worker has none)."""
+    import psutil
+
+    limits = [w.get("memory_limit") or 0 for w in client.scheduler_info()["workers"].values()]
+    total = psutil.virtual_memory().total
+    return float(sum(limit if limit else total / max(len(limits), 1) for limit in limits))
 
 
 def _length(X: np.ndarray) -> int:
@@ -128,6 +210,10 @@ class DaskFactorStorage:
     kernel: the kernel.
     chunks: futures of the sample chunks, each (n_c, d), in sample order. Futures of tasks (say,
         reading a zarr chunk) can be recomputed after a worker is lost; scattered data cannot.
+    factor_budget: bytes of L (8 n m) the workers may keep. Once the next round would exceed it,
+        the chunks drop L and continue factor-free: every round then evaluates K[chunk, S] against
+        the committed pivots S (n m kernel values) instead of reading L. None: a quarter of the
+        workers' memory limits. 0: factor-free from the start.
 
     Fault tolerance: the client keeps the committed pivots, their points and the m x m pivot rows
     of L. When an operation fails because a worker (and the chunk states on it) was lost, every
@@ -136,7 +222,7 @@ class DaskFactorStorage:
 
     _RETRIES = 3
 
-    def __init__(self, client, kernel: Kernel, chunks: list):
+    def __init__(self, client, kernel: Kernel, chunks: list, factor_budget: float | None = None):
         self.client = client
         self.kernel = kernel
         self.chunks = list(chunks)
@@ -145,10 +231,14 @@ class DaskFactorStorage:
         self.n = int(self.offsets[-1])
         self.rank = 0
         self.recoveries = 0
+        self.factor_budget = float(worker_memory(client) / 4 if factor_budget is None else factor_budget)
+        self.keeps_factor = self.factor_budget > 0
         self._pivots = np.empty(0, dtype=np.int64)
         self._pivot_points = np.zeros((0, 0))
         self._L_pivots = np.zeros((0, 0))
-        self.states = client.map(_initial_state, self.chunks, list(self.offsets[:-1]), [kernel] * len(self.chunks), pure=False)
+        self._B = (0, np.zeros((0, 0)))
+        self.states = client.map(_initial_state, self.chunks, list(self.offsets[:-1]), [kernel] * len(self.chunks),
+                                 [self.keeps_factor] * len(self.chunks), pure=False)
         self._retrying(self._refresh)
         self._trace = self._sum
 
@@ -163,12 +253,18 @@ class DaskFactorStorage:
                 self._rebuild()
         raise AssertionError("unreachable")  # pragma: no cover
 
+    def pivot_basis(self) -> tuple[np.ndarray, np.ndarray]:
+        """(S points (m, d), B[S, :] (m, m)) of the committed pivots."""
+        if self._B[0] != self.rank:
+            self._B = (self.rank, pivot_block_inverse(self._L_pivots) if self.rank else np.zeros((0, 0)))
+        return self._pivot_points, self._B[1]
+
     def _rebuild(self) -> None:
         self.recoveries += 1
-        B = pivot_block_inverse(self._L_pivots) if self._pivots.size else np.zeros((0, 0))
-        shared = self.client.scatter([self._pivot_points, self._pivots, self._L_pivots, B], broadcast=True)
+        points, B = self.pivot_basis()
+        shared = self.client.scatter([points, self._pivots, self._L_pivots, B], broadcast=True)
         self.states = [
-            self.client.submit(_rebuild_state, chunk, int(offset), self.kernel, *shared, pure=False)
+            self.client.submit(_rebuild_state, chunk, int(offset), self.kernel, self.keeps_factor, *shared, pure=False)
             for chunk, offset in zip(self.chunks, self.offsets[:-1])
         ]
         self._cached = None
@@ -236,9 +332,13 @@ class DaskFactorStorage:
             x, l, d = futures[c].result()
             if points is None:
                 points = np.empty((indices.size, x.shape[1]))
-                rows = np.empty((indices.size, l.shape[1]))
+                rows = np.empty((indices.size, self.rank))
                 diag = np.empty(indices.size)
-            points[where], rows[where], diag[where] = x, l, d
+            points[where], diag[where] = x, d
+            if l is not None:
+                rows[where] = l
+        if not self.keeps_factor:
+            rows = recomputed_factor(self.kernel, points, *self.pivot_basis())
         return points, rows, diag
 
     # -- update ------------------------------------------------------------------------------------
@@ -252,15 +352,24 @@ class DaskFactorStorage:
             points, rows = points[take], rows[take]
         else:
             points, rows, _ = self._gather_rows(pivots)
+        if self.keeps_factor and 8.0 * self.n * (self.rank + pivots.size) > self.factor_budget:
+            self.states = self.client.map(_drop_factor, self.states, pure=False)
+            self.keeps_factor = False
         groups = self._split(pivots)
         transform_t = np.ascontiguousarray(transform.T)
+        basis = None
+        if not self.keeps_factor:  # L L[P]^T = K[:, S] W with W = B[S, :] L[P]^T
+            committed_points, B = self.pivot_basis()
+            mixing = np.hstack([transform_t, -transform_t @ (rows @ B.T)])
+            basis = (committed_points.reshape(-1, points.shape[1]), mixing)
         shared = self.client.scatter([points, rows, transform_t, factor_rows], broadcast=True)
+        shared_basis = self.client.scatter(list(basis), broadcast=True) if basis is not None else [None, None]
         empty = np.empty(0, dtype=np.int64)
         states = []
         for c, state in enumerate(self.states):
             where = groups.get(c, empty)
             states.append(self.client.submit(
-                _extend, state, self.kernel, *shared, pivots[where] - self.offsets[c], where, pure=False))
+                _extend, state, self.kernel, *shared, pivots[where] - self.offsets[c], where, *shared_basis, pure=False))
         self.states = states
         self._staged = (pivots, points, rows, factor_rows)
         return np.sum(self.client.gather(self.client.map(_norms, self.states, pure=False)), axis=0)
@@ -282,5 +391,7 @@ class DaskFactorStorage:
         return self._sum
 
     def factor(self) -> np.ndarray:
-        """Gather L (n, rank) to the client: for tests and small n only."""
+        """Gather L (n, rank) to the client: for tests and small n only (needs the factor kept)."""
+        if not self.keeps_factor:
+            raise RuntimeError("factor: the chunks dropped L (factor budget exceeded)")
         return self._retrying(lambda: np.vstack(self.client.gather(self.client.map(_factor_block, self.states, pure=False))))

@@ -1,53 +1,87 @@
 """The JDL problem assembled from sample chunks on Dask: factorisations, bases and reductions.
 
 Both pivoted Cholesky decompositions run jdlcore's driver over ``DaskFactorStorage``; the
-reductions are jdlcore's ``FactorPartials`` summed over chunks (pass 1) and the column extremes of
-A = L V (pass 2, once V is known). Only m x m quantities reach the client; the small problem is
-then solved centrally by jdlcore's solvers.
+reductions are jdlcore's ``FactorPartials`` and the test-function sums L_Y^T f(y), summed over
+chunks (pass 1), and the column extremes of A = L V (pass 2, once V is known). Where the workers
+dropped L (memory budget), both passes recompute it slab by slab as K[chunk, S] B[S, :]. Only
+m x m quantities reach the client; the small problem is then solved centrally by jdlcore's solvers.
 """
 from __future__ import annotations
 
 import time
 from functools import reduce
 from operator import add
+from typing import Callable
 
 import numpy as np
 
+from jdlcore.atoms import FunctionSums, evaluate_function
 from jdlcore.basis import FactorPartials, column_extremes, factor_partials, reductions_from_partials, spectral_basis
-from jdlcore.cholesky import PivotedCholesky, pivot_block_inverse, run_pivoted_cholesky
+from jdlcore.cholesky import PivotedCholesky, run_pivoted_cholesky
 from jdlcore.jdl import JDLProblem, factor_diagnostics
 from jdlcore.kernels import Kernel
 
-from .chunked_cholesky import ChunkState, DaskFactorStorage
+from .chunked_cholesky import SLAB_ROWS, ChunkState, DaskFactorStorage, recomputed_factor
 
 __all__ = ["chunked_factor", "chunked_problem"]
 
 
-def chunked_factor(client, kernel: Kernel, chunks: list, **options) -> tuple[PivotedCholesky, DaskFactorStorage]:
-    """Pivoted Cholesky over chunks (futures of (n_c, d) arrays); L stays on the workers.
+def chunked_factor(client, kernel: Kernel, chunks: list, factor_budget: float | None = None,
+                   **options) -> tuple[PivotedCholesky, DaskFactorStorage]:
+    """Pivoted Cholesky over chunks (futures of (n_c, d) arrays); L stays on the workers or is dropped.
 
-    ``options`` are those of ``run_pivoted_cholesky`` (tol, atol, max_rank, pivoting, seed, ...).
-    The returned ``PivotedCholesky`` has ``L=None``; the storage holds L chunk by chunk.
+    ``options`` are those of ``run_pivoted_cholesky`` (tol, atol, max_rank, pivoting, seed, ...);
+    ``factor_budget`` that of ``DaskFactorStorage``. The returned ``PivotedCholesky`` has ``L=None``.
     """
-    storage = DaskFactorStorage(client, kernel, chunks)
+    storage = DaskFactorStorage(client, kernel, chunks, factor_budget=factor_budget)
     run = run_pivoted_cholesky(storage, kernel, **options)
-    points, rows, _ = storage.pivot_rows(run.pivots) if run.pivots.size else (np.zeros((0, 0)), np.zeros((0, 0)), None)
+    points, B = storage.pivot_basis()
     factor = PivotedCholesky(
-        pivots=run.pivots, L=None, B_pivots=pivot_block_inverse(rows), trace_error=run.history,
+        pivots=run.pivots, L=None, B_pivots=B, trace_error=run.history,
         trace=run.trace, stop_reason=run.stop_reason, pivot_points=points,
     )
     return factor, storage
 
 
-def _partials(x: ChunkState, y: ChunkState) -> FactorPartials:
-    return factor_partials(x.Lt.T, y.Lt.T)
+def _factor_slab(state: ChunkState, kernel: Kernel, points: np.ndarray, B: np.ndarray, start: int, stop: int) -> np.ndarray:
+    """Rows [start, stop) of the chunk's L (kept on the worker, or recomputed as K[:, S] B[S, :])."""
+    if state.Lt is not None:
+        return state.Lt[:, start:stop].T
+    return recomputed_factor(kernel, state.X[start:stop], points, B)
 
 
-def _basis_values(state: ChunkState, rotation: np.ndarray, keep: bool) -> tuple[np.ndarray | None, np.ndarray, np.ndarray]:
-    """One pass over the chunk: A = L V (if ``keep``) and its column minima and maxima."""
-    A = state.Lt.T @ rotation
-    low, high = column_extremes(A)
-    return (A if keep else None), low, high
+def _partials(
+    x: ChunkState, y: ChunkState, kernel_x: Kernel, kernel_y: Kernel, points_x: np.ndarray, B_x: np.ndarray,
+    points_y: np.ndarray, B_y: np.ndarray, test_functions: dict,
+) -> tuple[FactorPartials, dict[str, FunctionSums]]:
+    """Pass 1 over a pair of chunks: factor partial sums, and L_Y^T f(y) and f(y)^T 1 per test function."""
+    partials, sums = None, {}
+    for start in range(0, x.X.shape[0], SLAB_ROWS):
+        stop = min(start + SLAB_ROWS, x.X.shape[0])
+        L_x = _factor_slab(x, kernel_x, points_x, B_x, start, stop)
+        L_y = _factor_slab(y, kernel_y, points_y, B_y, start, stop)
+        part = factor_partials(L_x, L_y)
+        partials = part if partials is None else partials + part
+        for name, f in test_functions.items():
+            values, shape = evaluate_function(f, y.X[start:stop])
+            term = FunctionSums(L_y.T @ values, values.sum(axis=0), shape)
+            sums[name] = sums[name] + term if name in sums else term
+    return partials, sums
+
+
+def _basis_values(
+    state: ChunkState, kernel: Kernel, points: np.ndarray, B: np.ndarray, rotation: np.ndarray, keep: bool,
+) -> tuple[np.ndarray | None, np.ndarray, np.ndarray]:
+    """Pass 2 over a chunk: A = L V (returned only if ``keep``) and its column minima and maxima."""
+    low, high, values = np.inf, -np.inf, []
+    for start in range(0, state.X.shape[0], SLAB_ROWS):
+        stop = min(start + SLAB_ROWS, state.X.shape[0])
+        A = _factor_slab(state, kernel, points, B, start, stop) @ rotation
+        slab_low, slab_high = column_extremes(A)
+        low, high = np.minimum(low, slab_low), np.maximum(high, slab_high)
+        if keep:
+            values.append(A)
+    return (np.vstack(values) if keep else None), low, high
 
 
 def chunked_problem(
@@ -62,33 +96,58 @@ def chunked_problem(
     pivoting: str = "random",
     seed: int | None = 0,
     block_size: int | None = None,
-    gather_x_values: bool = True,
+    keep_values: bool = True,
+    factor_budget: float | None = None,
+    test_functions: dict[str, Callable] | None = None,
+    progress: Callable[[str], None] | None = None,
 ) -> JDLProblem:
     """``jdlcore.build_problem`` computed chunk by chunk; x and y chunks must be paired row for row.
 
-    The basis values A_Y (n x m_Y) are gathered for the model object (its atoms' coordinates);
-    A_X (n x m_X) only when ``gather_x_values`` (exact grid positivity needs it), else None.
+    The basis values A_X (n x m_X) and A_Y (n x m_Y) are gathered to the client only when
+    ``keep_values`` (exact grid positivity needs them); otherwise nothing n-sized leaves the
+    workers. ``test_functions`` (name -> f, row-wise on y) are summed on the workers and registered
+    with models fitted on the problem. ``progress`` is called with a line per finished stage.
     """
     started = time.perf_counter()
+    say = progress or (lambda line: None)
+    seconds: dict[str, float] = {}
     options = dict(tol=tol, max_rank=max_rank, pivoting=pivoting, seed=seed, block_size=block_size)
-    factor_x, storage_x = chunked_factor(client, kernel_x, x_chunks, **options)
-    factor_y, storage_y = chunked_factor(client, kernel_y, y_chunks, **options)
+    factor_x, storage_x = chunked_factor(client, kernel_x, x_chunks, factor_budget=factor_budget, **options)
+    say(f"pivots x: rank {factor_x.rank}, relative residual {factor_x.relative_error:.3g}")
+    factor_y, storage_y = chunked_factor(client, kernel_y, y_chunks, factor_budget=factor_budget, **options)
+    say(f"pivots y: rank {factor_y.rank}, relative residual {factor_y.relative_error:.3g}")
+    seconds["pivots"] = time.perf_counter() - started
     if not np.array_equal(storage_x.offsets, storage_y.offsets):
         raise ValueError("y_chunks: must have the same chunk lengths as x_chunks (paired samples)")
-    partials = reduce(add, client.gather(client.map(_partials, storage_x.states, storage_y.states, pure=False)))
-    basis_x = spectral_basis(factor_x, kernel_x, gram=partials.gram_x)
-    basis_y = spectral_basis(factor_y, kernel_y, gram=partials.gram_y)
 
     # Arrays go to the workers as explicitly scattered futures: large keyword arguments of
     # client.map would become tasks keyed by the argument's name and collide between x and y.
-    rotation_x, rotation_y = client.scatter([basis_x.rotation, basis_y.rotation], broadcast=True)
+    mark = time.perf_counter()
+    shared = client.scatter([factor_x.pivot_points, factor_x.B_pivots, factor_y.pivot_points, factor_y.B_pivots,
+                             dict(test_functions or {})], broadcast=True)
+    parts = client.gather([client.submit(_partials, x, y, kernel_x, kernel_y, *shared, pure=False)
+                           for x, y in zip(storage_x.states, storage_y.states)])
+    partials = reduce(add, [p[0] for p in parts])
+    basis_x = spectral_basis(factor_x, kernel_x, gram=partials.gram_x)
+    basis_y = spectral_basis(factor_y, kernel_y, gram=partials.gram_y)
+    function_sums = {}
+    for name in test_functions or {}:
+        total = reduce(add, [p[1][name] for p in parts])
+        function_sums[name] = FunctionSums(basis_y.rotation.T @ total.moments, total.totals, total.shape)
 
-    def values(storage: DaskFactorStorage, rotation, keep: bool):
-        parts = client.gather([client.submit(_basis_values, state, rotation, keep, pure=False) for state in storage.states])
+    def values(storage: DaskFactorStorage, points, B, rotation):
+        rotation = client.scatter(rotation, broadcast=True)
+        parts = client.gather([client.submit(_basis_values, state, storage.kernel, points, B, rotation, keep_values,
+                                             pure=False) for state in storage.states])
         extremes = np.min([p[1] for p in parts], axis=0), np.max([p[2] for p in parts], axis=0)
-        return (np.vstack([p[0] for p in parts]) if keep else None), extremes
+        return (np.vstack([p[0] for p in parts]) if keep_values else None), extremes
 
-    A_x, extremes_x = values(storage_x, rotation_x, gather_x_values)
-    A_y, extremes_y = values(storage_y, rotation_y, True)
+    A_x, extremes_x = values(storage_x, shared[0], shared[1], basis_x.rotation)
+    A_y, extremes_y = values(storage_y, shared[2], shared[3], basis_y.rotation)
     reductions = reductions_from_partials(partials, basis_x, basis_y, extremes_x, extremes_y)
-    return JDLProblem(basis_x, basis_y, A_x, A_y, reductions, factor_diagnostics(factor_x, factor_y, started))
+    seconds["reductions"] = time.perf_counter() - mark
+    say(f"reductions: {seconds['reductions']:.1f} s")
+    factors = factor_diagnostics(factor_x, factor_y, started)
+    factors.update({f"{stage}_seconds": value for stage, value in seconds.items()})
+    factors["factor_kept"] = bool(storage_x.keeps_factor and storage_y.keeps_factor)
+    return JDLProblem(basis_x, basis_y, A_x, A_y, reductions, factors, function_sums)

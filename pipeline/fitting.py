@@ -1,25 +1,26 @@
 """Fit a JDL model from a staged data store and write the model store.
 
-In memory by default; with ``scheduler`` ("local" for an embedded LocalCluster, or a
-``tcp://host:port`` address) the factorisations and reductions run chunk by chunk on Dask, each
-chunk a task that reads its own slice of the zarr store (so it can be recomputed after a worker is
-lost). Both paths solve the same small problem with jdlcore.
+In this process for small data, on Dask otherwise (see ``pipeline.cluster`` for ``scheduler``):
+there the factorisations and reductions run chunk by chunk, each chunk a task that reads its own
+slice of the zarr store (so it can be recomputed after a worker is lost), and nothing n-sized
+reaches this process. Both paths solve the same small problem with jdlcore.
 """
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import os
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 import zarr
 
 from jdlcore import JDL, GaussianKernel, build_problem
+from jdlcore.atoms import STANDARD_FUNCTIONS
 
 from .atomic import refuse_existing
+from .cluster import dask_client, resolve_scheduler
 from .model_store import save_model
 from .staging import open_staged
 
@@ -42,20 +43,6 @@ def data_fingerprint(group: zarr.Group) -> str:
     return digest.hexdigest()
 
 
-@contextlib.contextmanager
-def dask_client(scheduler: str):
-    """A ``distributed.Client`` for an address, or for an embedded LocalCluster with "local"."""
-    from distributed import Client, LocalCluster
-
-    if scheduler == "local":
-        with LocalCluster(n_workers=2, threads_per_worker=1, memory_limit="4GB", dashboard_address=None) as cluster, \
-                Client(cluster) as client:
-            yield client
-    else:
-        with Client(scheduler, timeout=30) as client:
-            yield client
-
-
 def fit_store(
     data: str | os.PathLike,
     out: str | os.PathLike,
@@ -70,8 +57,14 @@ def fit_store(
     seed: int = 0,
     scheduler: str | None = None,
     overwrite: bool = False,
+    progress: Callable[[str], None] | None = None,
 ) -> tuple[Path, JDL]:
-    """Fit on a staged store and save the model store at ``out``; returns its path and the model."""
+    """Fit on a staged store and save the model store at ``out``; returns its path and the model.
+
+    ``progress`` receives a line per finished stage. The model's diagnostics carry the time split
+    (``pivots_seconds`` and ``reductions_seconds`` on Dask, ``solve_seconds``, ``fit_seconds``) and
+    ``write_seconds`` (set after the store is written, so not stored in it).
+    """
     target = Path(out)
     refuse_existing(target, overwrite)  # before the fit, not after it
     group = open_staged(data)
@@ -79,26 +72,33 @@ def fit_store(
     estimator = JDL(GaussianKernel(lengthscale_x), GaussianKernel(lengthscale_y), reg=reg, tol=tol,
                     constraints=constraints, positivity=positivity, pivoting=pivoting, seed=seed)
     estimator._check_params()
-    Y = group["y"][:]
-    options = dict(tol=tol, pivoting=pivoting, seed=seed)
+    options = dict(tol=tol, pivoting=pivoting, seed=seed, test_functions=STANDARD_FUNCTIONS)
+    scheduler = resolve_scheduler(scheduler, int(group.attrs["n_samples"]))
     if scheduler is None:
+        Y = group["y"][:]
         problem = build_problem(group["x"][:], Y, estimator.kernel_x, estimator.kernel_y, **options)
     else:
         from .chunked_fit import chunked_problem
 
-        step = group["x"].chunks[0]
-        bounds = [(start, min(start + step, Y.shape[0])) for start in range(0, Y.shape[0], step)]
+        Y = group["y"]  # read lazily: the model store copies the atoms block by block
+        n, step = Y.shape[0], group["x"].chunks[0]
+        bounds = [(start, min(start + step, n)) for start in range(0, n, step)]
         path = str(Path(data).resolve())
         with dask_client(scheduler) as client:
             chunks = {role: [client.submit(read_rows, path, role, a, b, pure=False) for a, b in bounds]
                       for role in ("x", "y")}
             problem = chunked_problem(client, chunks["x"], chunks["y"], estimator.kernel_x, estimator.kernel_y,
-                                      gather_x_values=estimator.uses_grid, **options)
+                                      keep_values=estimator.uses_grid, progress=progress, **options)
     model = estimator.fit_problem(problem, Y)
     model.diagnostics_["fit_seconds"] = time.perf_counter() - started
+    if progress is not None:
+        progress(f"solved: {model.diagnostics_['solve_seconds']:.2f} s")
     provenance: dict[str, Any] = {
         "data": str(Path(data).resolve()), "data_fingerprint": data_fingerprint(group),
         "x_features": group.attrs["x_features"], "y_features": group.attrs["y_features"],
         "scheduler": scheduler or "in-memory",
     }
-    return save_model(model, target, overwrite=overwrite, provenance=provenance), model
+    mark = time.perf_counter()
+    path = save_model(model, target, overwrite=overwrite, provenance=provenance)
+    model.diagnostics_["write_seconds"] = time.perf_counter() - mark
+    return path, model

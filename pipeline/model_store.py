@@ -3,7 +3,8 @@
 ``model_to_dataset`` / ``model_from_dataset`` map ``JDL.state()`` to the contract of
 ``data_schemas.model``; ``save_model`` writes atomically (a temporary sibling directory renamed into
 place, so a crash never leaves a partial store at the target) and ``load_model`` validates before
-rebuilding. The sample-sized variables (y_atoms, A_y) are chunked along ``sample``.
+rebuilding. The atoms (y_atoms, the only sample-sized variable) are chunked along ``sample``,
+copied in and checksummed block by block, and read lazily after loading.
 """
 from __future__ import annotations
 
@@ -15,9 +16,10 @@ from typing import Any
 
 import numpy as np
 import xarray as xr
+import zarr
 
 import jdlcore
-from data_schemas.model import SCHEMA_NAME, SCHEMA_VERSION, VARIABLE_DIMS, validate_model_dataset
+from data_schemas.model import SCHEMA_NAME, SCHEMA_VERSION, VARIABLE_DIMS, model_variables, validate_model_dataset
 from jdlcore import JDL
 
 from .atomic import atomic_store, refuse_existing
@@ -25,13 +27,25 @@ from .atomic import atomic_store, refuse_existing
 __all__ = ["model_to_dataset", "model_from_dataset", "save_model", "load_model"]
 
 SAMPLE_CHUNK = 65_536
+ATOMS = "y_atoms"
 
 
 def model_to_dataset(model: JDL, provenance: dict[str, Any] | None = None) -> xr.Dataset:
-    """The fitted model as a Dataset following ``data_schemas.model``."""
+    """The fitted model as an in-memory Dataset following ``data_schemas.model`` (atoms loaded)."""
     state = model.state()
-    variables = {name: (dims, np.asarray(state["arrays"][name], dtype=np.float64)) for name, dims in VARIABLE_DIMS.items()}
-    ds = xr.Dataset(variables)
+    ds = _dataset(state, provenance)
+    atoms = np.asarray(state["arrays"][ATOMS], dtype=np.float64)
+    ds[ATOMS] = (VARIABLE_DIMS[ATOMS], atoms)
+    _record_checksums(ds, _atoms_checksum(atoms))
+    validate_model_dataset(ds)
+    return ds
+
+
+def _dataset(state: dict[str, Any], provenance: dict[str, Any] | None) -> xr.Dataset:
+    """Every variable but the atoms, with the attributes (checksums still to be recorded)."""
+    dims = model_variables(state["registered"])
+    ds = xr.Dataset({name: (dims[name], np.asarray(state["arrays"][name], dtype=np.float64))
+                     for name in dims if name != ATOMS})
     ds.attrs.update({
         "schema": SCHEMA_NAME,
         "schema_version": SCHEMA_VERSION,
@@ -42,10 +56,9 @@ def model_to_dataset(model: JDL, provenance: dict[str, Any] | None = None) -> xr
         "params": json.dumps(state["params"]),
         "diagnostics": json.dumps(state["diagnostics"], default=float),
         "provenance": json.dumps(provenance or {}),
+        "registered": json.dumps(state["registered"]),
         "n_samples": state["n_samples"],
     })
-    ds.attrs["checksums"] = json.dumps({name: _checksum(ds[name].values) for name in VARIABLE_DIMS})
-    validate_model_dataset(ds)
     return ds
 
 
@@ -53,29 +66,54 @@ def _checksum(values: np.ndarray) -> str:
     return hashlib.sha256(np.ascontiguousarray(values, dtype=np.float64).tobytes()).hexdigest()
 
 
-def _verify_checksums(ds: xr.Dataset, where: str) -> None:
+def _atoms_checksum(atoms: Any, copy_to: Any = None) -> str:
+    """SHA-256 of the atoms' float64 C-order bytes, read (and optionally copied) block by block."""
+    digest = hashlib.sha256()
+    for start in range(0, atoms.shape[0], SAMPLE_CHUNK):
+        block = np.ascontiguousarray(atoms[start:start + SAMPLE_CHUNK], dtype=np.float64)
+        digest.update(block.tobytes())
+        if copy_to is not None:
+            copy_to[start:start + block.shape[0]] = block
+    return digest.hexdigest()
+
+
+def _record_checksums(ds: xr.Dataset, atoms_checksum: str) -> None:
+    ds.attrs["checksums"] = json.dumps({
+        **{name: _checksum(ds[name].values) for name in ds.data_vars if name != ATOMS}, ATOMS: atoms_checksum,
+    })
+
+
+def _verify_checksums(ds: xr.Dataset, atoms: Any, where: str) -> None:
     """Missing chunk files read back as fill values; the recorded checksums catch that."""
     try:
         recorded = json.loads(ds.attrs["checksums"])
     except (KeyError, json.JSONDecodeError, TypeError):
         raise ValueError(f"{where}: attribute 'checksums' is missing or unreadable") from None
-    for name in VARIABLE_DIMS:
-        if recorded.get(name) != _checksum(ds[name].values):
+    for name in ds.data_vars:
+        if name != ATOMS and recorded.get(name) != _checksum(ds[name].values):
             raise ValueError(f"{where}: variable {name!r} does not match its checksum (truncated or modified store)")
+    if recorded.get(ATOMS) != _atoms_checksum(atoms):
+        raise ValueError(f"{where}: variable {ATOMS!r} does not match its checksum (truncated or modified store)")
 
 
-def model_from_dataset(ds: xr.Dataset, where: str = "model") -> JDL:
-    """Validate a Dataset against the contract and rebuild the model."""
+def model_from_dataset(ds: xr.Dataset, where: str = "model", atoms: Any = None) -> JDL:
+    """Validate a Dataset against the contract and rebuild the model.
+
+    ``atoms``: the y atoms as a lazily read array (a store's zarr array); default ``ds.y_atoms``.
+    """
     validate_model_dataset(ds, where)
-    _verify_checksums(ds, where)
+    atoms = ds[ATOMS].values if atoms is None else atoms
+    _verify_checksums(ds, atoms, where)
     try:
+        registered = json.loads(ds.attrs["registered"])
         state = {
-            "arrays": {name: ds[name].values for name in VARIABLE_DIMS},
+            "arrays": {name: (atoms if name == ATOMS else ds[name].values) for name in model_variables(registered)},
             "kernel_x": json.loads(ds.attrs["kernel_x"]),
             "kernel_y": json.loads(ds.attrs["kernel_y"]),
             "params": json.loads(ds.attrs["params"]),
             "diagnostics": json.loads(ds.attrs["diagnostics"]),
             "n_samples": int(ds.attrs["n_samples"]),
+            "registered": registered,
         }
         provenance = json.loads(ds.attrs["provenance"])
     except (json.JSONDecodeError, TypeError) as error:
@@ -90,31 +128,46 @@ def model_from_dataset(ds: xr.Dataset, where: str = "model") -> JDL:
 
 def save_model(model: JDL, path: str | os.PathLike, *, overwrite: bool = False,
                provenance: dict[str, Any] | None = None) -> Path:
-    """Write the model store at ``path`` atomically; refuses to replace an existing path unless ``overwrite``."""
+    """Write the model store at ``path`` atomically; refuses to replace an existing path unless ``overwrite``.
+
+    The atoms are copied block by block (they may be a lazily read array, e.g. the staged data's y).
+    """
     target = Path(path)
     refuse_existing(target, overwrite)  # before the checksums over every variable
-    ds = model_to_dataset(model, provenance)
-    encoding = {name: {"chunks": tuple(min(SAMPLE_CHUNK, size) if dim == "sample" else size
-                                       for dim, size in zip(ds[name].dims, ds[name].shape))}
-                for name in ds.data_vars}
+    state = model.state()
+    ds = _dataset(state, provenance)
+    atoms = state["arrays"][ATOMS]
     with atomic_store(target, overwrite=overwrite) as staging:
-        ds.to_zarr(staging, mode="w", zarr_format=3, consolidated=False, encoding=encoding)
+        ds.to_zarr(staging, mode="w", zarr_format=3, consolidated=False)
+        group = zarr.open_group(staging, mode="r+", zarr_format=3)
+        copy = group.create_array(ATOMS, shape=tuple(atoms.shape), dtype="float64",
+                                  chunks=(min(SAMPLE_CHUNK, max(atoms.shape[0], 1)), atoms.shape[1]),
+                                  dimension_names=VARIABLE_DIMS[ATOMS])
+        _record_checksums(ds, _atoms_checksum(atoms, copy_to=copy))
+        group.attrs["checksums"] = ds.attrs["checksums"]
+        with xr.open_zarr(staging, consolidated=False, zarr_format=3) as written:
+            validate_model_dataset(written, f"model {target}")
     return target
 
 
 def load_model(path: str | os.PathLike) -> JDL:
     """Open a model store and return a model with the full query API; foreign, truncated or newer
-    stores raise ``ValueError`` naming the store and the broken rule."""
+    stores raise ``ValueError`` naming the store and the broken rule. The atoms stay on disk and are
+    read block by block when a query needs them."""
     source = Path(path)
     if not source.exists():
         raise ValueError(f"model: {source} does not exist")
+    where = f"model {source}"
     try:
         ds = xr.open_zarr(source, consolidated=False, zarr_format=3)
     except Exception as error:  # zarr raises many types for foreign or damaged directories
-        raise ValueError(f"model {source}: not a readable zarr v3 store ({type(error).__name__}: {error})") from None
+        raise ValueError(f"{where}: not a readable zarr v3 store ({type(error).__name__}: {error})") from None
     with ds:
+        validate_model_dataset(ds, where)
         try:
-            ds = ds.load()
+            small = ds.drop_vars(ATOMS).load()
+            atoms = zarr.open_array(source / ATOMS, mode="r", zarr_format=3)
         except Exception as error:
-            raise ValueError(f"model {source}: damaged data ({type(error).__name__}: {error})") from None
-        return model_from_dataset(ds, where=f"model {source}")
+            raise ValueError(f"{where}: damaged data ({type(error).__name__}: {error})") from None
+        small[ATOMS] = ds[ATOMS]  # lazy: validated by dims, read through ``atoms``
+        return model_from_dataset(small, where=where, atoms=atoms)

@@ -5,19 +5,25 @@ Functions (names as given on the command line):
   second_moment        E[Y Y^T | x], dims (sample, y_feature, y_feature_2)
   cdf:t1,t2,...        Q(Y <= t | x) for scalar Y, dims (sample, threshold_k)
   quantile:l1,l2,...   conditional quantiles of scalar Y, dims (sample, level_k)
-mean, second_moment and cdf use registered test functions (cost independent of n per row);
-quantiles need the weights on all n atoms.
+mean and second_moment come registered from the fit and cdf is registered once (one pass over
+the atoms), so their cost per row is independent of n; quantiles need the weights on all n atoms.
 """
 from __future__ import annotations
 
 import json
 import os
+from functools import partial
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 import zarr
 
+from jdlcore import JDL
+from jdlcore.atoms import STANDARD_FUNCTIONS
+
 from .atomic import atomic_store, refuse_existing
+from .cluster import dask_client, resolve_scheduler
 from .model_store import load_model
 from .staging import open_staged
 
@@ -43,8 +49,14 @@ def parse_function(spec: str) -> tuple[str, np.ndarray | None]:
 
 
 def score_store(model_path: str | os.PathLike, data: str | os.PathLike, out: str | os.PathLike,
-                functions: list[str], *, overwrite: bool = False) -> Path:
-    """Score every row of the staged store ``data``; write a zarr store aligned on ``sample``."""
+                functions: list[str], *, overwrite: bool = False, scheduler: str | None = None,
+                progress: Callable[[str], None] | None = None) -> Path:
+    """Score every row of the staged store ``data``; write a zarr store aligned on ``sample``.
+
+    Chunks of x are scored in this process or as Dask tasks (``scheduler``, see ``pipeline.cluster``),
+    each writing its own chunk-aligned region of the output (so the workers must see ``out``'s
+    directory). The output appears atomically when every chunk is written.
+    """
     if not functions:
         raise ValueError("function: give at least one --function")
     specs = {spec: parse_function(spec) for spec in functions}
@@ -56,19 +68,21 @@ def score_store(model_path: str | os.PathLike, data: str | os.PathLike, out: str
     trained = model.provenance_.get("x_features")
     if trained is not None and list(group.attrs["x_features"]) != list(trained):
         raise ValueError(f"data: x features {group.attrs['x_features']} differ from the model's {trained}")
-    d_y = model.y_atoms_.shape[1]
+    d_y = model.atoms_.d
     for spec, (kind, _) in specs.items():
         if kind in ("cdf", "quantile") and d_y != 1:
             raise ValueError(f"function {spec!r}: needs a scalar y, the model has {d_y} y features")
-    functions_of = {spec: _test_function(kind, values) for spec, (kind, values) in specs.items() if kind != "quantile"}
-    if not model.clips:
-        for spec, f in functions_of.items():
-            model.register(spec, f)
+    if not model.clips:  # mean and second_moment come registered from the fit; cdf needs one pass
+        for spec, (kind, values) in specs.items():
+            if kind != "quantile" and spec not in model.registered_:
+                model.register(spec, scoring_function(kind, values))
     x = group["x"]
     n, step = x.shape[0], x.chunks[0]
+    bounds = [(start, min(start + step, n)) for start in range(0, n, step)]
+    where = resolve_scheduler(scheduler, n)
+    data_path = str(Path(data).resolve())
     with atomic_store(target, overwrite=overwrite) as staging:
         root = zarr.open_group(staging, mode="w", zarr_format=3)
-        arrays = {}
         for spec, (kind, values) in specs.items():
             shape, dims = {
                 "mean": ((n, d_y), ("sample", "y_feature")),
@@ -76,28 +90,59 @@ def score_store(model_path: str | os.PathLike, data: str | os.PathLike, out: str
                 "cdf": ((n, 0 if values is None else values.size), ("sample", "threshold")),
                 "quantile": ((n, 0 if values is None else values.size), ("sample", "level")),
             }[kind]
-            arrays[spec] = root.create_array(spec, shape=shape, chunks=(step,) + shape[1:], dtype="float64",
-                                             dimension_names=dims)
+            array = root.create_array(spec, shape=shape, chunks=(step,) + shape[1:], dtype="float64",
+                                      dimension_names=dims)
             if values is not None:
-                arrays[spec].attrs["parameters"] = values.tolist()
-        for start in range(0, n, step):
-            block = x[start:start + step]
-            for spec, (kind, values) in specs.items():
-                if kind == "quantile":
-                    arrays[spec][start:start + block.shape[0]] = model.conditional_quantile(block, values)
-                elif model.clips:
-                    arrays[spec][start:start + block.shape[0]] = model.conditional_expectation(block, functions_of[spec])
-                else:
-                    arrays[spec][start:start + block.shape[0]] = model.expectation(spec, block)
+                array.attrs["parameters"] = values.tolist()
         root.attrs.update({"schema": "jdl.scores", "schema_version": 1, "model": str(Path(model_path).resolve()),
-                           "data": str(Path(data).resolve()), "n_samples": n, "functions": json.dumps(functions)})
+                           "data": data_path, "n_samples": n, "functions": json.dumps(functions)})
+        job = (data_path, str(staging), specs)
+        if where is None:
+            for done, (a, b) in enumerate(bounds, 1):
+                score_chunk(model, *job, a, b)
+                _report(progress, done, len(bounds))
+        else:
+            from distributed import as_completed
+
+            with dask_client(where) as client:
+                shared = client.scatter(model, broadcast=True)
+                futures = [client.submit(score_chunk, shared, *job, a, b, pure=False) for a, b in bounds]
+                for done, _ in enumerate(as_completed(futures), 1):
+                    _report(progress, done, len(bounds))
+                client.gather(futures)  # raises the first failure, if any
     return target
 
 
-def _test_function(kind: str, thresholds: np.ndarray | None):
-    """The test function f(y) (n, d_y) -> (n, ...) behind 'mean', 'second_moment' and 'cdf:...'."""
-    if kind == "mean":
-        return lambda y: y
-    if kind == "second_moment":
-        return lambda y: y[:, :, None] * y[:, None, :]
-    return lambda y: (y[:, :1] <= thresholds[None, :]).astype(np.float64)
+def _report(progress: Callable[[str], None] | None, done: int, total: int) -> None:
+    if progress is not None and (done == total or done % max(1, total // 10) == 0):
+        progress(f"scored {done}/{total} chunks")
+
+
+def score_chunk(model: JDL, data: str, out: str, specs: dict, start: int, stop: int) -> int:
+    """Score rows [start, stop) of the staged store ``data`` into the arrays of the store ``out``.
+
+    Registered functions share one kernel block per chunk; quantiles (and clipped models) need the
+    weights on all atoms. Returns the number of rows written.
+    """
+    block = zarr.open_group(data, mode="r", zarr_format=3)["x"][start:stop]
+    root = zarr.open_group(out, mode="r+", zarr_format=3)
+    registered = [spec for spec, (kind, _) in specs.items() if kind != "quantile" and not model.clips]
+    results = model.expectations(registered, block) if registered else {}
+    for spec, (kind, values) in specs.items():
+        if kind == "quantile":
+            results[spec] = model.conditional_quantile(block, values)
+        elif model.clips:
+            results[spec] = model.conditional_expectation(block, scoring_function(kind, values))
+        root[spec][start:stop] = results[spec]
+    return stop - start
+
+
+def scoring_function(kind: str, thresholds: np.ndarray | None) -> Callable[[np.ndarray], np.ndarray]:
+    """The test function f(y) (b, d_y) -> (b, ...) behind 'mean', 'second_moment' and 'cdf:...'."""
+    if kind in STANDARD_FUNCTIONS:
+        return STANDARD_FUNCTIONS[kind]
+    return partial(_below, thresholds=thresholds)
+
+
+def _below(y: np.ndarray, thresholds: np.ndarray) -> np.ndarray:
+    return (y[:, :1] <= thresholds[None, :]).astype(np.float64)

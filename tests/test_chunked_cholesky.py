@@ -13,18 +13,28 @@ def chunks_of(X, size):
 
 
 @pytest.mark.parametrize("pivoting", ["greedy", "random"])
-def test_chunked_factor_equals_in_memory(dask_client, pivoting):
+@pytest.mark.parametrize("budget", ["kept", "dropped mid-run", "factor-free"])
+def test_chunked_factor_equals_in_memory(dask_client, pivoting, budget):
+    """With L kept on the workers the chunked factor equals the in-memory one to 1e-10. Dropping L
+    (a memory budget) switches to recomputing K[:, S] B[S, :]: same pivots, same residual traces."""
     X = np.random.default_rng(5).standard_normal((6000, 3))
     kernel = GaussianKernel(1.0)
     memory = InMemoryFactorStorage(kernel, X)
-    expected = run_pivoted_cholesky(memory, kernel, tol=1e-3, pivoting=pivoting, seed=4)
+    expected = run_pivoted_cholesky(memory, kernel, tol=1e-3, pivoting=pivoting, seed=4, block_size=16)
     futures = dask_client.scatter(chunks_of(X, 1700))
-    chunked = DaskFactorStorage(dask_client, kernel, futures)
-    result = run_pivoted_cholesky(chunked, kernel, tol=1e-3, pivoting=pivoting, seed=4)
+    factor_budget = {"kept": 1e12, "dropped mid-run": 8.0 * 6000 * 40, "factor-free": 0}[budget]
+    chunked = DaskFactorStorage(dask_client, kernel, futures, factor_budget=factor_budget)
+    result = run_pivoted_cholesky(chunked, kernel, tol=1e-3, pivoting=pivoting, seed=4, block_size=16)
+    assert expected.pivots.size > 60
     np.testing.assert_array_equal(result.pivots, expected.pivots)
     np.testing.assert_allclose(result.history, expected.history, rtol=1e-10, atol=1e-9)
-    np.testing.assert_allclose(chunked.factor(), memory.factor(), rtol=0, atol=1e-10)
     assert result.stop_reason == expected.stop_reason == "tolerance"
+    assert chunked.keeps_factor == (budget == "kept")
+    if chunked.keeps_factor:
+        np.testing.assert_allclose(chunked.factor(), memory.factor(), rtol=0, atol=1e-10)
+    else:
+        with pytest.raises(RuntimeError, match="dropped L"):
+            chunked.factor()
 
 
 @pytest.mark.parametrize("constraints, positivity", [("normalization", "grid"), ("positivity", "tightening"), ("positivity", "grid")])

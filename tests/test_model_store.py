@@ -5,7 +5,7 @@ import shutil
 import numpy as np
 import pytest
 
-from jdlcore import JDL, GaussianKernel
+from jdlcore import JDL, GaussianKernel, build_problem
 
 xr = pytest.importorskip("xarray")
 pytest.importorskip("zarr")
@@ -56,17 +56,49 @@ def test_foreign_truncated_and_newer_stores_are_refused(fitted, tmp_path):
     with pytest.raises(ValueError, match="not a readable zarr v3 store"):
         load_model(junk)
     truncated = save_model(fitted, tmp_path / "truncated.zarr")
-    shutil.rmtree(truncated / "A_y")
-    with pytest.raises(ValueError, match="model .*truncated.zarr"):
+    shutil.rmtree(truncated / "y_atoms")
+    with pytest.raises(ValueError, match="model .*truncated.zarr: variable 'y_atoms' is missing"):
         load_model(truncated)
-    missing_chunks = save_model(fitted, tmp_path / "chunks.zarr")
-    for chunk in (missing_chunks / "A_y" / "c").rglob("*"):
-        if chunk.is_file():
-            chunk.unlink()
-    with pytest.raises(ValueError, match="'A_y' does not match its checksum"):
-        load_model(missing_chunks)
-    newer = model_to_dataset(fitted)
-    newer.attrs["schema_version"] = 99
-    newer.to_zarr(tmp_path / "newer.zarr", zarr_format=3, consolidated=False)
-    with pytest.raises(ValueError, match="schema_version 99 is newer"):
-        load_model(tmp_path / "newer.zarr")
+    for variable in ("y_atoms", "coef"):
+        missing_chunks = save_model(fitted, tmp_path / f"chunks-{variable}.zarr")
+        for chunk in (missing_chunks / variable / "c").rglob("*"):
+            if chunk.is_file():
+                chunk.unlink()
+        with pytest.raises(ValueError, match=f"'{variable}' does not match its checksum"):
+            load_model(missing_chunks)
+    for version, rule in ((99, "schema_version 99 is newer"), (1, "schema_version 1 is older")):
+        other = model_to_dataset(fitted)
+        other.attrs["schema_version"] = version
+        other.to_zarr(tmp_path / f"v{version}.zarr", zarr_format=3, consolidated=False)
+        with pytest.raises(ValueError, match=rule):
+            load_model(tmp_path / f"v{version}.zarr")
+
+
+def test_loaded_atoms_stay_on_disk_and_registered_functions_survive(tmp_path):
+    """A loaded model reads its atoms lazily from the store; queries streamed over atom blocks
+    (no cached A_Y) equal the in-memory ones; registered sums come back bit for bit."""
+    from jdlcore.atoms import STANDARD_FUNCTIONS, Atoms
+
+    X, Y = bivariate_gaussian(700, seed=2)
+    problem = build_problem(X, Y, GaussianKernel(0.5), GaussianKernel(0.5), tol=1e-5, test_functions=STANDARD_FUNCTIONS)
+    fitted = JDL(GaussianKernel(0.5), GaussianKernel(0.5), reg=1e-4, constraints="normalization").fit_problem(problem, Y)
+    fitted.register("cube", lambda y: y**3)
+    loaded = load_model(save_model(fitted, tmp_path / "m.zarr"))
+    assert not isinstance(loaded.y_atoms_, np.ndarray)  # a zarr array
+    assert sorted(loaded.registered_) == ["cube", "mean", "second_moment"]
+    for name, sums in fitted.registered_.items():
+        np.testing.assert_array_equal(loaded.registered_[name].moments, sums.moments)
+    loaded.atoms_ = Atoms(loaded.y_atoms_, loaded.basis_y_, block_rows=97, cache_entries=0)
+    Xq = np.linspace(-3, 3, 41)[:, None]
+    expected = fitted.conditional_expectation(Xq, lambda y: np.cos(y))
+    np.testing.assert_allclose(loaded.conditional_expectation(Xq, lambda y: np.cos(y)), expected, rtol=0, atol=1e-12)
+    np.testing.assert_allclose(loaded.expectation("cube", Xq), fitted.conditional_expectation(Xq, lambda y: y**3),
+                               rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(loaded.negative_mass(Xq), fitted.negative_mass(Xq), rtol=0, atol=1e-12)
+    np.testing.assert_array_equal(loaded.conditional_quantile(Xq, [0.1, 0.5, 0.9]),
+                                  fitted.conditional_quantile(Xq, [0.1, 0.5, 0.9]))
+    assert loaded.grid_minimum(X) == pytest.approx(fitted.grid_minimum(X), abs=1e-12)
+    both = loaded.expectations(["mean", "second_moment"], Xq)
+    np.testing.assert_allclose(both["mean"], fitted.conditional_expectation(Xq), rtol=0, atol=1e-10)
+    np.testing.assert_allclose(both["second_moment"][:, 0, 0], fitted.conditional_expectation(Xq, lambda y: y**2)[:, 0],
+                               rtol=0, atol=1e-10)
