@@ -30,6 +30,10 @@ def _stage(args: argparse.Namespace) -> int:
     return 0
 
 
+_SCHEDULER_HELP = ("where to run: auto (default: an embedded Dask cluster above 200,000 rows), memory, local "
+                   "(embedded Dask cluster) or tcp://HOST:PORT; environment variable JDL_SCHEDULER")
+
+
 def _progress(line: str) -> None:
     print(f"  {line}", file=sys.stderr, flush=True)
 
@@ -51,7 +55,8 @@ def _fit(args: argparse.Namespace) -> int:
 def _score(args: argparse.Namespace) -> int:
     from pipeline.scoring import score_store
 
-    path = score_store(args.model, args.data, args.out, args.function, overwrite=args.overwrite)
+    path = score_store(args.model, args.data, args.out, args.function, overwrite=args.overwrite,
+                       scheduler=args.scheduler, progress=_progress)
     print(f"scored {', '.join(args.function)} -> {path}")
     return 0
 
@@ -79,11 +84,11 @@ def build_parser() -> argparse.ArgumentParser:
     fit.add_argument("--reg", type=float, default=1e-4, help="regularisation lambda (default 1e-4)")
     fit.add_argument("--tol", type=float, default=1e-3, help="relative pivoted-Cholesky tolerance (default 1e-3)")
     fit.add_argument("--constraints", default="positivity", help="none | normalization | positivity (default)")
-    fit.add_argument("--positivity", default="grid", help="grid (default) | tightening | clip")
+    fit.add_argument("--positivity", default="auto",
+                     help="auto (default: grid up to 20,000 rows, tightening above) | grid | tightening | clip")
     fit.add_argument("--pivoting", default="random", help="random (default) | greedy")
     fit.add_argument("--seed", type=int, default=0)
-    fit.add_argument("--scheduler", default=os.environ.get("JDL_SCHEDULER"),
-                     help="run the factorisation on Dask: 'local' or tcp://HOST:PORT (env JDL_SCHEDULER)")
+    fit.add_argument("--scheduler", default=os.environ.get("JDL_SCHEDULER", "auto"), help=_SCHEDULER_HELP)
     fit.add_argument("--overwrite", action="store_true", help="replace an existing store")
     fit.set_defaults(run=_fit)
     score = commands.add_parser("score", help="score a staged data store with a model store")
@@ -92,6 +97,7 @@ def build_parser() -> argparse.ArgumentParser:
     score.add_argument("--out", required=True, help="the scores store to write")
     score.add_argument("--function", action="append", default=[], required=True,
                        help="mean | second_moment | cdf:t1,t2,... | quantile:l1,l2,... (repeatable)")
+    score.add_argument("--scheduler", default=os.environ.get("JDL_SCHEDULER", "auto"), help=_SCHEDULER_HELP)
     score.add_argument("--overwrite", action="store_true", help="replace an existing store")
     score.set_defaults(run=_score)
     return parser

@@ -25,6 +25,9 @@ matrix-matrix products (BLAS-3) instead of one matrix-vector product per pivot.
   probability proportional to d and accepts proposal i with probability R_cur[i, i] / R[i, i]
   (rejection sampling, as in their accelerated variant); the accepted pivots follow the law of
   sequential RPCholesky.
+* Near the tolerance a round computes only about twice the columns the remaining residual trace
+  should need (estimated from the previous round's trace reduction per pivot): the last round of
+  a large factorisation would otherwise compute up to c columns to keep one.
 
 Identities kept exactly: L[P, :] is lower triangular in pivot order (entries above the diagonal are
 set to 0, not left at rounding level), so B[P, :] = L[P, :]^{-T} is upper triangular, B^T L = I and
@@ -337,6 +340,7 @@ def run_pivoted_cholesky(
     pivots: list[np.ndarray] = []
     stop_reason = "tolerance"
     idle_rounds = 0
+    typical_norm = 0.0
     while True:
         if residual_trace <= threshold:
             stop_reason = "tolerance"
@@ -366,6 +370,13 @@ def run_pivoted_cholesky(
                 break
             continue
         idle_rounds = 0
+        if typical_norm > 0 and positions.size > 1:
+            # Work cap: columns beyond what the tolerance can need are not computed. The previous
+            # round's mean trace reduction per pivot estimates the next ones; twice the estimated
+            # count keeps an extra round rare. Only work changes: the kept pivots are a prefix.
+            cap = int(np.ceil(2.0 * (residual_trace - threshold) / typical_norm)) + 1
+            if cap < positions.size:
+                positions, C = positions[:cap], C[:cap, :cap]
         accepted = candidates[positions]
         transform = solve_triangular(C, np.eye(C.shape[0]), lower=True).T  # C^{-T}
         norms = storage.extend(accepted, transform, C)
@@ -373,6 +384,7 @@ def run_pivoted_cholesky(
         reached = np.flatnonzero(after <= threshold)
         keep = int(reached[0]) + 1 if reached.size else accepted.size
         residual_trace = storage.commit(keep)
+        typical_norm = float(np.mean(norms[:keep]))
         history.extend(after[: keep - 1].tolist())
         history.append(residual_trace)
         pivots.append(accepted[:keep])

@@ -210,6 +210,8 @@ class JDL:
         elif self.constraints == "normalization" or self.positivity == "clip":
             H = solve_normalized(red, reg)
         elif self.positivity == "tightening":
+            if not all(np.all(np.isfinite(v)) for v in (red.min_x, red.max_x, red.min_y, red.max_y)):
+                raise ValueError("positivity: 'tightening' needs the column extremes of the problem, which were not computed")
             H, solver_info = solve_tightened(red, reg)
         else:
             if problem.A_x is None or problem.A_y is None:
@@ -356,6 +358,11 @@ class JDL:
     def uses_grid(self) -> bool:
         """True when fitting solves exact positivity on the training grid."""
         return self.constraints == "positivity" and self.positivity == "grid"
+
+    @property
+    def uses_tightening(self) -> bool:
+        """True when fitting solves the tightening (33), which needs the column extremes of A."""
+        return self.constraints == "positivity" and self.positivity == "tightening"
 
     @property
     def clips(self) -> bool:

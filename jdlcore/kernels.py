@@ -4,7 +4,8 @@ Every kernel maps two sample arrays A (p, d) and B (q, d) to the block k(A, B) o
 gives the diagonal k(a_i, a_i) of shape (p,). Lengthscales are in the units of the features; a
 per-feature lengthscale (shape (d,)) rescales each column before the distance is taken.
 Large blocks are evaluated in row slabs on a small thread pool (NumPy releases the GIL in BLAS
-and in ufuncs), which is where kernel-heavy work spends its time.
+and in ufuncs), which is where kernel-heavy work spends its time. The pool has JDL_KERNEL_THREADS
+threads, else one per core up to 4 (Dask workers of the embedded cluster use 1).
 """
 from __future__ import annotations
 
@@ -28,7 +29,7 @@ __all__ = [
 ]
 
 _SLAB_ELEMENTS = 1 << 19  # entries per slab: about 4 MB of float64, cache-friendly
-_THREADS = max(1, min(4, os.cpu_count() or 1))
+_THREADS = max(1, int(os.environ.get("JDL_KERNEL_THREADS", 0)) or min(4, os.cpu_count() or 1))
 _POOL: ThreadPoolExecutor | None = None
 
 

@@ -41,13 +41,14 @@ class ChunkState:
     diag: np.ndarray  # (n_c,) residual diagonal
     pivots: np.ndarray  # local positions of the committed pivots held by this chunk
     staged: np.ndarray | None = None  # (b, n_c) columns awaiting commit (factor kept)
+    staged_norms: np.ndarray | None = None  # (b,) squared norms of the staged columns over the chunk
     staged_diag: np.ndarray | None = None  # (n_c,) diag after all b staged columns (factor-free)
     staged_args: tuple | None = None  # what recomputes the staged columns (factor-free)
     staged_local: np.ndarray | None = None  # local positions of staged pivots (their order in b)
     staged_order: np.ndarray | None = None  # positions within b of staged_local
 
 
-SLAB_ROWS = 1 << 14  # sample columns per slab where a chunk evaluates kernel blocks against all pivots
+SLAB_ROWS = 1 << 13  # sample columns per slab where a chunk evaluates kernel blocks against all pivots
 
 
 def _initial_state(X: np.ndarray, offset: int, kernel: Kernel, keep_factor: bool = True) -> ChunkState:
@@ -145,25 +146,27 @@ def _extend(
     factor_rows: np.ndarray, local: np.ndarray, order: np.ndarray,
     committed_points: np.ndarray | None = None, mixing: np.ndarray | None = None,
 ) -> ChunkState:
+    """Stage the new columns: kept whole with the factor; factor-free, only their squared norms and
+    the diagonal after all of them (a partial commit recomputes them)."""
     basis = None if mixing is None else (committed_points, mixing)
     args = (pivot_points, pivot_L, transform_t, factor_rows, local, order, basis)
     if basis is None:
-        return replace(state, staged=_new_columns(state, kernel, *args), staged_local=local, staged_order=order)
+        staged = _new_columns(state, kernel, *args)
+        return replace(state, staged=staged, staged_norms=np.einsum("ij,ij->i", staged, staged),
+                       staged_local=local, staged_order=order)
     diag = state.diag.copy()
+    norms = np.zeros(transform_t.shape[0])
     for start in range(0, state.X.shape[0], SLAB_ROWS):
         new = _new_columns(state, kernel, *args, start=start, stop=min(start + SLAB_ROWS, state.X.shape[0]))
-        diag[start:start + new.shape[1]] -= np.einsum("ij,ij->j", new, new)
-    return replace(state, staged_diag=diag, staged_args=(kernel, *args), staged_local=local, staged_order=order)
+        squares = new * new
+        diag[start:start + new.shape[1]] -= squares.sum(axis=0)
+        norms += squares.sum(axis=1)
+    return replace(state, staged_diag=diag, staged_norms=norms, staged_args=(kernel, *args),
+                   staged_local=local, staged_order=order)
 
 
 def _norms(state: ChunkState) -> np.ndarray:
-    if state.staged is not None:
-        return np.einsum("ij,ij->i", state.staged, state.staged)
-    norms = 0.0
-    for start in range(0, state.X.shape[0], SLAB_ROWS):
-        new = _new_columns(state, *state.staged_args, start=start, stop=min(start + SLAB_ROWS, state.X.shape[0]))
-        norms = norms + np.einsum("ij,ij->i", new, new)
-    return np.asarray(norms)
+    return state.staged_norms
 
 
 def _commit(state: ChunkState, count: int) -> ChunkState:
@@ -212,8 +215,9 @@ class DaskFactorStorage:
         reading a zarr chunk) can be recomputed after a worker is lost; scattered data cannot.
     factor_budget: bytes of L (8 n m) the workers may keep. Once the next round would exceed it,
         the chunks drop L and continue factor-free: every round then evaluates K[chunk, S] against
-        the committed pivots S (n m kernel values) instead of reading L. None: a quarter of the
-        workers' memory limits. 0: factor-free from the start.
+        the committed pivots S (n m kernel values) instead of reading L. None: a sixteenth of
+        the workers' memory limits (so the two factorisations of a fit keep at most an eighth).
+        0: factor-free from the start.
 
     Fault tolerance: the client keeps the committed pivots, their points and the m x m pivot rows
     of L. When an operation fails because a worker (and the chunk states on it) was lost, every
@@ -231,7 +235,7 @@ class DaskFactorStorage:
         self.n = int(self.offsets[-1])
         self.rank = 0
         self.recoveries = 0
-        self.factor_budget = float(worker_memory(client) / 4 if factor_budget is None else factor_budget)
+        self.factor_budget = float(worker_memory(client) / 16 if factor_budget is None else factor_budget)
         self.keeps_factor = self.factor_budget > 0
         self._pivots = np.empty(0, dtype=np.int64)
         self._pivot_points = np.zeros((0, 0))

@@ -97,6 +97,7 @@ def chunked_problem(
     seed: int | None = 0,
     block_size: int | None = None,
     keep_values: bool = True,
+    extremes: bool = True,
     factor_budget: float | None = None,
     test_functions: dict[str, Callable] | None = None,
     progress: Callable[[str], None] | None = None,
@@ -105,7 +106,9 @@ def chunked_problem(
 
     The basis values A_X (n x m_X) and A_Y (n x m_Y) are gathered to the client only when
     ``keep_values`` (exact grid positivity needs them); otherwise nothing n-sized leaves the
-    workers. ``test_functions`` (name -> f, row-wise on y) are summed on the workers and registered
+    workers. ``extremes``: compute the column minima and maxima of A_X and A_Y (a second pass over
+    the chunks; only the tightening (33) needs them, and they are NaN when skipped).
+    ``test_functions`` (name -> f, row-wise on y) are summed on the workers and registered
     with models fitted on the problem. ``progress`` is called with a line per finished stage.
     """
     started = time.perf_counter()
@@ -116,7 +119,7 @@ def chunked_problem(
     say(f"pivots x: rank {factor_x.rank}, relative residual {factor_x.relative_error:.3g}")
     factor_y, storage_y = chunked_factor(client, kernel_y, y_chunks, factor_budget=factor_budget, **options)
     say(f"pivots y: rank {factor_y.rank}, relative residual {factor_y.relative_error:.3g}")
-    seconds["pivots"] = time.perf_counter() - started
+    seconds["cholesky"] = time.perf_counter() - started
     if not np.array_equal(storage_x.offsets, storage_y.offsets):
         raise ValueError("y_chunks: must have the same chunk lengths as x_chunks (paired samples)")
 
@@ -142,8 +145,13 @@ def chunked_problem(
         extremes = np.min([p[1] for p in parts], axis=0), np.max([p[2] for p in parts], axis=0)
         return (np.vstack([p[0] for p in parts]) if keep_values else None), extremes
 
-    A_x, extremes_x = values(storage_x, shared[0], shared[1], basis_x.rotation)
-    A_y, extremes_y = values(storage_y, shared[2], shared[3], basis_y.rotation)
+    if keep_values or extremes:
+        A_x, extremes_x = values(storage_x, shared[0], shared[1], basis_x.rotation)
+        A_y, extremes_y = values(storage_y, shared[2], shared[3], basis_y.rotation)
+    else:
+        A_x = A_y = None
+        extremes_x = (np.full(basis_x.size, np.nan), np.full(basis_x.size, np.nan))
+        extremes_y = (np.full(basis_y.size, np.nan), np.full(basis_y.size, np.nan))
     reductions = reductions_from_partials(partials, basis_x, basis_y, extremes_x, extremes_y)
     seconds["reductions"] = time.perf_counter() - mark
     say(f"reductions: {seconds['reductions']:.1f} s")

@@ -114,3 +114,37 @@ def test_chunked_problem_with_large_bases(dask_client):
     np.testing.assert_allclose(chunked.reductions.cross, memory.reductions.cross, rtol=0,
                                atol=1e-10 * np.abs(memory.reductions.cross).max())
     np.testing.assert_allclose(chunked.reductions.max_y, memory.reductions.max_y, rtol=0, atol=1e-10)
+
+
+def test_factor_free_chunked_problem_equals_in_memory(dask_client):
+    """With no memory for L on the workers (budget 0) the reductions and the registered test-function
+    sums are computed from L = K[:, S] B[S, :] slab by slab; they equal the in-memory ones."""
+    from jdlcore import JDL, build_problem
+    from jdlcore.atoms import STANDARD_FUNCTIONS
+    from pipeline.chunked_fit import chunked_problem
+
+    rng = np.random.default_rng(12)
+    X = rng.standard_normal((4000, 2))
+    Y = np.column_stack([X[:, 0] * X[:, 1], X[:, 1]]) + 0.3 * rng.standard_normal((4000, 2))
+    kx, ky = GaussianKernel(0.9), GaussianKernel(0.8)
+    options = dict(tol=1e-4, pivoting="greedy", test_functions=STANDARD_FUNCTIONS)
+    memory = build_problem(X, Y, kx, ky, **options)
+    chunked = chunked_problem(dask_client, dask_client.scatter(chunks_of(X, 900)), dask_client.scatter(chunks_of(Y, 900)),
+                              kx, ky, keep_values=False, factor_budget=0, **options)
+    assert chunked.A_x is None and chunked.A_y is None and not chunked.factors["factor_kept"]
+    np.testing.assert_array_equal(chunked.factors["pivots_x"], memory.factors["pivots_x"])
+    for name in ("lam_x", "lam_y", "cross", "sum_x", "sum_y", "min_x", "max_x", "min_y", "max_y"):
+        a, b = getattr(chunked.reductions, name), getattr(memory.reductions, name)
+        np.testing.assert_allclose(a, b, rtol=0, atol=1e-9 * max(1.0, np.abs(b).max()), err_msg=name)
+    for name in STANDARD_FUNCTIONS:
+        a, b = chunked.function_sums[name], memory.function_sums[name]
+        assert a.shape == b.shape
+        np.testing.assert_allclose(a.moments, b.moments, rtol=0, atol=1e-9 * np.abs(b.moments).max(), err_msg=name)
+        np.testing.assert_allclose(a.totals, b.totals, rtol=1e-12, err_msg=name)
+    model = JDL(kx, ky, reg=1e-4, constraints="normalization").fit_problem(chunked, Y)
+    reference = JDL(kx, ky, reg=1e-4, constraints="normalization").fit_problem(memory, Y)
+    Xq = rng.standard_normal((30, 2))
+    # registered sums (from the workers) against a pass over the atoms of the in-memory model
+    np.testing.assert_allclose(model.expectation("second_moment", Xq),
+                               reference.conditional_expectation(Xq, STANDARD_FUNCTIONS["second_moment"]),
+                               rtol=0, atol=1e-8)

@@ -47,11 +47,40 @@ def test_stage_fit_score_in_memory(staged, capsys):
     assert not (tmp_path / "t.zarr").exists()
 
 
-def test_fit_on_real_dask_scheduler_equals_in_memory(staged, dask_client):
+def test_fit_and_score_on_real_dask_scheduler_equal_in_memory(staged, dask_client):
+    """Fit and score as Dask tasks on a real scheduler with two worker processes; the model and
+    the scores equal the in-process ones."""
     tmp_path, x, _ = staged
     address = dask_client.scheduler.address
-    assert main(fit_args(tmp_path, "mem.zarr", "--constraints", "normalization")) == 0
+    assert main(fit_args(tmp_path, "mem.zarr", "--constraints", "normalization", "--scheduler", "memory")) == 0
     assert main(fit_args(tmp_path, "dask.zarr", "--constraints", "normalization", "--scheduler", address)) == 0
     a, b = load_model(tmp_path / "mem.zarr"), load_model(tmp_path / "dask.zarr")
+    assert b.provenance_["scheduler"] == address and sorted(b.registered_) == ["mean", "second_moment"]
     Xq = np.linspace(-3, 3, 25)[:, None]
     np.testing.assert_allclose(a.conditional_weights(Xq), b.conditional_weights(Xq), rtol=0, atol=1e-10)
+    functions = ["--function", "mean", "--function", "second_moment", "--function", "cdf:-1,0,1",
+                 "--function", "quantile:0.1,0.9"]
+    for name, scheduler in (("s-mem.zarr", "memory"), ("s-dask.zarr", address)):
+        assert main(["score", str(tmp_path / "dask.zarr"), str(tmp_path / "d.zarr"), "--out", str(tmp_path / name),
+                     *functions, "--scheduler", scheduler]) == 0
+    in_process, on_dask = (zarr.open_group(tmp_path / name, mode="r") for name in ("s-mem.zarr", "s-dask.zarr"))
+    for spec in ("mean", "second_moment", "cdf:-1,0,1", "quantile:0.1,0.9"):
+        np.testing.assert_array_equal(on_dask[spec][:], in_process[spec][:], err_msg=spec)
+    np.testing.assert_allclose(on_dask["mean"][:], b.conditional_expectation(x), rtol=0, atol=1e-12)
+
+
+def test_positivity_choice_and_scheduler_values(staged, capsys):
+    from pipeline.cluster import resolve_scheduler
+    from pipeline.fitting import GRID_LIMIT, GRID_ROWS, choose_positivity
+
+    assert choose_positivity("auto", "positivity", GRID_ROWS) == "grid"
+    assert choose_positivity("auto", "positivity", GRID_ROWS + 1) == "tightening"
+    assert choose_positivity("grid", "normalization", 10 * GRID_LIMIT) == "grid"  # unused without positivity
+    with pytest.raises(ValueError, match="'grid' checks all n\\^2"):
+        choose_positivity("grid", "positivity", GRID_LIMIT + 1)
+    assert resolve_scheduler(None, 10) is None and resolve_scheduler("auto", 10**7) == "local"
+    assert resolve_scheduler("memory", 10**7) is None and resolve_scheduler("tcp://h:1", 5) == "tcp://h:1"
+    tmp_path, _, _ = staged
+    assert main(fit_args(tmp_path, "m.zarr", "--scheduler", "nowhere")) == 2
+    assert "scheduler: 'nowhere' is not auto, memory, local" in capsys.readouterr().err
+    assert not (tmp_path / "m.zarr").exists()

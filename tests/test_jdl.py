@@ -198,3 +198,26 @@ def test_grid_positivity_needs_x_values(data):
         JDL(GaussianKernel(0.6), GaussianKernel(0.6)).fit_problem(problem, Y)
     model = JDL(GaussianKernel(0.6), GaussianKernel(0.6), constraints="normalization").fit_problem(problem, Y)
     assert not model.uses_grid and np.isfinite(model.coef_).all()
+
+
+def test_clipped_and_streamed_queries_equal_cached_ones():
+    """Atoms streamed block by block (A_Y recomputed per block, nothing cached) give the same
+    clipped expectations, weights, negative mass and quantiles as the cached single block."""
+    from jdlcore.atoms import Atoms
+
+    X, Y = bivariate_gaussian(600, seed=21)
+    model = JDL(GaussianKernel(0.4), GaussianKernel(0.4), reg=1e-5, tol=1e-6, constraints="positivity",
+                positivity="clip").fit(X, Y)
+    Xq = np.linspace(-4, 4, 23)[:, None]
+    f = lambda y: np.column_stack([y[:, 0], np.sin(y[:, 0])])  # noqa: E731
+    cached = (model.conditional_expectation(Xq, f), model.conditional_weights(Xq), model.negative_mass(Xq),
+              model.conditional_quantile(Xq, [0.2, 0.8]))
+    assert cached[2].max() > 0  # far from the data some weights are negative: clipping matters
+    model.atoms_ = Atoms(model.y_atoms_, model.basis_y_, block_rows=101, cache_entries=0)
+    streamed = (model.conditional_expectation(Xq, f), model.conditional_weights(Xq), model.negative_mass(Xq),
+                model.conditional_quantile(Xq, [0.2, 0.8]))
+    for a, b in zip(streamed[:3], cached[:3]):
+        np.testing.assert_allclose(a, b, rtol=0, atol=1e-12)
+    np.testing.assert_array_equal(streamed[3], cached[3])
+    weights = cached[1]
+    np.testing.assert_allclose(cached[0], weights @ f(Y), rtol=0, atol=1e-12)  # against the explicit weights
