@@ -394,10 +394,10 @@ class JDL:
         """Total negative weight of Q(Y | X = x_q) before any clipping, shape (q,); 0 for a positive model."""
         Xq = self._queries(Xq)
         negative, totals = np.zeros(Xq.shape[0]), np.zeros(Xq.shape[0])
-        for sl in self._batches(Xq.shape[0]):
-            g = self._directions(Xq[sl])
-            for _, _, A in self.atoms_.blocks():
-                values = g @ A.T
+        g = self._directions(Xq)
+        for _, _, A in self.atoms_.blocks():  # atoms outside: one pass over them for all queries
+            for sl in _batches(Xq.shape[0], A.shape[0]):
+                values = g[sl] @ A.T
                 values += 1.0
                 negative[sl] += np.minimum(values, 0.0).sum(axis=1)
                 totals[sl] += values.sum(axis=1)
@@ -519,8 +519,7 @@ class JDL:
 
     # -- internals --------------------------------------------------------------------------------
     def _batches(self, q: int):
-        step = max(1, _QUERY_ELEMENTS // max(self.n_samples_, 1))
-        return [slice(start, min(start + step, q)) for start in range(0, q, step)]
+        return _batches(q, self.n_samples_)
 
     def _project_queries(self, Xq: np.ndarray, sums: FunctionSums) -> np.ndarray:
         """E[f(Y) | x] = (totals + k(x, pivots_X) W)[:p] / (...)[p] for the test function's sums, where
@@ -543,11 +542,11 @@ class JDL:
         numerator: np.ndarray | None = None
         denominator = np.zeros(Xq.shape[0])
         shape: tuple = ()
-        for sl in self._batches(Xq.shape[0]):
-            g = self._directions(Xq[sl])
-            for _, y, A in self.atoms_.blocks():
-                values, shape = evaluate_function(f, y)
-                weights = g @ A.T
+        g = self._directions(Xq)
+        for _, y, A in self.atoms_.blocks():  # atoms outside: one pass over them for all queries
+            values, shape = evaluate_function(f, y)
+            for sl in _batches(Xq.shape[0], A.shape[0]):
+                weights = g[sl] @ A.T
                 weights += 1.0
                 np.maximum(weights, 0.0, out=weights)
                 if numerator is None:
@@ -555,3 +554,9 @@ class JDL:
                 numerator[sl] += weights @ values
                 denominator[sl] += weights.sum(axis=1)
         return (numerator / denominator[:, None]).reshape((Xq.shape[0],) + shape)
+
+
+def _batches(q: int, atoms: int) -> list[slice]:
+    """Query slices whose (queries x atoms) temporaries stay near ``_QUERY_ELEMENTS`` entries."""
+    step = max(1, _QUERY_ELEMENTS // max(atoms, 1))
+    return [slice(start, min(start + step, q)) for start in range(0, q, step)]

@@ -43,6 +43,7 @@ def data_fingerprint(group: zarr.Group) -> str:
     return digest.hexdigest()
 
 
+NEGATIVE_MASS_PROBES = 16  # x pivots at which the stored model reports its negative mass
 GRID_ROWS = 20_000
 GRID_LIMIT = 200_000
 
@@ -110,6 +111,13 @@ def fit_store(
                                       progress=progress, **options)
     model = estimator.fit_problem(problem, Y)
     model.diagnostics_["fit_seconds"] = time.perf_counter() - started
+    mark = time.perf_counter()
+    probes = model.basis_x_.pivot_points[:NEGATIVE_MASS_PROBES]
+    negative = model.negative_mass(probes)  # one pass over the atoms
+    model.diagnostics_.update({
+        "negative_mass_max": float(negative.max()), "negative_mass_mean": float(negative.mean()),
+        "negative_mass_probes": int(probes.shape[0]), "negative_mass_seconds": time.perf_counter() - mark,
+    })
     if progress is not None:
         progress(f"solved: {model.diagnostics_['solve_seconds']:.2f} s")
     provenance: dict[str, Any] = {

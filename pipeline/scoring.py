@@ -19,6 +19,7 @@ from typing import Callable
 import numpy as np
 import zarr
 
+from data_schemas.scores import SCHEMA_NAME, SCHEMA_VERSION, function_dims, validate_scores_group
 from jdlcore import JDL
 from jdlcore.atoms import STANDARD_FUNCTIONS
 
@@ -84,17 +85,14 @@ def score_store(model_path: str | os.PathLike, data: str | os.PathLike, out: str
     with atomic_store(target, overwrite=overwrite) as staging:
         root = zarr.open_group(staging, mode="w", zarr_format=3)
         for spec, (kind, values) in specs.items():
-            shape, dims = {
-                "mean": ((n, d_y), ("sample", "y_feature")),
-                "second_moment": ((n, d_y, d_y), ("sample", "y_feature", "y_feature_2")),
-                "cdf": ((n, 0 if values is None else values.size), ("sample", "threshold")),
-                "quantile": ((n, 0 if values is None else values.size), ("sample", "level")),
-            }[kind]
+            width = 0 if values is None else values.size
+            shape = {"mean": (n, d_y), "second_moment": (n, d_y, d_y)}.get(kind, (n, width))
+            dims = function_dims(spec)
             array = root.create_array(spec, shape=shape, chunks=(step,) + shape[1:], dtype="float64",
                                       dimension_names=dims)
             if values is not None:
                 array.attrs["parameters"] = values.tolist()
-        root.attrs.update({"schema": "jdl.scores", "schema_version": 1, "model": str(Path(model_path).resolve()),
+        root.attrs.update({"schema": SCHEMA_NAME, "schema_version": SCHEMA_VERSION, "model": str(Path(model_path).resolve()),
                            "data": data_path, "n_samples": n, "functions": json.dumps(functions)})
         job = (data_path, str(staging), specs)
         if where is None:
@@ -110,6 +108,7 @@ def score_store(model_path: str | os.PathLike, data: str | os.PathLike, out: str
                 for done, _ in enumerate(as_completed(futures), 1):
                     _report(progress, done, len(bounds))
                 client.gather(futures)  # raises the first failure, if any
+        validate_scores_group(zarr.open_group(staging, mode="r", zarr_format=3), f"scores {target}")
     return target
 
 

@@ -41,6 +41,13 @@ def test_stage_fit_score_in_memory(staged, capsys):
     same = scores["quantile:0.05,0.5,0.95"][:] == model.conditional_quantile(x, [0.05, 0.5, 0.95])
     assert same.mean() > 0.999
     assert scores["mean"].metadata.dimension_names == ("sample", "y_feature")
+    from data_schemas.scores import validate_scores_group
+
+    validate_scores_group(scores)
+    scores_attrs_removed = zarr.open_group(tmp_path / "s.zarr", mode="r+")
+    del scores_attrs_removed["cdf:-1,0,1"]
+    with pytest.raises(ValueError, match="array 'cdf:-1,0,1' is missing"):
+        validate_scores_group(zarr.open_group(tmp_path / "s.zarr", mode="r"))
     assert main(["score", str(tmp_path / "m.zarr"), str(tmp_path / "d.zarr"), "--out", str(tmp_path / "t.zarr"),
                  "--function", "median"]) == 2
     assert "function 'median': unknown" in capsys.readouterr().err

@@ -1,0 +1,59 @@
+"""Contract of a scores store (``jdl score``): a zarr v3 group aligned with the scored data.
+
+One float64 array per scoring function, named exactly as given on the command line, with the
+scored data's ``sample`` axis first and these dimension names:
+
+| function | dims |
+|---|---|
+| mean | (sample, y_feature) |
+| second_moment | (sample, y_feature, y_feature_2) |
+| cdf:t1,... | (sample, threshold), attribute ``parameters`` = [t1, ...] |
+| quantile:l1,... | (sample, level), attribute ``parameters`` = [l1, ...] |
+
+Group attributes: ``schema`` = "jdl.scores", ``schema_version``, ``model`` and ``data`` (absolute
+paths), ``n_samples``, ``functions`` (JSON list of the function names, in order).
+"""
+from __future__ import annotations
+
+import json
+
+SCHEMA_NAME = "jdl.scores"
+SCHEMA_VERSION = 1
+
+FUNCTION_DIMS: dict[str, tuple[str, ...]] = {
+    "mean": ("sample", "y_feature"),
+    "second_moment": ("sample", "y_feature", "y_feature_2"),
+    "cdf": ("sample", "threshold"),
+    "quantile": ("sample", "level"),
+}
+
+
+def function_dims(spec: str) -> tuple[str, ...]:
+    """Dimension names of the array of one function spec ('mean', 'cdf:-1,0,1', ...)."""
+    kind = spec.partition(":")[0]
+    if kind not in FUNCTION_DIMS:
+        raise ValueError(f"function {spec!r}: unknown kind {kind!r}")
+    return FUNCTION_DIMS[kind]
+
+
+def validate_scores_group(group, where: str = "scores") -> None:
+    """Raise ``ValueError`` naming the first broken rule of the scores contract (a zarr group)."""
+    attrs = dict(group.attrs)
+    if attrs.get("schema") != SCHEMA_NAME:
+        raise ValueError(f"{where}: not a jdl scores store (attribute schema={attrs.get('schema')!r})")
+    if not isinstance(attrs.get("schema_version"), int) or attrs["schema_version"] > SCHEMA_VERSION:
+        raise ValueError(f"{where}: schema_version {attrs.get('schema_version')!r} is newer than this jdl reads")
+    for name in ("model", "data", "n_samples", "functions"):
+        if name not in attrs:
+            raise ValueError(f"{where}: attribute {name!r} is missing")
+    functions = json.loads(attrs["functions"])
+    for spec in functions:
+        if spec not in group:
+            raise ValueError(f"{where}: array {spec!r} is missing")
+        array = group[spec]
+        dims = tuple(array.metadata.dimension_names or ())
+        if dims != function_dims(spec):
+            raise ValueError(f"{where}: array {spec!r} has dims {dims}, expected {function_dims(spec)}")
+        if array.shape[0] != attrs["n_samples"] or array.dtype.kind != "f":
+            raise ValueError(f"{where}: array {spec!r} has shape {array.shape} and dtype {array.dtype}, "
+                             f"expected {attrs['n_samples']} float rows")
