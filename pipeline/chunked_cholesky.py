@@ -2,9 +2,11 @@
 
 The driver (``jdlcore.cholesky.run_pivoted_cholesky``) is the same one the in-memory path uses; this
 module only feeds it. Each chunk of samples keeps its own state on a worker: its points (n_c, d),
-its slab of L^T (rank, n_c), its residual diagonal (n_c,) and the local positions of the pivots it
-holds. Every operation maps the old state to a new one (no mutation), so a lost worker is rebuilt
-from the task graph and a fit survives it with the same result.
+its slab of L^T (rank, n_c) while L fits the memory budget, its residual diagonal (n_c,) and the
+local positions of the pivots it holds. Past the budget the chunks drop L and work factor-free,
+evaluating K[chunk, S] against the committed pivots S where L was read (L = K[:, S] B[S, :]).
+Every operation maps the old state to a new one (no mutation), so a lost worker is rebuilt from
+the task graph and a fit survives it with the same result.
 
 Per round the scheduler sees four fan-outs (select or sample, pivot rows, extend, commit), so the
 number of round trips is about 4 m / b for rank m and b pivots accepted per round; only O(b m)
@@ -333,14 +335,14 @@ class DaskFactorStorage:
                    for c, w in groups.items()}
         points = rows = diag = None
         for c, where in groups.items():
-            x, l, d = futures[c].result()
+            x, factor_rows, d = futures[c].result()
             if points is None:
                 points = np.empty((indices.size, x.shape[1]))
                 rows = np.empty((indices.size, self.rank))
                 diag = np.empty(indices.size)
             points[where], diag[where] = x, d
-            if l is not None:
-                rows[where] = l
+            if factor_rows is not None:
+                rows[where] = factor_rows
         if not self.keeps_factor:
             rows = recomputed_factor(self.kernel, points, *self.pivot_basis())
         return points, rows, diag
