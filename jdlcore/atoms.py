@@ -17,7 +17,7 @@ import numpy as np
 
 from .basis import SpectralBasis
 
-__all__ = ["Atoms", "FunctionSums", "evaluate_function", "identity", "outer_square", "STANDARD_FUNCTIONS"]
+__all__ = ["Atoms", "FunctionSums", "block_sums", "evaluate_function", "identity", "outer_square", "STANDARD_FUNCTIONS"]
 
 _BLOCK_ROWS = 1 << 16
 _CACHE_ENTRIES = 1 << 24  # A_Y is kept in memory after its first use when n * m_Y is at most this
@@ -37,6 +37,16 @@ class FunctionSums:
 
     def __add__(self, other: "FunctionSums") -> "FunctionSums":
         return FunctionSums(self.moments + other.moments, self.totals + other.totals, self.shape)
+
+    def rotated(self, rotation: np.ndarray) -> "FunctionSums":
+        """Sums in factor coordinates (L^T F) turned into basis coordinates (A^T F = V^T L^T F)."""
+        return FunctionSums(rotation.T @ self.moments, self.totals, self.shape)
+
+
+def block_sums(f: Callable[[np.ndarray], Any] | None, y: np.ndarray, basis_values: np.ndarray) -> FunctionSums:
+    """Sums of f over one block of atoms y (b, d_y) with their basis (or factor) values (b, m)."""
+    values, shape = evaluate_function(f, y)
+    return FunctionSums(basis_values.T @ values, values.sum(axis=0), shape)
 
 
 def identity(y: np.ndarray) -> np.ndarray:
@@ -118,8 +128,7 @@ class Atoms:
         """A_Y^T f(atoms) and f(atoms)^T 1, accumulated block by block (f None: the identity)."""
         total: FunctionSums | None = None
         for _, y, A in self.blocks():
-            values, shape = evaluate_function(f, y)
-            part = FunctionSums(A.T @ values, values.sum(axis=0), shape)
+            part = block_sums(f, y, A)
             if total is not None and part.shape != total.shape:
                 raise ValueError(f"f: value shape changed between blocks ({total.shape} vs {part.shape})")
             total = part if total is None else total + part

@@ -17,7 +17,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from .atoms import Atoms, FunctionSums, evaluate_function
+from .atoms import Atoms, FunctionSums, block_sums, evaluate_function
 from .basis import (
     JDLReductions, SpectralBasis, column_extremes, factor_partials, reductions_from_partials, spectral_basis,
 )
@@ -80,10 +80,7 @@ def build_problem(
     A_x = factor_x.L @ basis_x.rotation
     A_y = factor_y.L @ basis_y.rotation
     reductions = reductions_from_partials(partials, basis_x, basis_y, column_extremes(A_x), column_extremes(A_y))
-    sums = {}
-    for name, f in (test_functions or {}).items():
-        values, shape = evaluate_function(f, Y)
-        sums[name] = FunctionSums(A_y.T @ values, values.sum(axis=0), shape)
+    sums = {name: block_sums(f, Y, A_y) for name, f in (test_functions or {}).items()}
     return JDLProblem(basis_x, basis_y, A_x, A_y, reductions, factor_diagnostics(factor_x, factor_y, started), sums)
 
 

@@ -53,6 +53,11 @@ class ChunkState:
 SLAB_ROWS = 1 << 13  # sample columns per slab where a chunk evaluates kernel blocks against all pivots
 
 
+def slabs(n: int) -> list[tuple[int, int]]:
+    """[start, stop) bounds of the slabs of a chunk of n samples."""
+    return [(start, min(start + SLAB_ROWS, n)) for start in range(0, n, SLAB_ROWS)]
+
+
 def _initial_state(X: np.ndarray, offset: int, kernel: Kernel, keep_factor: bool = True) -> ChunkState:
     X = np.ascontiguousarray(X, dtype=np.float64)
     return ChunkState(offset, X, np.zeros((0, X.shape[0])) if keep_factor else None,
@@ -78,8 +83,8 @@ def _rebuild_state(
     local = pivots[mine] - offset
     diag = state.diag.copy()
     slabs = []
-    for start in range(0, state.X.shape[0], SLAB_ROWS):
-        L = recomputed_factor(kernel, state.X[start:start + SLAB_ROWS], pivot_points, B_pivots)
+    for start, stop in slabs(state.X.shape[0]):
+        L = recomputed_factor(kernel, state.X[start:stop], pivot_points, B_pivots)
         here = (local >= start) & (local < start + L.shape[0])
         L[local[here] - start] = L_pivots[mine[here]]
         diag[start:start + L.shape[0]] -= np.einsum("ij,ij->i", L, L)
@@ -158,8 +163,8 @@ def _extend(
                        staged_local=local, staged_order=order)
     diag = state.diag.copy()
     norms = np.zeros(transform_t.shape[0])
-    for start in range(0, state.X.shape[0], SLAB_ROWS):
-        new = _new_columns(state, kernel, *args, start=start, stop=min(start + SLAB_ROWS, state.X.shape[0]))
+    for start, stop in slabs(state.X.shape[0]):
+        new = _new_columns(state, kernel, *args, start=start, stop=stop)
         squares = new * new
         diag[start:start + new.shape[1]] -= squares.sum(axis=0)
         norms += squares.sum(axis=1)
@@ -181,8 +186,8 @@ def _commit(state: ChunkState, count: int) -> ChunkState:
         diag, Lt = state.staged_diag.copy(), None
     else:  # a partial last round: recompute the kept columns (deterministic, so identical)
         diag, Lt = state.diag.copy(), None
-        for start in range(0, state.X.shape[0], SLAB_ROWS):
-            new = _new_columns(state, *state.staged_args, start=start, stop=min(start + SLAB_ROWS, state.X.shape[0]))[:count]
+        for start, stop in slabs(state.X.shape[0]):
+            new = _new_columns(state, *state.staged_args, start=start, stop=stop)[:count]
             diag[start:start + new.shape[1]] -= np.einsum("ij,ij->j", new, new)
     diag[accepted] = 0.0
     np.maximum(diag, 0.0, out=diag)

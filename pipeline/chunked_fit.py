@@ -15,13 +15,13 @@ from typing import Callable
 
 import numpy as np
 
-from jdlcore.atoms import FunctionSums, evaluate_function
+from jdlcore.atoms import FunctionSums, block_sums
 from jdlcore.basis import FactorPartials, column_extremes, factor_partials, reductions_from_partials, spectral_basis
 from jdlcore.cholesky import PivotedCholesky, run_pivoted_cholesky
 from jdlcore.jdl import JDLProblem, factor_diagnostics
 from jdlcore.kernels import Kernel
 
-from .chunked_cholesky import SLAB_ROWS, ChunkState, DaskFactorStorage, recomputed_factor
+from .chunked_cholesky import ChunkState, DaskFactorStorage, recomputed_factor, slabs
 
 __all__ = ["chunked_factor", "chunked_problem"]
 
@@ -56,15 +56,13 @@ def _partials(
 ) -> tuple[FactorPartials, dict[str, FunctionSums]]:
     """Pass 1 over a pair of chunks: factor partial sums, and L_Y^T f(y) and f(y)^T 1 per test function."""
     partials, sums = None, {}
-    for start in range(0, x.X.shape[0], SLAB_ROWS):
-        stop = min(start + SLAB_ROWS, x.X.shape[0])
+    for start, stop in slabs(x.X.shape[0]):
         L_x = _factor_slab(x, kernel_x, points_x, B_x, start, stop)
         L_y = _factor_slab(y, kernel_y, points_y, B_y, start, stop)
         part = factor_partials(L_x, L_y)
         partials = part if partials is None else partials + part
         for name, f in test_functions.items():
-            values, shape = evaluate_function(f, y.X[start:stop])
-            term = FunctionSums(L_y.T @ values, values.sum(axis=0), shape)
+            term = block_sums(f, y.X[start:stop], L_y)
             sums[name] = sums[name] + term if name in sums else term
     return partials, sums
 
@@ -74,8 +72,7 @@ def _basis_values(
 ) -> tuple[np.ndarray | None, np.ndarray, np.ndarray]:
     """Pass 2 over a chunk: A = L V (returned only if ``keep``) and its column minima and maxima."""
     low, high, values = np.inf, -np.inf, []
-    for start in range(0, state.X.shape[0], SLAB_ROWS):
-        stop = min(start + SLAB_ROWS, state.X.shape[0])
+    for start, stop in slabs(state.X.shape[0]):
         A = _factor_slab(state, kernel, points, B, start, stop) @ rotation
         slab_low, slab_high = column_extremes(A)
         low, high = np.minimum(low, slab_low), np.maximum(high, slab_high)
@@ -135,8 +132,7 @@ def chunked_problem(
     basis_y = spectral_basis(factor_y, kernel_y, gram=partials.gram_y)
     function_sums = {}
     for name in test_functions or {}:
-        total = reduce(add, [p[1][name] for p in parts])
-        function_sums[name] = FunctionSums(basis_y.rotation.T @ total.moments, total.totals, total.shape)
+        function_sums[name] = reduce(add, [p[1][name] for p in parts]).rotated(basis_y.rotation)
 
     def values(storage: DaskFactorStorage, points, B, rotation):
         rotation = client.scatter(rotation, broadcast=True)
