@@ -82,17 +82,17 @@ def _rebuild_state(
     mine = np.flatnonzero((pivots >= offset) & (pivots < offset + state.X.shape[0]))
     local = pivots[mine] - offset
     diag = state.diag.copy()
-    slabs = []
+    factor_slabs = []
     for start, stop in slabs(state.X.shape[0]):
         L = recomputed_factor(kernel, state.X[start:stop], pivot_points, B_pivots)
         here = (local >= start) & (local < start + L.shape[0])
         L[local[here] - start] = L_pivots[mine[here]]
         diag[start:start + L.shape[0]] -= np.einsum("ij,ij->i", L, L)
         if keep_factor:
-            slabs.append(L.T)
+            factor_slabs.append(L.T)
     diag[local] = 0.0
     np.maximum(diag, 0.0, out=diag)
-    Lt = np.ascontiguousarray(np.hstack(slabs)) if keep_factor else None
+    Lt = np.ascontiguousarray(np.hstack(factor_slabs)) if keep_factor else None
     return ChunkState(offset, state.X, Lt, diag, local)
 
 
