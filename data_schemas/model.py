@@ -25,11 +25,15 @@ Attributes: ``schema`` = "jdl.model", ``schema_version``, ``jdl_version``, ``met
 {"name", "shape"}, entry k describing registered_{k}_*), ``checksums`` (SHA-256 of each variable's
 float64 bytes in C order, so missing chunk files cannot pass as fill values); ``n_samples``.
 
+Optional: the tuning table the hyperparameters came from (``TUNING_DIMS``, see ``data_schemas.tuning``).
+
 Version history: 1 stored A_y (sample, basis_y); 2 drops it and adds the registered functions.
 """
 from __future__ import annotations
 
 import json
+
+from .tuning import validate_grid
 
 SCHEMA_NAME = "jdl.model"
 SCHEMA_VERSION = 2
@@ -56,6 +60,13 @@ VARIABLE_DIMS: dict[str, tuple[str, ...]] = {
     "reduction_min_y": ("basis_y",),
     "reduction_max_y": ("basis_y",),
     "reduction_cross": ("basis_y", "basis_x"),
+}
+
+# Optional: the tuning table the hyperparameters were chosen from (data_schemas.tuning, renamed).
+TUNING_DIMS: dict[str, tuple[str, ...]] = {
+    "tuning_validation_loss": ("tuning_lengthscale_x", "tuning_lengthscale_y", "tuning_reg"),
+    "tuning_rank_x": ("tuning_lengthscale_x", "tuning_lengthscale_y"),
+    "tuning_rank_y": ("tuning_lengthscale_x", "tuning_lengthscale_y"),
 }
 
 REQUIRED_ATTRS = ("schema", "schema_version", "jdl_version", "method", "kernel_x", "kernel_y", "params",
@@ -106,5 +117,13 @@ def validate_model_dataset(ds, where: str = "model") -> None:
             raise ValueError(f"{where}: variable {name!r} has dims {tuple(ds[name].dims)}, expected {dims}")
         if ds[name].dtype.kind != "f":
             raise ValueError(f"{where}: variable {name!r} has dtype {ds[name].dtype}, expected float")
+    present = [name for name in TUNING_DIMS if name in ds.variables]
+    if present:
+        if len(present) != len(TUNING_DIMS):
+            raise ValueError(f"{where}: tuning variables {sorted(set(TUNING_DIMS) - set(present))} are missing")
+        for name, dims in TUNING_DIMS.items():
+            if tuple(ds[name].dims) != dims:
+                raise ValueError(f"{where}: variable {name!r} has dims {tuple(ds[name].dims)}, expected {dims}")
+        validate_grid(ds, TUNING_DIMS["tuning_validation_loss"], where)
     if ds.sizes["sample"] != ds.attrs["n_samples"]:
         raise ValueError(f"{where}: {ds.sizes['sample']} samples but attribute n_samples={ds.attrs['n_samples']}")

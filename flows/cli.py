@@ -1,17 +1,37 @@
-"""The ``jdl`` command line. Errors print as one line on stderr with a non-zero exit code."""
+"""The ``jdl`` command line. Errors print as one line on stderr with a non-zero exit code.
+
+``stage``, ``tune``, ``fit`` and ``score`` run the Prefect flows of ``flows.jdl_flows`` (on the
+Prefect API configured, or a temporary local one), so a command re-run with the same inputs
+reuses its output store instead of recomputing it, and a store from other inputs is replaced.
+Parameters are validated before any flow starts.
+"""
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import sys
 
+os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 
-def _demo(args: argparse.Namespace) -> int:
-    from .demo import run_demo
+_SCHEDULER_HELP = ("where to run: auto (default: an embedded Dask cluster above 200,000 rows), memory, local "
+                   "(embedded Dask cluster) or tcp://HOST:PORT; environment variable JDL_SCHEDULER")
+_REUSE_NOTE = ("If OUT already holds the result of the same inputs it is reused; a store of the same kind made "
+               "from other inputs is replaced; anything else at OUT is refused.")
 
-    report = run_demo(n=args.rows, seed=args.seed)
-    print("\n".join(report.lines()))
-    return 0
+
+class _DropErrors(logging.Filter):
+    """Keep Prefect's progress lines on the console; the CLI prints a failure itself, in one line."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.levelno < logging.ERROR
+
+
+def _quiet_console_errors() -> None:
+    for logger in [logging.getLogger()] + [logging.getLogger(name) for name in logging.root.manager.loggerDict]:
+        for handler in getattr(logger, "handlers", []):
+            if isinstance(handler, logging.StreamHandler) and not isinstance(handler, logging.FileHandler):
+                handler.addFilter(_DropErrors())
 
 
 def _columns(text: str) -> list[str]:
@@ -21,85 +41,195 @@ def _columns(text: str) -> list[str]:
     return names
 
 
-def _stage(args: argparse.Namespace) -> int:
-    from pipeline.staging import open_staged, stage
+def _floats(text: str) -> list[float]:
+    try:
+        return [float(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated numbers, got {text!r}") from None
 
-    out = stage(args.source, args.out, args.x, args.y, chunk_size=args.chunk_size, overwrite=args.overwrite)
-    group = open_staged(out)
-    print(f"staged {group.attrs['n_samples']:,} rows: x {group.attrs['x_features']}, y {group.attrs['y_features']} -> {out}")
+
+def _run_flow(flow, settings_class, name: str, **parameters):
+    """Validate first (no Prefect API is started for bad arguments), then run the flow."""
+    from .settings import FitSettings, validated
+
+    settings = validated(settings_class, name, **{k: v for k, v in parameters.items() if v is not None})
+    if isinstance(settings, FitSettings):
+        try:
+            settings.explicit()
+        except ValueError as error:
+            raise ValueError(f"{name}: {error}") from None
+    _quiet_console_errors()
+    return flow(**parameters)
+
+
+def _reused(result: dict) -> str:
+    return " (reused: inputs unchanged)" if result["reused"] else ""
+
+
+def _stage(args: argparse.Namespace) -> int:
+    from pipeline.staging import open_staged
+
+    from .jdl_flows import stage_flow
+    from .settings import StageSettings
+
+    result = _run_flow(stage_flow, StageSettings, "stage", source=args.source, out=args.out, x=args.x, y=args.y,
+                       chunk_size=args.chunk_size)
+    group = open_staged(result["path"])
+    print(f"staged {group.attrs['n_samples']:,} rows: x {group.attrs['x_features']}, y {group.attrs['y_features']} "
+          f"-> {result['path']}{_reused(result)}")
     return 0
 
 
-_SCHEDULER_HELP = ("where to run: auto (default: an embedded Dask cluster above 200,000 rows), memory, local "
-                   "(embedded Dask cluster) or tcp://HOST:PORT; environment variable JDL_SCHEDULER")
+def _tune(args: argparse.Namespace) -> int:
+    import json
 
+    from pipeline.tuning import load_tuning
 
-def _progress(line: str) -> None:
-    print(f"  {line}", file=sys.stderr, flush=True)
+    from .jdl_flows import tune_flow
+    from .settings import TuneSettings
+
+    result = _run_flow(tune_flow, TuneSettings, "tune", data=args.data, out=args.out, lengthscales_x=args.lengthscales_x,
+                       lengthscales_y=args.lengthscales_y, regs=args.regs, tol=args.tol, max_rows=args.max_rows,
+                       seed=args.seed, scheduler=args.scheduler)
+    table = load_tuning(result["path"])
+    best = json.loads(table.attrs["best"])
+    print(f"tuned {table['validation_loss'].size} candidates on {table.attrs['rows_used']:,} rows: best "
+          f"lengthscale_x = {best['lengthscale_x']:.4g}, lengthscale_y = {best['lengthscale_y']:.4g}, "
+          f"reg = {best['reg']:.3g}, validation loss {best['score']:.5g} -> {result['path']}{_reused(result)}")
+    return 0
 
 
 def _fit(args: argparse.Namespace) -> int:
-    from pipeline.fitting import fit_store
+    from pipeline.model_store import load_model
 
-    path, model = fit_store(
-        args.data, args.out, lengthscale_x=args.lengthscale_x, lengthscale_y=args.lengthscale_y, reg=args.reg,
-        tol=args.tol, constraints=args.constraints, positivity=args.positivity, pivoting=args.pivoting,
-        seed=args.seed, scheduler=args.scheduler, overwrite=args.overwrite, progress=_progress,
-    )
+    from .jdl_flows import fit_flow
+    from .settings import FitSettings
+
+    result = _run_flow(fit_flow, FitSettings, "fit", data=args.data, out=args.out, tuning=args.tuning,
+                       lengthscale_x=args.lengthscale_x, lengthscale_y=args.lengthscale_y, reg=args.reg, tol=args.tol,
+                       constraints=args.constraints, positivity=args.positivity, pivoting=args.pivoting,
+                       seed=args.seed, scheduler=args.scheduler)
+    model = load_model(result["path"])
     d = model.diagnostics_
     print(f"fitted n = {model.n_samples_:,}: m_X = {d['rank_x']}, m_Y = {d['rank_y']}, objective {d['objective']:.6g}, "
-          f"fit {d['fit_seconds']:.1f}s, write {d['write_seconds']:.1f}s -> {path}")
+          f"fit {d['fit_seconds']:.1f}s -> {result['path']}{_reused(result)}")
     return 0
 
 
 def _score(args: argparse.Namespace) -> int:
-    from pipeline.scoring import score_store
+    from .jdl_flows import score_flow
+    from .settings import ScoreSettings
 
-    path = score_store(args.model, args.data, args.out, args.function, overwrite=args.overwrite,
-                       scheduler=args.scheduler, progress=_progress)
-    print(f"scored {', '.join(args.function)} -> {path}")
+    result = _run_flow(score_flow, ScoreSettings, "score", model=args.model, data=args.data, out=args.out,
+                       functions=args.function, scheduler=args.scheduler)
+    print(f"scored {', '.join(args.function)} -> {result['path']}{_reused(result)}")
     return 0
+
+
+def _inspect(args: argparse.Namespace) -> int:
+    from .model_card import model_card, write_plots
+
+    print(model_card(args.model))
+    if args.plots:
+        for path in write_plots(args.model, args.plots):
+            print(f"wrote {path}")
+    return 0
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from .serve import serve_deployments
+
+    serve_deployments(args.config, limit=args.limit)
+    return 0
+
+
+def _demo(args: argparse.Namespace) -> int:
+    from .demo import run_demo
+
+    if args.rows < 100:
+        raise ValueError(f"rows: the demo needs at least 100 rows, got {args.rows}")
+    report = run_demo(n=args.rows, workdir=args.workdir, seed=args.seed, scheduler=args.scheduler)
+    print("\n".join(report.lines()))
+    return 0
+
+
+def _add_scheduler(parser: argparse.ArgumentParser, default: str | None = None) -> None:
+    parser.add_argument("--scheduler", default=default or os.environ.get("JDL_SCHEDULER", "auto"), help=_SCHEDULER_HELP)
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="jdl", description="Adaptive joint distribution learning at scale.")
     commands = parser.add_subparsers(dest="command", required=True)
-    demo = commands.add_parser("demo", help="fit a JDL model to a synthetic heteroscedastic data set and report")
-    demo.add_argument("--rows", type=int, default=20_000, help="number of samples (default 20000)")
+
+    demo = commands.add_parser("demo", help="stage, tune, fit and score a synthetic heteroscedastic data set as "
+                                            "Prefect flows on an embedded Dask cluster, and report")
+    demo.add_argument("--rows", type=int, default=100_000, help="training rows (default 100000)")
+    demo.add_argument("--workdir", default="jdl-demo", help="where the data and stores go (default ./jdl-demo)")
     demo.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
+    _add_scheduler(demo, "local")
     demo.set_defaults(run=_demo)
-    stage = commands.add_parser("stage", help="validate a CSV/Parquet/NumPy/NetCDF/zarr table into a zarr data store")
+
+    stage = commands.add_parser("stage", help="validate a CSV/Parquet/NumPy/NetCDF/zarr table into a zarr data store",
+                                epilog=_REUSE_NOTE)
     stage.add_argument("source", help="source file (.csv, .parquet, .npy, .npz, .nc, .zarr)")
     stage.add_argument("--x", type=_columns, required=True, help="comma-separated input columns (numbers for .npy)")
     stage.add_argument("--y", type=_columns, required=True, help="comma-separated output columns")
     stage.add_argument("--out", required=True, help="the zarr store to write")
     stage.add_argument("--chunk-size", type=int, default=65_536, help="rows per chunk (default 65536)")
-    stage.add_argument("--overwrite", action="store_true", help="replace an existing store")
     stage.set_defaults(run=_stage)
-    fit = commands.add_parser("fit", help="fit a JDL model on a staged data store and write a model store")
+
+    tune = commands.add_parser("tune", help="score a grid of lengthscales and reg on a staged store (validation "
+                                            "loss (40) on a 4:1 split of a subsample)", epilog=_REUSE_NOTE)
+    tune.add_argument("data", help="staged data store (from jdl stage)")
+    tune.add_argument("--out", required=True, help="the tuning store to write")
+    tune.add_argument("--lengthscales-x", type=_floats, help="comma-separated (default: 1/8, 1/4, 1/2 of the median "
+                                                             "pairwise distance)")
+    tune.add_argument("--lengthscales-y", type=_floats, help="comma-separated (default as for x)")
+    tune.add_argument("--regs", type=_floats, help="comma-separated (default 1e-6,1e-5,1e-4,1e-3)")
+    tune.add_argument("--tol", type=float, default=1e-3, help="relative pivoted-Cholesky tolerance (default 1e-3)")
+    tune.add_argument("--max-rows", type=int, default=20_000, help="rows of the subsample (default 20000)")
+    tune.add_argument("--seed", type=int, default=0)
+    _add_scheduler(tune)
+    tune.set_defaults(run=_tune)
+
+    fit = commands.add_parser("fit", help="fit a JDL model on a staged data store and write a model store",
+                              epilog=_REUSE_NOTE)
     fit.add_argument("data", help="staged data store (from jdl stage)")
     fit.add_argument("--out", required=True, help="the model store to write")
-    fit.add_argument("--lengthscale-x", type=float, required=True, help="Gaussian kernel lengthscale on x")
-    fit.add_argument("--lengthscale-y", type=float, required=True, help="Gaussian kernel lengthscale on y")
-    fit.add_argument("--reg", type=float, default=1e-4, help="regularisation lambda (default 1e-4)")
+    fit.add_argument("--tuning", help="a tuning store to take the best hyperparameters from (tuned first if missing)")
+    fit.add_argument("--lengthscale-x", type=float, help="Gaussian kernel lengthscale on x")
+    fit.add_argument("--lengthscale-y", type=float, help="Gaussian kernel lengthscale on y")
+    fit.add_argument("--reg", type=float, help="regularisation lambda")
     fit.add_argument("--tol", type=float, default=1e-3, help="relative pivoted-Cholesky tolerance (default 1e-3)")
     fit.add_argument("--constraints", default="positivity", help="none | normalization | positivity (default)")
     fit.add_argument("--positivity", default="auto",
                      help="auto (default: grid up to 20,000 rows, tightening above) | grid | tightening | clip")
     fit.add_argument("--pivoting", default="random", help="random (default) | greedy")
     fit.add_argument("--seed", type=int, default=0)
-    fit.add_argument("--scheduler", default=os.environ.get("JDL_SCHEDULER", "auto"), help=_SCHEDULER_HELP)
-    fit.add_argument("--overwrite", action="store_true", help="replace an existing store")
+    _add_scheduler(fit)
     fit.set_defaults(run=_fit)
-    score = commands.add_parser("score", help="score a staged data store with a model store")
+
+    score = commands.add_parser("score", help="score a staged data store with a model store", epilog=_REUSE_NOTE)
     score.add_argument("model", help="model store (from jdl fit)")
     score.add_argument("data", help="staged data store")
     score.add_argument("--out", required=True, help="the scores store to write")
     score.add_argument("--function", action="append", default=[], required=True,
                        help="mean | second_moment | cdf:t1,t2,... | quantile:l1,l2,... (repeatable)")
-    score.add_argument("--scheduler", default=os.environ.get("JDL_SCHEDULER", "auto"), help=_SCHEDULER_HELP)
-    score.add_argument("--overwrite", action="store_true", help="replace an existing store")
+    _add_scheduler(score)
     score.set_defaults(run=_score)
+
+    inspect = commands.add_parser("inspect", help="print a model store's card; optionally write diagnostic plots")
+    inspect.add_argument("model", help="model store")
+    inspect.add_argument("--plots", metavar="DIR", help="write residual_trace.png, conditional_density.png and "
+                                                        "(for tuned models) validation_surface.png to DIR")
+    inspect.set_defaults(run=_inspect)
+
+    serve = commands.add_parser("serve", help="serve the deployments of a prefect.yaml (schedules included) from "
+                                              "this process; needs PREFECT_API_URL")
+    serve.add_argument("--config", default=os.path.join("deploy", "prefect.yaml"),
+                       help="the Prefect project file (default deploy/prefect.yaml)")
+    serve.add_argument("--limit", type=int, default=None, help="most flow runs at once (default unlimited)")
+    serve.set_defaults(run=_serve)
     return parser
 
 

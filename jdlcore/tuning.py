@@ -14,11 +14,11 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from .jdl import JDL, build_problem
-from .kernels import GaussianKernel
+from .kernels import GaussianKernel, Kernel
 from .losses import ClippedLogisticLoss, SecondMomentLoss
 from .validation import as_samples, check_paired
 
-__all__ = ["TuneResult", "tune"]
+__all__ = ["TuneResult", "tune", "split_rows", "score_pair", "best_row", "resolve_criterion"]
 
 
 @dataclass
@@ -34,7 +34,9 @@ class TuneResult:
         return np.array([row["score"] for row in self.table])
 
 
-def _criterion(criterion: str | Callable, threshold: float | None) -> Callable:
+def resolve_criterion(criterion: str | Callable, threshold: float | None = None) -> Callable:
+    """A validation criterion (model, X_val, Y_val) -> float from its name ("second_moment" is the
+    paper's loss (40), "logistic" the clipped logistic loss of the event Y <= threshold) or a callable."""
     if callable(criterion):
         return criterion
     if criterion == "second_moment":
@@ -44,6 +46,54 @@ def _criterion(criterion: str | Callable, threshold: float | None) -> Callable:
             raise ValueError("threshold: the logistic criterion needs the event threshold (Y <= threshold)")
         return ClippedLogisticLoss(threshold)
     raise ValueError(f"criterion: unknown value {criterion!r}; choose 'second_moment', 'logistic' or a callable")
+
+
+def split_rows(n: int, validation_fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """(train, validation) row indices of a seeded random split; the validation part has
+    round(validation_fraction * n) >= 1 rows."""
+    if not 0 < validation_fraction < 1:
+        raise ValueError(f"validation_fraction: must be in (0, 1), got {validation_fraction}")
+    order = np.random.default_rng(seed).permutation(n)
+    n_val = max(1, int(round(validation_fraction * n)))
+    return order[n_val:], order[:n_val]
+
+
+def score_pair(
+    X_train: np.ndarray, Y_train: np.ndarray, X_val: np.ndarray, Y_val: np.ndarray, base: JDL,
+    kernel_x: Kernel, kernel_y: Kernel, regs: Sequence[float], score: Callable,
+) -> list[dict[str, Any]]:
+    """Validation scores of every ``reg`` for one pair of kernels: the factorisations, bases and
+    reductions are computed once on the training rows and reused for each ``reg``.
+
+    Returns one row per reg: lengthscale_x, lengthscale_y, reg, score, rank_x, rank_y, seconds
+    (the factorisation time shared out over the regs plus the candidate's own solve and scoring).
+    """
+    started = time.perf_counter()
+    problem = build_problem(
+        X_train, Y_train, kernel_x, kernel_y, tol=float(base.tol), max_rank=base.max_rank,
+        pivoting=base.pivoting, seed=base.seed, block_size=base.block_size,
+    )
+    factor_seconds = time.perf_counter() - started
+    rows = []
+    for reg in regs:
+        started = time.perf_counter()
+        model = JDL(**{**base.get_params(), "kernel_x": kernel_x, "kernel_y": kernel_y, "reg": float(reg)})
+        model.fit_problem(problem, Y_train)
+        rows.append({
+            "lengthscale_x": kernel_x.lengthscale, "lengthscale_y": kernel_y.lengthscale,
+            "reg": float(reg), "score": float(score(model, X_val, Y_val)),
+            "rank_x": int(problem.factors["rank_x"]), "rank_y": int(problem.factors["rank_y"]),
+            "seconds": factor_seconds / len(regs) + time.perf_counter() - started,
+        })
+    return rows
+
+
+def best_row(table: list[dict[str, Any]]) -> dict[str, Any]:
+    """The row with the smallest finite score; ``RuntimeError`` if none is finite."""
+    finite = [row for row in table if np.isfinite(row["score"])]
+    if not finite:
+        raise RuntimeError("tune: every candidate scored NaN or inf")
+    return min(finite, key=lambda row: row["score"])
 
 
 def tune(
@@ -65,42 +115,20 @@ def tune(
     X = as_samples(X, "X", min_rows=5)
     Y = as_samples(Y, "Y", min_rows=5)
     check_paired(X, Y)
-    if not 0 < validation_fraction < 1:
-        raise ValueError(f"validation_fraction: must be in (0, 1), got {validation_fraction}")
     for name, values in (("lengthscales_x", lengthscales_x), ("lengthscales_y", lengthscales_y), ("regs", regs)):
         if len(values) == 0:
             raise ValueError(f"{name}: needs at least one value")
-    score = _criterion(criterion, threshold)
+    score = resolve_criterion(criterion, threshold)
     base = estimator if estimator is not None else JDL()
     base._check_params()
     kernel_x = base.kernel_x or GaussianKernel(1.0)
     kernel_y = base.kernel_y or GaussianKernel(1.0)
-    order = np.random.default_rng(seed).permutation(X.shape[0])
-    n_val = max(1, int(round(validation_fraction * X.shape[0])))
-    val, train = order[:n_val], order[n_val:]
+    train, val = split_rows(X.shape[0], validation_fraction, seed)
     table: list[dict[str, Any]] = []
     for lx, ly in itertools.product(lengthscales_x, lengthscales_y):
-        started = time.perf_counter()
-        kx, ky = kernel_x.with_lengthscale(lx), kernel_y.with_lengthscale(ly)
-        problem = build_problem(
-            X[train], Y[train], kx, ky, tol=float(base.tol), max_rank=base.max_rank,
-            pivoting=base.pivoting, seed=base.seed, block_size=base.block_size,
-        )
-        factor_seconds = time.perf_counter() - started
-        for reg in regs:
-            started = time.perf_counter()
-            model = JDL(**{**base.get_params(), "kernel_x": kx, "kernel_y": ky, "reg": reg})
-            model.fit_problem(problem, Y[train])
-            value = float(score(model, X[val], Y[val]))
-            table.append({
-                "lengthscale_x": lx, "lengthscale_y": ly, "reg": float(reg), "score": value,
-                "rank_x": problem.factors["rank_x"], "rank_y": problem.factors["rank_y"],
-                "seconds": factor_seconds / len(regs) + time.perf_counter() - started,
-            })
-    finite = [row for row in table if np.isfinite(row["score"])]
-    if not finite:
-        raise RuntimeError("tune: every candidate scored NaN or inf")
-    best = min(finite, key=lambda row: row["score"])
+        table += score_pair(X[train], Y[train], X[val], Y[val], base, kernel_x.with_lengthscale(lx),
+                            kernel_y.with_lengthscale(ly), regs, score)
+    best = best_row(table)
     params = {
         **base.get_params(),
         "kernel_x": kernel_x.with_lengthscale(best["lengthscale_x"]),

@@ -10,7 +10,7 @@ from __future__ import annotations
 import contextlib
 from typing import Iterator
 
-__all__ = ["AUTO_ROWS", "WORKER_ENVIRONMENT", "resolve_scheduler", "dask_client"]
+__all__ = ["AUTO_ROWS", "WORKER_ENVIRONMENT", "resolve_scheduler", "dask_client", "local_cluster", "shared_scheduler"]
 
 AUTO_ROWS = 200_000
 
@@ -36,16 +36,34 @@ def resolve_scheduler(scheduler: str | None, n_rows: int) -> str | None:
 
 
 @contextlib.contextmanager
+def local_cluster() -> Iterator[str]:
+    """An embedded LocalCluster (two single-threaded workers, 6 GB each, ``WORKER_ENVIRONMENT``);
+    yields its scheduler address and shuts it down on exit."""
+    import dask
+    from distributed import LocalCluster
+
+    environment = dask.config.set({"distributed.nanny.pre-spawn-environ": WORKER_ENVIRONMENT})
+    with environment, LocalCluster(n_workers=2, threads_per_worker=1, memory_limit="6GB",
+                                   dashboard_address=None) as cluster:
+        yield cluster.scheduler_address
+
+
+@contextlib.contextmanager
 def dask_client(scheduler: str) -> Iterator:
     """A ``distributed.Client`` for an address, or for an embedded LocalCluster with "local"."""
-    import dask
-    from distributed import Client, LocalCluster
+    from distributed import Client
 
+    with contextlib.ExitStack() as stack:
+        address = stack.enter_context(local_cluster()) if scheduler == "local" else scheduler
+        yield stack.enter_context(Client(address, timeout=30))
+
+
+@contextlib.contextmanager
+def shared_scheduler(scheduler: str | None) -> Iterator[str | None]:
+    """For a run of several steps: "local" starts one embedded cluster for all of them and yields its
+    address; any other value is yielded unchanged (each step resolves it for its own data size)."""
     if scheduler == "local":
-        environment = dask.config.set({"distributed.nanny.pre-spawn-environ": WORKER_ENVIRONMENT})
-        with environment, LocalCluster(n_workers=2, threads_per_worker=1, memory_limit="6GB",
-                                       dashboard_address=None) as cluster, Client(cluster) as client:
-            yield client
+        with local_cluster() as address:
+            yield address
     else:
-        with Client(scheduler, timeout=30) as client:
-            yield client
+        yield scheduler

@@ -8,6 +8,7 @@ reaches this process. Both paths solve the same small problem with jdlcore.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import time
 from pathlib import Path
@@ -22,7 +23,7 @@ from jdlcore.atoms import STANDARD_FUNCTIONS
 from .atomic import refuse_existing
 from .cluster import dask_client, resolve_scheduler
 from .model_store import save_model
-from .staging import open_staged
+from .staging import combined_fingerprint, open_staged
 
 __all__ = ["fit_store", "choose_positivity", "data_fingerprint", "read_rows", "GRID_ROWS", "GRID_LIMIT"]
 
@@ -33,14 +34,19 @@ def read_rows(path: str, role: str, start: int, stop: int) -> np.ndarray:
 
 
 def data_fingerprint(group: zarr.Group) -> str:
-    """SHA-256 over the staged x and y values, chunk by chunk (constant memory)."""
-    digest = hashlib.sha256()
+    """The staged data's fingerprint (``pipeline.staging.combined_fingerprint``): recorded at staging,
+    recomputed chunk by chunk (constant memory) for stores that lack it."""
+    recorded = group.attrs.get("fingerprint")
+    if recorded:
+        return str(recorded)
+    digests = []
     for role in ("x", "y"):
-        array = group[role]
+        digest, array = hashlib.sha256(), group[role]
         step = array.chunks[0]
         for start in range(0, array.shape[0], step):
-            digest.update(np.ascontiguousarray(array[start:start + step]).tobytes())
-    return digest.hexdigest()
+            digest.update(np.ascontiguousarray(array[start:start + step], dtype=np.float64).tobytes())
+        digests.append(digest.hexdigest())
+    return combined_fingerprint(*digests)
 
 
 NEGATIVE_MASS_PROBES = 16  # x pivots at which the stored model reports its negative mass
@@ -72,6 +78,8 @@ def fit_store(
     seed: int = 0,
     scheduler: str | None = None,
     overwrite: bool = False,
+    tuning: str | os.PathLike | None = None,
+    run_key: str | None = None,
     progress: Callable[[str], None] | None = None,
 ) -> tuple[Path, JDL]:
     """Fit on a staged store and save the model store at ``out``; returns its path and the model.
@@ -80,11 +88,18 @@ def fit_store(
     "tightening" (the paper's sufficient condition (33), m x m cost) above; "grid" is refused above
     ``GRID_LIMIT`` rows. ``progress`` receives a line per finished stage. The model's diagnostics carry the time split
     (``pivots_seconds`` and ``reductions_seconds`` on Dask, ``solve_seconds``, ``fit_seconds``) and
-    ``write_seconds`` (set after the store is written, so not stored in it).
+    ``write_seconds`` (set after the store is written, so not stored in it). ``tuning``: the tuning
+    store the hyperparameters came from; its table is kept in the model store (``tuning_*``) and its
+    best setting in the provenance. ``run_key`` is recorded for the orchestration's resume check.
     """
     target = Path(out)
     refuse_existing(target, overwrite)  # before the fit, not after it
     group = open_staged(data)
+    table = None
+    if tuning is not None:
+        from .tuning import load_tuning
+
+        table = load_tuning(tuning)
     n = int(group.attrs["n_samples"])
     positivity = choose_positivity(positivity, constraints, n)
     started = time.perf_counter()
@@ -125,7 +140,11 @@ def fit_store(
         "x_features": group.attrs["x_features"], "y_features": group.attrs["y_features"],
         "scheduler": scheduler or "in-memory",
     }
+    if table is not None:
+        provenance["tuning"] = {"store": str(Path(tuning).resolve()), "best": json.loads(table.attrs["best"]),
+                                "criterion": table.attrs["criterion"], "rows_used": table.attrs["rows_used"]}
+    model.provenance_ = provenance
     mark = time.perf_counter()
-    path = save_model(model, target, overwrite=overwrite, provenance=provenance)
+    path = save_model(model, target, overwrite=overwrite, provenance=provenance, tuning=table, run_key=run_key)
     model.diagnostics_["write_seconds"] = time.perf_counter() - mark
     return path, model

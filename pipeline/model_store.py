@@ -62,6 +62,15 @@ def _dataset(state: dict[str, Any], provenance: dict[str, Any] | None) -> xr.Dat
     return ds
 
 
+def tuning_variables(tuning: xr.Dataset) -> xr.Dataset:
+    """A tuning table renamed to the model store's optional ``tuning_*`` variables and dims."""
+    names = {"validation_loss": "tuning_validation_loss", "rank_x": "tuning_rank_x", "rank_y": "tuning_rank_y",
+             "lengthscale_x": "tuning_lengthscale_x", "lengthscale_y": "tuning_lengthscale_y", "reg": "tuning_reg"}
+    table = tuning[["validation_loss", "rank_x", "rank_y"]].rename(names)
+    table.attrs = {}
+    return table.astype(np.float64)
+
+
 def _checksum(values: np.ndarray) -> str:
     return hashlib.sha256(np.ascontiguousarray(values, dtype=np.float64).tobytes()).hexdigest()
 
@@ -127,15 +136,22 @@ def model_from_dataset(ds: xr.Dataset, where: str = "model", atoms: Any = None) 
 
 
 def save_model(model: JDL, path: str | os.PathLike, *, overwrite: bool = False,
-               provenance: dict[str, Any] | None = None) -> Path:
+               provenance: dict[str, Any] | None = None, tuning: xr.Dataset | None = None,
+               run_key: str | None = None) -> Path:
     """Write the model store at ``path`` atomically; refuses to replace an existing path unless ``overwrite``.
 
     The atoms are copied block by block (they may be a lazily read array, e.g. the staged data's y).
+    ``tuning``: a tuning store's Dataset (``data_schemas.tuning``), kept as the ``tuning_*`` variables.
+    ``run_key``: recorded as an attribute for the orchestration's resume check.
     """
     target = Path(path)
     refuse_existing(target, overwrite)  # before the checksums over every variable
     state = model.state()
     ds = _dataset(state, provenance)
+    if tuning is not None:
+        ds = ds.merge(tuning_variables(tuning))
+    if run_key:
+        ds.attrs["run_key"] = run_key
     atoms = state["arrays"][ATOMS]
     with atomic_store(target, overwrite=overwrite) as staging:
         ds.to_zarr(staging, mode="w", zarr_format=3, consolidated=False)

@@ -28,7 +28,7 @@ from .cluster import dask_client, resolve_scheduler
 from .model_store import load_model
 from .staging import open_staged
 
-__all__ = ["parse_function", "score_store"]
+__all__ = ["parse_function", "score_store", "open_scores"]
 
 
 def parse_function(spec: str) -> tuple[str, np.ndarray | None]:
@@ -51,7 +51,7 @@ def parse_function(spec: str) -> tuple[str, np.ndarray | None]:
 
 def score_store(model_path: str | os.PathLike, data: str | os.PathLike, out: str | os.PathLike,
                 functions: list[str], *, overwrite: bool = False, scheduler: str | None = None,
-                progress: Callable[[str], None] | None = None) -> Path:
+                run_key: str | None = None, progress: Callable[[str], None] | None = None) -> Path:
     """Score every row of the staged store ``data``; write a zarr store aligned on ``sample``.
 
     Chunks of x are scored in this process or as Dask tasks (``scheduler``, see ``pipeline.cluster``),
@@ -93,7 +93,8 @@ def score_store(model_path: str | os.PathLike, data: str | os.PathLike, out: str
             if values is not None:
                 array.attrs["parameters"] = values.tolist()
         root.attrs.update({"schema": SCHEMA_NAME, "schema_version": SCHEMA_VERSION, "model": str(Path(model_path).resolve()),
-                           "data": data_path, "n_samples": n, "functions": json.dumps(functions)})
+                           "data": data_path, "n_samples": n, "functions": json.dumps(functions),
+                           **({"run_key": run_key} if run_key else {})})
         job = (data_path, str(staging), specs)
         if where is None:
             for done, (a, b) in enumerate(bounds, 1):
@@ -145,3 +146,14 @@ def scoring_function(kind: str, thresholds: np.ndarray | None) -> Callable[[np.n
 
 def _below(y: np.ndarray, thresholds: np.ndarray) -> np.ndarray:
     return (y[:, :1] <= thresholds[None, :]).astype(np.float64)
+
+
+def open_scores(path: str | os.PathLike) -> zarr.Group:
+    """Open a scores store after checking its contract; raises ``ValueError`` naming the broken rule."""
+    source = Path(path)
+    try:
+        group = zarr.open_group(source, mode="r", zarr_format=3)
+    except Exception as error:  # zarr raises many types for foreign or damaged directories
+        raise ValueError(f"scores {source}: not a readable zarr v3 store ({type(error).__name__})") from None
+    validate_scores_group(group, f"scores {source}")
+    return group

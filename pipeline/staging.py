@@ -8,6 +8,7 @@ nothing behind.
 """
 from __future__ import annotations
 
+import hashlib
 import os
 from pathlib import Path
 from typing import Iterator
@@ -19,7 +20,7 @@ from data_schemas.data import SCHEMA_NAME, SCHEMA_VERSION, ColumnStats, validate
 
 from .atomic import atomic_store
 
-__all__ = ["stage", "open_staged", "FORMATS"]
+__all__ = ["stage", "open_staged", "combined_fingerprint", "FORMATS"]
 
 FORMATS = {".csv": "csv", ".parquet": "parquet", ".pq": "parquet", ".npy": "npy", ".npz": "npz",
            ".nc": "netcdf", ".nc4": "netcdf", ".zarr": "zarr"}
@@ -98,8 +99,13 @@ def stage(
     *,
     chunk_size: int = 65_536,
     overwrite: bool = False,
+    run_key: str | None = None,
 ) -> Path:
-    """Stage columns ``x`` and ``y`` of ``source`` into a zarr v3 store at ``out``; returns its path."""
+    """Stage columns ``x`` and ``y`` of ``source`` into a zarr v3 store at ``out``; returns its path.
+
+    The store records the data fingerprint (see ``combined_fingerprint``) and, if given, the
+    ``run_key`` of the orchestration that wrote it.
+    """
     source, target = Path(source), Path(out)
     if not source.exists():
         raise ValueError(f"source: {source} does not exist")
@@ -118,6 +124,7 @@ def stage(
             for role, names in (("x", x), ("y", y))
         }
         stats = {"x": ColumnStats(list(x)), "y": ColumnStats(list(y))}
+        digests = {"x": hashlib.sha256(), "y": hashlib.sha256()}
         rows = 0
         for block in _blocks(source, list(x) + list(y), chunk_size):
             parts = {"x": block[:, : len(x)], "y": block[:, len(x):]}
@@ -125,6 +132,7 @@ def stage(
                 values = validate_block(parts[role], names, role, rows)
                 stats[role].update(values)
                 arrays[role].append(values, axis=0)
+                digests[role].update(np.ascontiguousarray(values, dtype=np.float64).tobytes())
             rows += block.shape[0]
         if rows < 2:
             raise ValueError(f"source: {source.name} has {rows} row(s); at least 2 are needed")
@@ -133,8 +141,15 @@ def stage(
         group.attrs.update({
             "schema": SCHEMA_NAME, "schema_version": SCHEMA_VERSION, "x_features": list(map(str, x)),
             "y_features": list(map(str, y)), "n_samples": rows, "source": str(source.resolve()),
+            "fingerprint": combined_fingerprint(digests["x"].hexdigest(), digests["y"].hexdigest()),
+            **({"run_key": run_key} if run_key else {}),
         })
     return target
+
+
+def combined_fingerprint(x_digest: str, y_digest: str) -> str:
+    """The data fingerprint: SHA-256 of the hex SHA-256 digests of x's and y's float64 C-order bytes."""
+    return hashlib.sha256(f"{x_digest}:{y_digest}".encode()).hexdigest()
 
 
 def open_staged(path: str | os.PathLike) -> zarr.Group:

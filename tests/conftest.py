@@ -84,3 +84,90 @@ def dask_cluster(workers: int = 2):
 def dask_client():
     with dask_cluster(2) as client:
         yield client
+
+
+@pytest.fixture(scope="session")
+def prefect_api():
+    """A temporary Prefect API for the whole test session (Prefect's test harness: a local server
+    with its own database); yields its URL, which subprocesses get through PREFECT_API_URL."""
+    import os
+
+    os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+    pytest.importorskip("prefect")
+    from prefect.settings import PREFECT_API_URL
+    from prefect.testing.utilities import prefect_test_harness
+
+    with prefect_test_harness(server_startup_timeout=120):
+        yield PREFECT_API_URL.value()
+
+
+def _wait_for_http(url: str, process, timeout: float) -> None:
+    import time
+    import urllib.request
+
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            with urllib.request.urlopen(url, timeout=2) as response:
+                if response.status == 200:
+                    return
+        except OSError:
+            pass
+        if process.poll() is not None:
+            raise RuntimeError(f"the process serving {url} exited with code {process.returncode}")
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{url} did not answer within {timeout:.0f} s")
+        time.sleep(0.5)
+
+
+@contextlib.contextmanager
+def stopped_on_exit(process, grace: float = 20):
+    """Yield ``process`` (started with start_new_session=True); on exit SIGTERM its process group,
+    then SIGKILL whatever is left after ``grace`` seconds."""
+    import os
+    import signal
+    import subprocess
+
+    try:
+        yield process
+    finally:
+        for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 10)):
+            try:
+                os.killpg(process.pid, sig)
+            except ProcessLookupError:
+                break
+            try:
+                process.wait(timeout=wait)
+                os.killpg(process.pid, signal.SIGKILL)  # children the leader left behind
+            except ProcessLookupError:
+                break
+            except subprocess.TimeoutExpired:
+                continue
+
+
+@pytest.fixture(scope="module")
+def prefect_server(tmp_path_factory):
+    """A real `prefect server start` on 127.0.0.1 with its own PREFECT_HOME; the scheduler service
+    loops every 2 s. Yields (api_url, environment for clients)."""
+    import os
+    import shutil
+    import subprocess
+    import sys
+
+    pytest.importorskip("prefect")
+    binary = shutil.which("prefect", path=os.path.dirname(sys.executable)) or shutil.which("prefect")
+    if binary is None:
+        pytest.skip("the prefect command line is not installed")
+    home = tmp_path_factory.mktemp("prefect-home")
+    port = _free_port()
+    api = f"http://127.0.0.1:{port}/api"
+    env = {**os.environ, "PREFECT_HOME": str(home), "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+           "PREFECT_SERVER_SERVICES_SCHEDULER_LOOP_SECONDS": "2", "PREFECT_API_URL": api,
+           "PREFECT_UI_ENABLED": "false"}
+    log = open(home / "server.log", "w")
+    process = subprocess.Popen([binary, "server", "start", "--host", "127.0.0.1", "--port", str(port)],
+                               stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+    with stopped_on_exit(process):
+        _wait_for_http(f"{api}/health", process, timeout=120)
+        yield api, env
+    log.close()

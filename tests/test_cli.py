@@ -1,25 +1,71 @@
+import json
 import subprocess
 import sys
 
+import numpy as np
+import pytest
+
 from flows.cli import main
 
+pytestmark = pytest.mark.usefixtures("prefect_api")
 
-def test_demo_reports_a_normalized_positive_fit(capsys):
-    assert main(["demo", "--rows", "3000", "--seed", "1"]) == 0
+
+def test_demo_runs_the_flows_and_reports_against_the_truth(tmp_path, capsys):
+    """The demo at a small size, in this process (on the session's Prefect API, in memory)."""
+    argv = ["demo", "--rows", "4000", "--workdir", str(tmp_path / "demo"), "--scheduler", "memory"]
+    assert main(argv) == 0
     out = capsys.readouterr().out
-    assert "n = 3,000 rows" in out
-    assert "max |sum of conditional weights - 1| = " in out
-    normalization = float(out.split("max |sum of conditional weights - 1| = ")[1].split()[0])
-    assert normalization < 1e-12
-    grid_min = float(out.split("min of 1 + h on the grid = ")[1].split(",")[0])
-    assert grid_min >= 0
-    rmse = float(out.split("conditional mean RMSE vs truth = ")[1].split()[0])
-    assert rmse < 0.2
+    assert "n = 4,000 rows" in out and "best of 36 on 4,000 rows" in out
+    rmse = float(out.split("conditional mean ")[1].split(",")[0])
+    assert rmse < 0.15
+    sd = float(out.split("conditional sd ")[1].split(",")[0])
+    assert sd < 0.25
+    for name in ("data.zarr", "tuning.zarr", "model.zarr", "scores.zarr", "batch.zarr"):
+        assert (tmp_path / "demo" / name).is_dir()
+    assert main(argv) == 0  # a second run reuses every stage
+    assert "(reused: stage, stage_batch, tune, fit, score)" in capsys.readouterr().out
 
 
-def test_errors_are_one_line_with_nonzero_exit():
+def test_errors_are_one_line_with_nonzero_exit(tmp_path):
     result = subprocess.run([sys.executable, "-m", "flows.cli", "demo", "--rows", "5"], capture_output=True, text=True)
     assert result.returncode == 2
     assert result.stderr.strip().splitlines() == ["jdl demo: error: rows: the demo needs at least 100 rows, got 5"]
-    result = subprocess.run([sys.executable, "-m", "flows.cli", "--help"], capture_output=True, text=True)
-    assert result.returncode == 0 and "demo" in result.stdout
+    result = subprocess.run([sys.executable, "-m", "flows.cli", "fit", str(tmp_path / "d.zarr"), "--out",
+                             str(tmp_path / "m.zarr"), "--tol", "3"], capture_output=True, text=True)
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines() == [
+        "jdl fit: error: fit: parameter tol: Input should be less than 1 (got 3.0)"]
+    for command in ("", "stage", "tune", "fit", "score", "inspect", "serve", "demo"):
+        result = subprocess.run([sys.executable, "-m", "flows.cli", *command.split(), "--help"], capture_output=True,
+                                text=True)
+        assert result.returncode == 0 and "usage: jdl" in result.stdout, command
+
+
+def test_stage_tune_fit_inspect_through_the_cli(tmp_path, capsys):
+    rng = np.random.default_rng(3)
+    x = rng.uniform(-2, 2, 900)
+    np.savez(tmp_path / "t.npz", a=x, b=np.sin(2 * x) + 0.2 * rng.standard_normal(900))
+    assert main(["stage", str(tmp_path / "t.npz"), "--x", "a", "--y", "b", "--out", str(tmp_path / "d.zarr")]) == 0
+    assert "staged 900 rows" in capsys.readouterr().out
+    assert main(["tune", str(tmp_path / "d.zarr"), "--out", str(tmp_path / "t.zarr"), "--lengthscales-x", "0.2,0.5",
+                 "--lengthscales-y", "0.3", "--regs", "1e-5,1e-3", "--scheduler", "memory"]) == 0
+    assert "tuned 4 candidates on 900 rows" in capsys.readouterr().out
+    assert main(["fit", str(tmp_path / "d.zarr"), "--out", str(tmp_path / "m.zarr"), "--tuning",
+                 str(tmp_path / "t.zarr"), "--scheduler", "memory"]) == 0
+    fitted = capsys.readouterr().out
+    assert "fitted n = 900" in fitted and "reused" not in fitted
+    assert main(["fit", str(tmp_path / "d.zarr"), "--out", str(tmp_path / "m.zarr"), "--tuning",
+                 str(tmp_path / "t.zarr"), "--scheduler", "memory"]) == 0
+    assert "(reused: inputs unchanged)" in capsys.readouterr().out
+    assert main(["inspect", str(tmp_path / "m.zarr"), "--plots", str(tmp_path / "plots")]) == 0
+    card = capsys.readouterr().out
+    from pipeline.model_store import load_model
+
+    model = load_model(tmp_path / "m.zarr")
+    assert model.provenance_["data_fingerprint"] in card
+    best = json.loads(json.dumps(model.provenance_["tuning"]["best"]))
+    assert best["reg"] == model.reg
+    for name in ("residual_trace.png", "conditional_density.png", "validation_surface.png"):
+        assert (tmp_path / "plots" / name).read_bytes()[:4] == b"\x89PNG"
+    assert main(["inspect", str(tmp_path / "d.zarr")]) == 2
+    assert "not a jdl model store" in capsys.readouterr().err

@@ -1,0 +1,65 @@
+"""Contract of a tuning store (``jdl tune``): an xarray Dataset in zarr v3.
+
+| variable | dims | meaning |
+|---|---|---|
+| validation_loss | (lengthscale_x, lengthscale_y, reg) | the criterion on the validation rows (NaN: failed) |
+| seconds | (lengthscale_x, lengthscale_y, reg) | wall time per candidate (factorisations shared out) |
+| rank_x, rank_y | (lengthscale_x, lengthscale_y) | pivoted-Cholesky ranks on the training rows |
+
+Coordinates lengthscale_x, lengthscale_y, reg: strictly increasing, positive. Attributes: ``schema`` =
+"jdl.tuning", ``schema_version``, ``data``, ``data_fingerprint``, ``criterion``, ``tol``,
+``constraints``, ``rows_used``, ``n_samples``, ``validation_fraction``, ``seed``, ``best`` (JSON:
+lengthscale_x, lengthscale_y, reg, score, rank_x, rank_y), ``seconds``.
+
+A model fitted from a tuning store carries the table as ``tuning_validation_loss``, ``tuning_rank_x``
+and ``tuning_rank_y`` over the dims ``tuning_lengthscale_x``, ``tuning_lengthscale_y``, ``tuning_reg``
+(see ``data_schemas.model.TUNING_DIMS``).
+"""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+
+SCHEMA_NAME = "jdl.tuning"
+SCHEMA_VERSION = 1
+
+GRID = ("lengthscale_x", "lengthscale_y", "reg")
+VARIABLE_DIMS = {"validation_loss": GRID, "seconds": GRID, "rank_x": GRID[:2], "rank_y": GRID[:2]}
+REQUIRED_ATTRS = ("schema", "schema_version", "data", "data_fingerprint", "criterion", "tol", "constraints",
+                  "rows_used", "n_samples", "validation_fraction", "seed", "best", "seconds")
+
+
+def validate_grid(ds, names: tuple[str, ...], where: str) -> None:
+    """Each coordinate in ``names`` exists, is finite, positive and strictly increasing."""
+    for name in names:
+        if name not in ds.coords:
+            raise ValueError(f"{where}: coordinate {name!r} is missing")
+        values = np.asarray(ds[name].values, dtype=float)
+        if values.size == 0 or not np.all(np.isfinite(values)) or np.any(values <= 0) or np.any(np.diff(values) <= 0):
+            raise ValueError(f"{where}: coordinate {name!r} must be positive and strictly increasing, got {values}")
+
+
+def validate_tuning_dataset(ds, where: str = "tuning") -> None:
+    """Raise ``ValueError`` naming the first broken rule of the tuning contract."""
+    if ds.attrs.get("schema") != SCHEMA_NAME:
+        raise ValueError(f"{where}: not a jdl tuning store (attribute schema={ds.attrs.get('schema')!r})")
+    version = ds.attrs.get("schema_version")
+    if not isinstance(version, int) or version > SCHEMA_VERSION:
+        raise ValueError(f"{where}: schema_version {version!r} is newer than this jdl reads ({SCHEMA_VERSION})")
+    for name in REQUIRED_ATTRS:
+        if name not in ds.attrs:
+            raise ValueError(f"{where}: attribute {name!r} is missing")
+    validate_grid(ds, GRID, where)
+    for name, dims in VARIABLE_DIMS.items():
+        if name not in ds.data_vars or tuple(ds[name].dims) != dims:
+            raise ValueError(f"{where}: variable {name!r} is missing or does not have dims {dims}")
+    try:
+        best = json.loads(ds.attrs["best"])
+        ok = all(k in best for k in ("lengthscale_x", "lengthscale_y", "reg", "score"))
+    except (TypeError, json.JSONDecodeError):
+        ok = False
+    if not ok:
+        raise ValueError(f"{where}: attribute 'best' must be JSON with lengthscale_x, lengthscale_y, reg, score")
+    if not np.any(np.isfinite(ds["validation_loss"].values)):
+        raise ValueError(f"{where}: no candidate has a finite validation loss")

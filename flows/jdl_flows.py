@@ -1,0 +1,131 @@
+"""The Prefect flows of jdl: stage, tune, fit, score, and train-and-score chaining them.
+
+Flows validate their parameters first (``flows.settings``: one ``ValueError`` naming the parameter,
+the rule and the value), then run tasks that pass store paths. Each task reuses its output when
+that store already holds the result of the same data and parameters (``flows.resume``), so a
+re-run after a crash resumes where the crashed run stopped. ``scheduler`` (or ``JDL_SCHEDULER``)
+sends the Dask work to ``auto`` | ``memory`` | ``local`` | ``tcp://HOST:PORT``; within
+``train_and_score_flow`` "local" is one embedded cluster shared by all stages.
+
+This module is the deployments' entrypoint (deploy/prefect.yaml): ``flows/jdl_flows.py:fit_flow``.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from prefect import flow, get_run_logger
+
+from pipeline.cluster import shared_scheduler
+
+from .settings import FitSettings, ScoreSettings, StageSettings, TuneSettings, validated
+from .tasks import StageResult, fit_task, score_task, stage_task, tune_task
+
+__all__ = ["stage_flow", "tune_flow", "fit_flow", "score_flow", "train_and_score_flow"]
+
+
+@flow(name="jdl-stage", validate_parameters=False)
+def stage_flow(source: str, out: str, x: list[str], y: list[str], chunk_size: int = 65_536) -> StageResult:
+    """Validate the columns ``x`` and ``y`` of a source table into the staged zarr store ``out``."""
+    settings = validated(StageSettings, "stage", source=source, out=out, x=x, y=y, chunk_size=chunk_size)
+    return stage_task(settings.model_dump())
+
+
+@flow(name="jdl-tune", validate_parameters=False)
+def tune_flow(
+    data: str, out: str, lengthscales_x: list[float] | None = None, lengthscales_y: list[float] | None = None,
+    regs: list[float] | None = None, tol: float = 1e-3, constraints: str = "normalization", max_rows: int = 20_000,
+    validation_fraction: float = 0.2, seed: int = 0, scheduler: str | None = None,
+) -> StageResult:
+    """Score a hyperparameter grid on (a subsample of) the staged store ``data`` into a tuning store."""
+    settings = validated(TuneSettings, "tune", **_given(locals()))
+    return tune_task(settings.model_dump())
+
+
+@flow(name="jdl-fit", validate_parameters=False)
+def fit_flow(
+    data: str, out: str, tuning: str | None = None, lengthscale_x: float | None = None,
+    lengthscale_y: float | None = None, reg: float | None = None, tol: float = 1e-3,
+    constraints: str = "positivity", positivity: str = "auto", pivoting: str = "random", seed: int = 0,
+    scheduler: str | None = None,
+) -> StageResult:
+    """Fit a JDL model on the staged store ``data`` and write the model store ``out``.
+
+    Hyperparameters: all of lengthscale_x, lengthscale_y and reg, or a ``tuning`` store. A tuning
+    store that is missing or was made from other data is (re)computed first, on the default grid.
+    """
+    settings = validated(FitSettings, "fit", **_given(locals()))
+    try:
+        settings.explicit()
+    except ValueError as error:
+        raise ValueError(f"fit: {error}") from None
+    if settings.tuning is not None and settings.explicit() is None and not _tuned_on(settings.tuning, settings.data):
+        get_run_logger().info(f"fit: tuning store {settings.tuning} is missing or from other data; tuning first")
+        tune_task(validated(TuneSettings, "tune", data=settings.data, out=settings.tuning, tol=settings.tol,
+                            seed=settings.seed, scheduler=settings.scheduler).model_dump())
+    return fit_task(settings.model_dump())
+
+
+@flow(name="jdl-score", validate_parameters=False)
+def score_flow(model: str, data: str, out: str, functions: list[str] | None = None,
+               scheduler: str | None = None) -> StageResult:
+    """Score every row of the staged store ``data`` with the model store ``model`` into ``out``."""
+    settings = validated(ScoreSettings, "score", **_given(locals()))
+    return score_task(settings.model_dump())
+
+
+@flow(name="jdl-train-and-score", validate_parameters=False)
+def train_and_score_flow(
+    source: str, workdir: str, x: list[str], y: list[str], score_source: str | None = None,
+    functions: list[str] | None = None, lengthscales_x: list[float] | None = None,
+    lengthscales_y: list[float] | None = None, regs: list[float] | None = None, tune_rows: int = 20_000,
+    tol: float = 1e-3, positivity: str = "auto", chunk_size: int = 65_536, seed: int = 0,
+    scheduler: str | None = None,
+) -> dict[str, StageResult]:
+    """stage -> tune -> fit -> score in ``workdir`` (data.zarr, tuning.zarr, model.zarr, scores.zarr;
+    with ``score_source``, that table is staged as batch.zarr and scored instead of the training data).
+
+    Returns each stage's result; a re-run reuses every stage whose inputs did not change.
+    """
+    root = Path(workdir)
+    paths = {name: str(root / f"{name}.zarr") for name in ("data", "tuning", "model", "scores", "batch")}
+    stage_settings = validated(StageSettings, "stage", source=source, out=paths["data"], x=x, y=y,
+                               chunk_size=chunk_size)
+    batch_settings = None if score_source is None else validated(
+        StageSettings, "stage", source=score_source, out=paths["batch"], x=x, y=y, chunk_size=chunk_size)
+    tune_settings = validated(TuneSettings, "tune", **_given(dict(
+        data=paths["data"], out=paths["tuning"], lengthscales_x=lengthscales_x, lengthscales_y=lengthscales_y,
+        regs=regs, tol=tol, max_rows=tune_rows, seed=seed, scheduler=scheduler)))
+    fit_settings = validated(FitSettings, "fit", data=paths["data"], out=paths["model"], tuning=paths["tuning"],
+                             tol=tol, positivity=positivity, seed=seed, scheduler=scheduler)
+    score_settings = validated(ScoreSettings, "score", **_given(dict(
+        model=paths["model"], data=paths["batch" if score_source else "data"], out=paths["scores"],
+        functions=functions, scheduler=scheduler)))
+    root.mkdir(parents=True, exist_ok=True)
+    results: dict[str, StageResult] = {}
+    with shared_scheduler(fit_settings.scheduler) as address:
+        where = {} if address == fit_settings.scheduler else {"scheduler": address}
+        results["stage"] = stage_task(stage_settings.model_dump())
+        if batch_settings is not None:
+            results["stage_batch"] = stage_task(batch_settings.model_dump())
+        results["tune"] = tune_task({**tune_settings.model_dump(), **where})
+        results["fit"] = fit_task({**fit_settings.model_dump(), **where})
+        results["score"] = score_task({**score_settings.model_dump(), **where})
+    return results
+
+
+def _tuned_on(tuning: str, data: str) -> bool:
+    """Whether ``tuning`` is a valid tuning store made from the data now in ``data``."""
+    from pipeline.fitting import data_fingerprint
+    from pipeline.staging import open_staged
+    from pipeline.tuning import load_tuning
+
+    try:
+        table = load_tuning(tuning)
+    except ValueError:
+        return False
+    return table.attrs["data_fingerprint"] == data_fingerprint(open_staged(data))
+
+
+def _given(parameters: dict) -> dict:
+    """The parameters that were given (None means "the default"), without the flow's locals."""
+    return {k: v for k, v in parameters.items() if v is not None and not k.startswith("_")}

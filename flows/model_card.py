@@ -1,0 +1,374 @@
+"""Inspect a model store: a text card and diagnostic plots (``jdl inspect``, the per-fit Prefect artifact).
+
+The card and plots read only the store (``pipeline.model_store.load_model``, plus the optional
+``tuning_*`` table through xarray). Conditional densities are drawn by smoothing the conditional
+weights on the training atoms with a Gaussian of bandwidth h = (y kernel lengthscale) / 2:
+
+    p(y | x) = sum_j w_j(x) N(y; y_j, h^2),
+
+computed in one pass over the atoms, block by block, so memory stays bounded at any n. Weights of
+models without positivity (or with tiny violations) may be negative; the plots say so.
+"""
+from __future__ import annotations
+
+import math
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import xarray as xr
+
+from jdlcore import JDL
+from jdlcore.validation import as_samples
+from pipeline.model_store import load_model
+
+__all__ = ["model_card", "write_plots", "diagnostics_figure", "conditional_density", "conditional_curves",
+           "density_bandwidth", "default_x_values", "read_tuning"]
+
+GRID_POINTS = 256
+_SUB_ELEMENTS = 1 << 21  # (atoms x grid points) entries per temporary in the smoothing pass
+TUNING_VARIABLES = ("tuning_validation_loss", "tuning_rank_x", "tuning_rank_y")
+
+
+# -- reading --------------------------------------------------------------------------------------
+def read_tuning(path: str | os.PathLike) -> xr.Dataset | None:
+    """The store's tuning table (``tuning_validation_loss`` over (tuning_lengthscale_x,
+    tuning_lengthscale_y, tuning_reg), ``tuning_rank_x`` / ``tuning_rank_y`` over the two
+    lengthscales), loaded into memory; None when the store has none."""
+    with xr.open_zarr(path, consolidated=False, zarr_format=3) as ds:
+        if not all(name in ds.variables for name in TUNING_VARIABLES):
+            return None
+        return ds[list(TUNING_VARIABLES)].load()
+
+
+def _store_attrs(path: str | os.PathLike) -> dict[str, Any]:
+    with xr.open_zarr(path, consolidated=False, zarr_format=3) as ds:
+        return dict(ds.attrs)
+
+
+def _names(model: JDL, side: str) -> list[str]:
+    width = (model.basis_x_ if side == "x" else model.basis_y_).pivot_points.shape[1]
+    names = model.provenance_.get(f"{side}_features") if isinstance(model.provenance_, dict) else None
+    return [str(n) for n in names] if names and len(names) == width else [f"{side}{k}" for k in range(width)]
+
+
+def _best(tuning: xr.Dataset) -> dict[str, float] | None:
+    """The candidate with the smallest finite validation loss (None when every candidate failed)."""
+    loss = tuning["tuning_validation_loss"]
+    values = loss.values
+    if not np.any(np.isfinite(values)):
+        return None
+    i, j, k = np.unravel_index(np.nanargmin(values), values.shape)
+    return {"lengthscale_x": float(loss["tuning_lengthscale_x"][i]),
+            "lengthscale_y": float(loss["tuning_lengthscale_y"][j]),
+            "reg": float(loss["tuning_reg"][k]), "score": float(values[i, j, k]),
+            "rank_x": float(tuning["tuning_rank_x"].values[i, j]),
+            "rank_y": float(tuning["tuning_rank_y"].values[i, j])}
+
+
+# -- the card -------------------------------------------------------------------------------------
+def _scale(kernel: Any) -> str:
+    scale = kernel.lengthscale
+    return repr(float(scale)) if np.ndim(scale) == 0 else "[" + ", ".join(repr(float(s)) for s in scale) + "]"
+
+
+def _relative_trace(model: JDL, side: str) -> np.ndarray:
+    """Residual trace after k = 0..m pivots over trace K, shape (m + 1,)."""
+    trace = np.asarray(model.diagnostics_[f"trace_error_{side}"], dtype=np.float64)
+    return trace / trace[0] if trace.size and trace[0] > 0 else np.zeros_like(trace)
+
+
+def _count(value: float) -> str:
+    return str(int(value)) if np.isfinite(value) else "n/a"
+
+
+def model_card(path: str | os.PathLike) -> str:
+    """A human-readable multi-line summary of the model store at ``path``.
+
+    Raises ``ValueError`` (from ``load_model``, unchanged) for a missing, foreign or damaged store.
+    Hyperparameters are printed exactly (``repr`` of the stored floats); times are in seconds.
+    """
+    model = load_model(path)
+    attrs = _store_attrs(path)
+    tuning = read_tuning(path)
+    d, p = model.diagnostics_, (model.provenance_ or {})
+    rows: list[tuple[str, str]] = [
+        ("schema", f"{attrs.get('schema')} v{attrs.get('schema_version')}, written by jdl {attrs.get('jdl_version')}"),
+        ("samples", f"n = {model.n_samples_:,}"),
+        ("data", str(p.get("data", "(not recorded)"))),
+        ("fingerprint", f"sha256 {p['data_fingerprint']}" if p.get("data_fingerprint") else "(not recorded)"),
+        ("x features", ", ".join(_names(model, "x"))),
+        ("y features", ", ".join(_names(model, "y"))),
+    ]
+    for side, basis in (("x", model.basis_x_), ("y", model.basis_y_)):
+        rows.append((f"kernel {side}", f"{basis.kernel.name}, lengthscale {_scale(basis.kernel)}"))
+    rows += [
+        ("reg", repr(float(model.reg))),
+        ("tol", repr(float(model.tol))),
+        ("constraints", str(model.constraints)),
+        ("positivity", str(model.positivity) + ("" if model.constraints == "positivity" else " (not used)")),
+        ("pivoting", f"{model.pivoting}, seed {model.seed}"
+                     + (f", max rank {model.max_rank}" if model.max_rank else "")),
+        ("ranks", f"m_X = {model.basis_x_.size}, m_Y = {model.basis_y_.size}"),
+    ]
+    for side in ("x", "y"):
+        relative = _relative_trace(model, side)
+        stop = d.get(f"stop_reason_{side}")
+        rows.append((f"trace error {side}", f"{relative[-1]:.3e} of trace K after {relative.size - 1} pivots"
+                                            + (f" (stop: {stop})" if stop else "")))
+    rows.append(("objective", f"{d['objective']:.8g}" if "objective" in d else "n/a"))
+    if "normalization_defect" in d:
+        rows.append(("normalization", f"defect {d['normalization_defect']:.3e}"))
+    if "grid_min" in d:
+        rows.append(("grid positivity", f"min 1 + h = {d['grid_min']:.3e} after {d.get('rounds', '?')} rounds, "
+                                        f"{d.get('active', '?')} active of {d.get('constraints', '?')} constraints"))
+    timing = [f"{name[:-len('_seconds')]} {value:.3g}" for name, value in d.items()
+              if name.endswith("_seconds") and isinstance(value, (int, float))]
+    rows.append(("timing (s)", ", ".join(timing) if timing else "(none recorded)"))
+    if "negative_mass_max" in d:
+        rows.append(("negative mass", f"max {d['negative_mass_max'] + 0.0:.3e}, "  # + 0.0: no "-0"
+                                      f"mean {d.get('negative_mass_mean', math.nan) + 0.0:.3e} "
+                                      f"at {d.get('negative_mass_probes', '?')} x pivots"))
+    registered = model.registered_
+    rows.append(("registered", ", ".join(f"{name} {sums.shape}" for name, sums in registered.items()) or "(none)"))
+    if tuning is not None:
+        rows += _tuning_rows(model, tuning, p.get("tuning"))
+    width = max(len(label) for label, _ in rows)
+    lines = [f"  {label:<{width}}  {value}" for label, value in rows]
+    return "\n".join([f"JDL model store {Path(path).resolve()}", *lines])
+
+
+def _tuning_rows(model: JDL, tuning: xr.Dataset, recorded: Any) -> list[tuple[str, str]]:
+    loss = tuning["tuning_validation_loss"]
+    sizes = [loss.sizes[dim] for dim in loss.dims]
+    rows = [("tuning grid", f"{sizes[0]} lengthscale_x x {sizes[1]} lengthscale_y x {sizes[2]} reg = {loss.size} "
+                            f"candidates, {int(np.isfinite(loss.values).sum())} with a finite validation loss")]
+    best = _best(tuning)
+    if best is None:
+        return rows + [("tuning best", "(every candidate failed)")]
+    rows.append(("tuning best", f"validation loss {best['score']:.6g} at lengthscale_x = {best['lengthscale_x']!r}, "
+                                f"lengthscale_y = {best['lengthscale_y']!r}, reg = {best['reg']!r} "
+                                f"(m_X = {_count(best['rank_x'])}, m_Y = {_count(best['rank_y'])})"))
+    fitted = (model.basis_x_.kernel.lengthscale, model.basis_y_.kernel.lengthscale, model.reg)
+    same = all(np.ndim(a) == 0 and math.isclose(float(a), b, rel_tol=1e-9)
+               for a, b in zip(fitted, (best["lengthscale_x"], best["lengthscale_y"], best["reg"])))
+    rows.append(("tuning vs fit", "the fitted setting is the best candidate" if same
+                 else "the fitted setting differs from the best candidate"))
+    if isinstance(recorded, dict):
+        rows.append(("tuning store", f"{recorded.get('store')} (criterion {recorded.get('criterion')}, "
+                                     f"{recorded.get('rows_used')} rows)"))
+    return rows
+
+
+# -- conditional densities ------------------------------------------------------------------------
+def density_bandwidth(model: JDL, component: int = 0) -> float:
+    """The smoothing bandwidth h for y feature ``component``: the y kernel lengthscale / 2 (units of y)."""
+    scale = np.asarray(model.basis_y_.kernel.lengthscale, dtype=np.float64)
+    return float(scale if scale.ndim == 0 else scale[component]) / 2.0
+
+
+def default_x_values(model: JDL, n_slices: int = 5) -> np.ndarray:
+    """Query points (n_slices, d_X): the first feature at quantiles 0.1..0.9 of the x pivot points,
+    the other features at the pivots' median."""
+    if n_slices < 1:
+        raise ValueError(f"n_slices: must be >= 1, got {n_slices}")
+    pivots = np.asarray(model.basis_x_.pivot_points, dtype=np.float64)
+    levels = np.linspace(0.1, 0.9, n_slices) if n_slices > 1 else np.array([0.5])
+    x = np.tile(np.median(pivots, axis=0), (levels.size, 1))
+    x[:, 0] = np.quantile(pivots[:, 0], levels)
+    return x
+
+
+def _queries(model: JDL, x_values: Any) -> np.ndarray:
+    width = model.basis_x_.pivot_points.shape[1]
+    x = np.asarray(x_values, dtype=np.float64)
+    if x.ndim == 1 and width > 1:
+        x = x[None, :]
+    x = as_samples(x, "x_values")
+    if x.shape[1] != width:
+        raise ValueError(f"x_values: have {x.shape[1]} features, the model was fitted on {width}")
+    return x
+
+
+def conditional_curves(model: JDL, x_values: Any, y_grid: Any, *, component: int = 0,
+                       bandwidth: float | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Smoothed conditional density and conditional CDF of y feature ``component`` on ``y_grid``.
+
+    x_values: (k, d_X) queries (a 1-D array is k queries for d_X = 1); y_grid: (g,) in units of y.
+    Returns (density (k, g) in 1 / units of y, cdf (k, g)) with density = sum_j w_j N(y; y_j, h^2)
+    and cdf = sum_j w_j [y_j <= y], w_j(x) the conditional weights (clipped and renormalised for
+    ``positivity="clip"``), h = ``bandwidth`` (default ``density_bandwidth``). For scalar y the cdf
+    equals ``model.conditional_cdf(x_values, y_grid)``; it is computed here in the same pass over the
+    atoms, in blocks of bounded size (``conditional_cdf`` would hold an (n, g) temporary when the
+    model keeps A_Y in memory).
+    """
+    x = _queries(model, x_values)
+    grid = np.asarray(y_grid, dtype=np.float64).ravel()
+    if not 0 <= component < model.basis_y_.pivot_points.shape[1]:
+        raise ValueError(f"component: must be in [0, {model.basis_y_.pivot_points.shape[1]})")
+    h = density_bandwidth(model, component) if bandwidth is None else float(bandwidth)
+    directions = model.basis_x_.features(x) @ model.coef_.T  # (k, m_Y): 1 + h(x, y_j) = 1 + A_Y[j] . g(x)
+    density, cdf = np.zeros((x.shape[0], grid.size)), np.zeros((x.shape[0], grid.size))
+    totals = np.zeros(x.shape[0])
+    step = max(1, _SUB_ELEMENTS // max(grid.size, 1))
+    for _, y, A in model.atoms_.blocks():
+        for start in range(0, y.shape[0], step):
+            weights = directions @ A[start:start + step].T  # (k, b)
+            weights += 1.0
+            if model.clips:
+                np.maximum(weights, 0.0, out=weights)
+            totals += weights.sum(axis=1)
+            atoms = y[start:start + step, component]
+            z = (grid[None, :] - atoms[:, None]) / h
+            density += weights @ np.exp(-0.5 * z * z)
+            cdf += weights @ (atoms[:, None] <= grid[None, :]).astype(np.float64)
+    density /= totals[:, None] * h * math.sqrt(2 * math.pi)
+    cdf /= totals[:, None]
+    return density, cdf
+
+
+def conditional_density(model: JDL, x_values: Any, y_grid: Any, *, component: int = 0,
+                        bandwidth: float | None = None) -> np.ndarray:
+    """The smoothed conditional density (k, g) of ``conditional_curves``, in 1 / units of y."""
+    return conditional_curves(model, x_values, y_grid, component=component, bandwidth=bandwidth)[0]
+
+
+def _default_grid(model: JDL, component: int) -> np.ndarray:
+    """GRID_POINTS points spanning the atoms of y feature ``component`` plus 4 bandwidths each side."""
+    atoms, lo, hi = model.atoms_, math.inf, -math.inf
+    for start in range(0, atoms.n, atoms.block_rows):
+        column = np.asarray(atoms.values[start:start + atoms.block_rows, component], dtype=np.float64)
+        lo, hi = min(lo, float(column.min())), max(hi, float(column.max()))
+    pad = 4 * density_bandwidth(model, component)
+    return np.linspace(lo - pad, hi + pad, GRID_POINTS)
+
+
+# -- plots ----------------------------------------------------------------------------------------
+def _figure(ncols: int, width: float, height: float):
+    """A Figure on its own Agg canvas (no pyplot: nothing global to open or close) and its axes."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    figure = Figure(figsize=(width, height), layout="constrained")
+    FigureCanvasAgg(figure)
+    return figure, figure.subplots(1, ncols, squeeze=False)[0]
+
+
+def _save(figure: Any, path: str | os.PathLike) -> Path:
+    figure.savefig(path, format="png", dpi=100)
+    figure.clear()
+    return Path(path)
+
+
+def _plot_trace(ax: Any, model: JDL) -> None:
+    for side, label in (("x", "m_X"), ("y", "m_Y")):
+        relative = _relative_trace(model, side)
+        ranks = np.arange(relative.size)
+        keep = relative > 0  # an exhausted factorisation ends at exactly 0, which a log axis cannot show
+        ax.plot(ranks[keep], relative[keep], marker=".", label=f"{side} ({label} = {relative.size - 1})")
+    if model.tol > 0:
+        ax.axhline(float(model.tol), color="gray", linestyle="--", label=f"tol = {float(model.tol):g}")
+    ax.set_yscale("log")
+    ax.set_xlabel("rank (pivots)")
+    ax.set_ylabel("residual trace / trace K")
+    ax.set_title("pivoted Cholesky residual trace")
+    ax.legend(fontsize="small")
+
+
+def _slices(model: JDL, x_values: Any, n_slices: int):
+    x = default_x_values(model, n_slices) if x_values is None else _queries(model, x_values)
+    grid = _default_grid(model, 0)
+    density, cdf = conditional_curves(model, x, grid)
+    return x, grid, density, cdf
+
+
+def _plot_slices(model: JDL, x: np.ndarray, grid: np.ndarray, density: np.ndarray, density_ax: Any,
+                 cdf: np.ndarray | None = None, cdf_ax: Any | None = None) -> None:
+    x_name, y_name = _names(model, "x")[0], _names(model, "y")[0]
+    marginal = "" if model.basis_y_.pivot_points.shape[1] == 1 else "marginal "
+    for k in range(x.shape[0]):
+        density_ax.plot(grid, density[k], label=f"{x_name} = {x[k, 0]:.3g}")
+    density_ax.axhline(0.0, color="gray", linewidth=0.5)
+    title = f"{marginal}conditional density of {y_name}, h = {density_bandwidth(model):.3g}"
+    low = float(density.min())
+    if low < -1e-9 * float(np.abs(density).max()):
+        title += f"\nhas negative parts (min {low:.2g}): weights below 0"
+    density_ax.set_title(title, fontsize="medium")
+    density_ax.set_xlabel(y_name)
+    density_ax.set_ylabel(f"p({y_name} | {x_name})")
+    density_ax.legend(fontsize="small")
+    if cdf_ax is not None and cdf is not None:
+        for k in range(x.shape[0]):
+            cdf_ax.plot(grid, cdf[k], label=f"{x_name} = {x[k, 0]:.3g}")
+        cdf_ax.set_title(f"{marginal}conditional CDF of {y_name}", fontsize="medium")
+        cdf_ax.set_xlabel(y_name)
+        cdf_ax.set_ylabel(f"Q({y_name} <= y | {x_name})")
+
+
+def _plot_validation(axes: Any, tuning: xr.Dataset) -> None:
+    loss = tuning["tuning_validation_loss"]
+    lx, ly, regs = (np.asarray(loss[dim].values) for dim in loss.dims)
+    values = loss.values
+    finite = np.isfinite(values)
+    surface = np.where(finite.any(axis=2), np.nanmin(np.where(finite, values, np.inf), axis=2), np.nan)
+    ax = axes[0]
+    image = ax.imshow(surface.T, origin="lower", aspect="auto", cmap="viridis")
+    ax.figure.colorbar(image, ax=ax, label="validation loss (min over reg)")
+    ax.set_xticks(range(lx.size), [f"{v:.3g}" for v in lx], rotation=45)
+    ax.set_yticks(range(ly.size), [f"{v:.3g}" for v in ly])
+    ax.set_xlabel("lengthscale_x")
+    ax.set_ylabel("lengthscale_y")
+    ax.set_title("validation surface")
+    best = _best(tuning)
+    if best is None:
+        return
+    i, j = int(np.argmin(np.abs(lx - best["lengthscale_x"]))), int(np.argmin(np.abs(ly - best["lengthscale_y"])))
+    ax.plot([i], [j], marker="*", color="red", markersize=14)
+    axes[1].plot(regs, values[i, j], marker="o")
+    axes[1].axvline(best["reg"], color="red", linestyle="--")
+    axes[1].set_xscale("log")
+    axes[1].set_xlabel("reg")
+    axes[1].set_ylabel("validation loss")
+    axes[1].set_title(f"best pair: lengthscale_x = {lx[i]:.3g}, lengthscale_y = {ly[j]:.3g}", fontsize="medium")
+
+
+def write_plots(path: str | os.PathLike, out_dir: str | os.PathLike, *, x_values: Any = None,
+                n_slices: int = 5) -> list[Path]:
+    """Write the diagnostic PNGs of the model store at ``path`` into ``out_dir`` (created if needed).
+
+    residual_trace.png: relative residual trace vs rank for x and y (log axis); conditional_density.png:
+    smoothed conditional density and conditional CDF (equal to ``model.conditional_cdf`` for scalar y,
+    the first feature's marginal otherwise) of the first y feature at ``x_values`` (k, d_X), default
+    ``default_x_values(model, n_slices)``; validation_surface.png, only for stores with a
+    tuning table: min-over-reg validation loss over lengthscale_x x lengthscale_y, and loss vs reg at
+    the best pair. Returns the written paths in that order.
+    """
+    model = load_model(path)
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    written = []
+    figure, axes = _figure(1, 6, 4)
+    _plot_trace(axes[0], model)
+    written.append(_save(figure, out / "residual_trace.png"))
+    x, grid, density, cdf = _slices(model, x_values, n_slices)
+    figure, axes = _figure(2, 11, 4.2)
+    _plot_slices(model, x, grid, density, axes[0], cdf, axes[1])
+    written.append(_save(figure, out / "conditional_density.png"))
+    tuning = read_tuning(path)
+    if tuning is not None:
+        figure, axes = _figure(2, 11, 4.2)
+        _plot_validation(axes, tuning)
+        written.append(_save(figure, out / "validation_surface.png"))
+    return written
+
+
+def diagnostics_figure(path: str | os.PathLike, png_path: str | os.PathLike) -> Path:
+    """One compact PNG at ``png_path`` (residual trace | density slices at the default x values) for
+    the model store at ``path``; returns ``png_path`` as a Path."""
+    model = load_model(path)
+    figure, axes = _figure(2, 10, 3.6)
+    _plot_trace(axes[0], model)
+    x, grid, density, _ = _slices(model, None, 5)
+    _plot_slices(model, x, grid, density, axes[1])
+    return _save(figure, png_path)

@@ -1,0 +1,126 @@
+"""Validated flow parameters (pydantic): each flow checks its parameters here before any work.
+
+A violation raises one ``ValueError`` naming the parameter, the rule and the offending value, e.g.
+``fit: parameter tol: Input should be less than 1 (got 2.0)``. Path parameters may hold environment
+variables (``${JDL_HOME}/model.zarr``, as in deploy/prefect.yaml); they are expanded where the
+flow runs, and an unset variable is an error rather than a literal path.
+"""
+from __future__ import annotations
+
+import os
+import re
+from typing import Annotated, Literal
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from pipeline.scoring import parse_function
+
+__all__ = ["StageSettings", "TuneSettings", "FitSettings", "ScoreSettings", "validated", "expand_path"]
+
+_UNSET = re.compile(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)\}?")
+
+
+def expand_path(value: str) -> str:
+    """``value`` with ~ and environment variables expanded; ``ValueError`` if a variable is unset."""
+    expanded = os.path.expanduser(os.path.expandvars(value))
+    missing = _UNSET.search(expanded)
+    if missing:
+        raise ValueError(f"environment variable {missing.group(1)} is not set (in {value!r})")
+    if not expanded.strip():
+        raise ValueError("must not be empty")
+    return expanded
+
+
+def _scheduler(value: str | None) -> str | None:
+    if value is None:
+        return os.environ.get("JDL_SCHEDULER") or None
+    if value in ("auto", "memory", "local") or "://" in value:
+        return value
+    raise ValueError(f"{value!r} is not auto, memory, local or an address like tcp://HOST:PORT")
+
+
+Path_ = Annotated[str, AfterValidator(expand_path)]
+Positive = Annotated[float, Field(gt=0, allow_inf_nan=False)]
+Scheduler = Annotated[str | None, AfterValidator(_scheduler)]
+
+
+class _Settings(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class StageSettings(_Settings):
+    source: Path_
+    out: Path_
+    x: list[str] = Field(min_length=1)
+    y: list[str] = Field(min_length=1)
+    chunk_size: int = Field(65_536, ge=1)
+
+
+class TuneSettings(_Settings):
+    data: Path_
+    out: Path_
+    lengthscales_x: list[Positive] | None = Field(None, min_length=1)
+    lengthscales_y: list[Positive] | None = Field(None, min_length=1)
+    regs: list[Positive] = Field([1e-6, 1e-5, 1e-4, 1e-3], min_length=1)
+    tol: float = Field(1e-3, gt=0, lt=1)
+    constraints: Literal["none", "normalization", "positivity"] = "normalization"
+    max_rows: int = Field(20_000, ge=10)
+    validation_fraction: float = Field(0.2, gt=0, lt=1)
+    seed: int = 0
+    scheduler: Scheduler = Field(None, validate_default=True)
+
+
+class FitSettings(_Settings):
+    data: Path_
+    out: Path_
+    tuning: Path_ | None = None
+    lengthscale_x: Positive | None = None
+    lengthscale_y: Positive | None = None
+    reg: Positive | None = None
+    tol: float = Field(1e-3, gt=0, lt=1)
+    constraints: Literal["none", "normalization", "positivity"] = "positivity"
+    positivity: Literal["auto", "grid", "tightening", "clip"] = "auto"
+    pivoting: Literal["random", "greedy"] = "random"
+    seed: int = 0
+    scheduler: Scheduler = Field(None, validate_default=True)
+
+    def explicit(self) -> dict[str, float] | None:
+        """The hyperparameters given directly, or None when they come from ``tuning``."""
+        given = {"lengthscale_x": self.lengthscale_x, "lengthscale_y": self.lengthscale_y, "reg": self.reg}
+        if all(v is not None for v in given.values()):
+            return given
+        if self.tuning is None:
+            missing = [k for k, v in given.items() if v is None]
+            raise ValueError(f"parameter {missing[0]}: give lengthscale_x, lengthscale_y and reg, or a tuning store")
+        if any(v is not None for v in given.values()):
+            raise ValueError("parameter tuning: give either a tuning store or all of lengthscale_x, lengthscale_y, "
+                             "reg, not both")
+        return None
+
+
+class ScoreSettings(_Settings):
+    model: Path_
+    data: Path_
+    out: Path_
+    functions: list[str] = Field(["mean", "second_moment"], min_length=1)
+    scheduler: Scheduler = Field(None, validate_default=True)
+
+    @field_validator("functions")
+    @classmethod
+    def _known(cls, functions: list[str]) -> list[str]:
+        for spec in functions:
+            parse_function(spec)
+        if len(set(functions)) != len(functions):
+            raise ValueError(f"functions must be distinct, got {functions}")
+        return functions
+
+
+def validated(settings: type[_Settings], flow: str, **parameters) -> _Settings:
+    """``settings(**parameters)``, or one ``ValueError`` "flow: parameter NAME: RULE (got VALUE)"."""
+    try:
+        return settings(**parameters)
+    except ValidationError as error:
+        first = error.errors()[0]
+        name = ".".join(str(part) for part in first["loc"]) or "parameters"
+        message = first["msg"].removeprefix("Value error, ")
+        raise ValueError(f"{flow}: parameter {name}: {message} (got {first.get('input')!r})") from None

@@ -1,0 +1,152 @@
+"""Prefect tasks: one per stage, each writing one store and passing its path on (never arrays).
+
+Every task validates its settings, computes its run key and reuses, writes or replaces its output
+store (``flows.resume``). Transient failures (lost connections, timeouts, a killed Dask worker) are
+retried; bad input is not. A task returns a ``StageResult``: the store's path, whether it was
+reused, and its run key.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, TypedDict
+
+from prefect import get_run_logger, task
+from prefect.cache_policies import NO_CACHE
+
+from data_schemas.data import SCHEMA_NAME as DATA_SCHEMA
+from data_schemas.model import SCHEMA_NAME as MODEL_SCHEMA
+from data_schemas.scores import SCHEMA_NAME as SCORES_SCHEMA
+from data_schemas.tuning import SCHEMA_NAME as TUNING_SCHEMA
+from pipeline.fitting import data_fingerprint, fit_store
+from pipeline.model_store import load_model
+from pipeline.scoring import open_scores, score_store
+from pipeline.staging import open_staged, stage
+from pipeline.tuning import load_tuning, tune_store
+
+from .artifacts import publish_fit
+from .resume import Decision, decide, run_key, source_fingerprint
+from .settings import FitSettings, ScoreSettings, StageSettings, TuneSettings
+
+__all__ = ["StageResult", "stage_task", "tune_task", "fit_task", "score_task", "is_transient"]
+
+_NOT_TRANSIENT = (FileNotFoundError, FileExistsError, PermissionError, IsADirectoryError, NotADirectoryError)
+
+
+class StageResult(TypedDict):
+    path: str
+    reused: bool
+    key: str
+
+
+def is_transient(error: BaseException | None) -> bool:
+    """Worth a retry: connection and timeout errors, a Dask worker lost mid-task; not bad input."""
+    if error is None or isinstance(error, (ValueError, TypeError, KeyError) + _NOT_TRANSIENT):
+        return False
+    if isinstance(error, (OSError, TimeoutError, ConnectionError)):
+        return True
+    return type(error).__name__ in ("KilledWorker", "CommClosedError", "FutureCancelledError")
+
+
+def _retry_on_transient(task_, task_run, state) -> bool:
+    try:
+        error = state.result(raise_on_failure=False)
+    except Exception as raised:  # the result itself could not be read back
+        error = raised
+    return is_transient(error if isinstance(error, BaseException) else None)
+
+
+_TASK = dict(retries=2, retry_delay_seconds=[2, 10], retry_condition_fn=_retry_on_transient, cache_policy=NO_CACHE)
+
+
+def _run(stage_name: str, out: str, schema: str, key: str, validate, write) -> StageResult:
+    """Reuse ``out`` if it holds this key's result, else ``write(overwrite)`` it; log which."""
+    logger = get_run_logger()
+    action = decide(out, schema, key, validate)
+    if action == Decision.REUSE:
+        logger.info(f"{stage_name}: {out} is up to date (run key {key[:12]}), reused")
+    else:
+        logger.info(f"{stage_name}: {'replacing' if action == Decision.REPLACE else 'writing'} {out} "
+                    f"(run key {key[:12]})")
+        write(action == Decision.REPLACE)
+    return StageResult(path=str(out), reused=action == Decision.REUSE, key=key)
+
+
+def _progress(line: str) -> None:
+    get_run_logger().info(line)
+
+
+@task(name="stage", **_TASK)
+def stage_task(settings: dict[str, Any]) -> StageResult:
+    """Validate a source table into a staged zarr store."""
+    s = StageSettings(**settings)
+    key = run_key("stage", source=source_fingerprint(s.source), x=s.x, y=s.y, chunk_size=s.chunk_size)
+    return _run("stage", s.out, DATA_SCHEMA, key, open_staged, lambda overwrite: stage(
+        s.source, s.out, s.x, s.y, chunk_size=s.chunk_size, overwrite=overwrite, run_key=key))
+
+
+def tune_key(s: TuneSettings, fingerprint: str) -> str:
+    return run_key("tune", data=fingerprint, **s.model_dump(exclude={"data", "out", "scheduler"}))
+
+
+@task(name="tune", **_TASK)
+def tune_task(settings: dict[str, Any]) -> StageResult:
+    """Score the hyperparameter grid (pairs of lengthscales fanned out on Dask) into a tuning store."""
+    s = TuneSettings(**settings)
+    key = tune_key(s, data_fingerprint(open_staged(s.data)))
+    options = s.model_dump(exclude={"data", "out"})
+    return _run("tune", s.out, TUNING_SCHEMA, key, load_tuning, lambda overwrite: tune_store(
+        s.data, s.out, **options, overwrite=overwrite, run_key=key, progress=_progress))
+
+
+def fit_hyperparameters(s: FitSettings) -> tuple[dict[str, float], str | None]:
+    """(lengthscale_x, lengthscale_y, reg) and the tuning store's run key (None if given directly)."""
+    explicit = s.explicit()
+    if explicit is not None:
+        return explicit, None
+    table = load_tuning(s.tuning)
+    best = json.loads(table.attrs["best"])
+    return {k: float(best[k]) for k in ("lengthscale_x", "lengthscale_y", "reg")}, table.attrs.get("run_key")
+
+
+@task(name="fit", **_TASK)
+def fit_task(settings: dict[str, Any]) -> StageResult:
+    """Fit the JDL model on a staged store (hyperparameters given or from a tuning store); publish
+    a summary table and a diagnostics PNG as Prefect artifacts."""
+    s = FitSettings(**settings)
+    hyper, tuning_key = fit_hyperparameters(s)
+    fingerprint = data_fingerprint(open_staged(s.data))
+    options = s.model_dump(include={"tol", "constraints", "positivity", "pivoting", "seed"})
+    key = run_key("fit", data=fingerprint, tuning=tuning_key, **hyper, **options)
+
+    def write(overwrite: bool) -> None:
+        path, model = fit_store(s.data, s.out, **hyper, **options, scheduler=s.scheduler, overwrite=overwrite,
+                                tuning=s.tuning if tuning_key is not None else None, run_key=key,
+                                progress=_progress)
+        publish_fit(path, model)
+
+    return _run("fit", s.out, MODEL_SCHEMA, key, load_model, write)
+
+
+@task(name="score", **_TASK)
+def score_task(settings: dict[str, Any]) -> StageResult:
+    """Score a staged store with a model store into a scores store."""
+    s = ScoreSettings(**settings)
+    model_checksums = _model_identity(s.model)
+    key = run_key("score", model=model_checksums, data=data_fingerprint(open_staged(s.data)), functions=s.functions)
+    return _run("score", s.out, SCORES_SCHEMA, key, open_scores, lambda overwrite: score_store(
+        s.model, s.data, s.out, s.functions, overwrite=overwrite, scheduler=s.scheduler, run_key=key,
+        progress=_progress))
+
+
+def _model_identity(path: str) -> str:
+    """The model store's recorded checksums (every variable, atoms included): its content identity."""
+    import zarr
+
+    if not Path(path).exists():
+        raise ValueError(f"model: {path} does not exist")
+    try:
+        return str(zarr.open_group(path, mode="r", zarr_format=3).attrs["checksums"])
+    except Exception:
+        load_model(path)  # raises the precise reason
+        raise ValueError(f"model {path}: attribute 'checksums' is missing") from None

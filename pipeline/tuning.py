@@ -1,0 +1,165 @@
+"""Hyperparameter selection on a staged store: the grid fanned out over Dask, the table kept in zarr.
+
+A seeded random subsample of at most ``max_rows`` rows is split 4:1 into training and validation
+rows (the tuning of the paper's experiments). Each pair of lengthscales is one task running
+``jdlcore.tuning.score_pair``: the factorisations are shared by all values of ``reg``. The result is
+a tuning store, an xarray Dataset following ``data_schemas.tuning``: the validation loss over the
+grid (lengthscale_x, lengthscale_y, reg), the ranks per pair and the best setting.
+"""
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import numpy as np
+import xarray as xr
+
+from data_schemas.tuning import SCHEMA_NAME, SCHEMA_VERSION, validate_tuning_dataset
+from jdlcore import JDL, GaussianKernel, median_heuristic
+from jdlcore.tuning import best_row, resolve_criterion, score_pair, split_rows
+
+from .atomic import atomic_store, refuse_existing
+from .cluster import dask_client, resolve_scheduler
+from .fitting import data_fingerprint
+from .staging import open_staged
+
+__all__ = ["tune_store", "load_tuning", "default_lengthscales", "subsample_rows", "LENGTHSCALE_FACTORS"]
+
+LENGTHSCALE_FACTORS = (1 / 8, 1 / 4, 1 / 2)  # times the median heuristic, when no grid is given
+DEFAULT_REGS = (1e-6, 1e-5, 1e-4, 1e-3)
+
+
+def subsample_rows(n: int, max_rows: int, seed: int) -> np.ndarray:
+    """Sorted indices of a seeded random subset of min(n, max_rows) of n rows."""
+    if max_rows < 10:
+        raise ValueError(f"max_rows: must be at least 10, got {max_rows}")
+    if n <= max_rows:
+        return np.arange(n)
+    return np.sort(np.random.default_rng(seed).choice(n, max_rows, replace=False))
+
+
+def default_lengthscales(samples: np.ndarray, seed: int) -> list[float]:
+    """``LENGTHSCALE_FACTORS`` times the median pairwise distance of ``samples`` (rows, features)."""
+    median = median_heuristic(samples, seed=seed)
+    return [float(f * median) for f in LENGTHSCALE_FACTORS]
+
+
+def tune_store(
+    data: str | os.PathLike,
+    out: str | os.PathLike,
+    *,
+    lengthscales_x: Sequence[float] | None = None,
+    lengthscales_y: Sequence[float] | None = None,
+    regs: Sequence[float] = DEFAULT_REGS,
+    tol: float = 1e-3,
+    constraints: str = "normalization",
+    criterion: str = "second_moment",
+    threshold: float | None = None,
+    max_rows: int = 20_000,
+    validation_fraction: float = 0.2,
+    seed: int = 0,
+    scheduler: str | None = None,
+    overwrite: bool = False,
+    run_key: str | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> Path:
+    """Score the grid lengthscales_x x lengthscales_y x regs on the staged store ``data`` and write
+    the tuning store ``out`` atomically; returns its path.
+
+    Lengthscales default to ``LENGTHSCALE_FACTORS`` times the median heuristic of the subsample.
+    ``scheduler`` (see ``pipeline.cluster``; "auto" means this process, the subsample being small)
+    decides where the pairs run; the table does not depend on it.
+    """
+    target = Path(out)
+    refuse_existing(target, overwrite)
+    score = resolve_criterion(criterion, threshold)
+    for name, values in (("lengthscales_x", lengthscales_x), ("lengthscales_y", lengthscales_y), ("regs", regs)):
+        if values is not None and (len(values) == 0 or not all(np.isfinite(v) and v > 0 for v in values)):
+            raise ValueError(f"{name}: needs at least one value, all finite and > 0 (got {list(values)})")
+    if len(set(map(float, regs))) != len(regs):
+        raise ValueError(f"regs: values must be distinct (got {list(regs)})")
+    base = JDL(tol=tol, constraints=constraints, seed=seed)
+    base._check_params()
+    group = open_staged(data)
+    n = int(group.attrs["n_samples"])
+    rows = subsample_rows(n, max_rows, seed)
+    X = group["x"].get_orthogonal_selection((rows, slice(None)))
+    Y = group["y"].get_orthogonal_selection((rows, slice(None)))
+    grid_x = sorted(map(float, lengthscales_x)) if lengthscales_x else default_lengthscales(X, seed)
+    grid_y = sorted(map(float, lengthscales_y)) if lengthscales_y else default_lengthscales(Y, seed)
+    for name, values in (("lengthscales_x", grid_x), ("lengthscales_y", grid_y)):
+        if len(set(values)) != len(values):
+            raise ValueError(f"{name}: values must be distinct (got {values})")
+    regs = sorted(map(float, regs))
+    train, val = split_rows(rows.size, validation_fraction, seed)
+    parts = (X[train], Y[train], X[val], Y[val])
+    pairs = [(GaussianKernel(lx), GaussianKernel(ly)) for lx, ly in itertools.product(grid_x, grid_y)]
+    started = time.perf_counter()
+    where = resolve_scheduler(scheduler, rows.size)
+    if where is None:
+        tables = []
+        for k, (kx, ky) in enumerate(pairs, 1):
+            tables.append(score_pair(*parts, base, kx, ky, regs, score))
+            if progress is not None:
+                progress(f"tuned {k}/{len(pairs)} lengthscale pairs")
+    else:
+        from distributed import as_completed
+
+        with dask_client(where) as client:
+            shared = [client.scatter(part, broadcast=True) for part in parts]
+            futures = [client.submit(score_pair, *shared, base, kx, ky, regs, score, pure=False) for kx, ky in pairs]
+            for k, _ in enumerate(as_completed(futures), 1):
+                if progress is not None:
+                    progress(f"tuned {k}/{len(pairs)} lengthscale pairs")
+            tables = client.gather(futures)
+    table = [row for rows_of_pair in tables for row in rows_of_pair]
+    best = best_row(table)
+    ds = _tuning_dataset(table, grid_x, grid_y, regs)
+    ds.attrs.update({
+        "schema": SCHEMA_NAME, "schema_version": SCHEMA_VERSION, "data": str(Path(data).resolve()),
+        "data_fingerprint": data_fingerprint(group), "criterion": criterion, "tol": float(tol),
+        "constraints": constraints, "rows_used": int(rows.size), "n_samples": n,
+        "validation_fraction": float(validation_fraction), "seed": int(seed),
+        "best": json.dumps({k: best[k] for k in ("lengthscale_x", "lengthscale_y", "reg", "score", "rank_x", "rank_y")}),
+        "seconds": time.perf_counter() - started, **({"run_key": run_key} if run_key else {}),
+    })
+    validate_tuning_dataset(ds, f"tuning {target}")
+    with atomic_store(target, overwrite=overwrite) as staging:
+        ds.to_zarr(staging, mode="w", zarr_format=3, consolidated=False)
+    return target
+
+
+def _tuning_dataset(table: list[dict[str, Any]], grid_x: list[float], grid_y: list[float],
+                    regs: list[float]) -> xr.Dataset:
+    shape = (len(grid_x), len(grid_y), len(regs))
+    loss, seconds = np.full(shape, np.nan), np.full(shape, np.nan)
+    rank_x, rank_y = np.zeros(shape[:2]), np.zeros(shape[:2])
+    for row in table:
+        i, j, k = grid_x.index(row["lengthscale_x"]), grid_y.index(row["lengthscale_y"]), regs.index(row["reg"])
+        loss[i, j, k], seconds[i, j, k] = row["score"], row["seconds"]
+        rank_x[i, j], rank_y[i, j] = row["rank_x"], row["rank_y"]
+    grid = ("lengthscale_x", "lengthscale_y", "reg")
+    return xr.Dataset(
+        {"validation_loss": (grid, loss), "seconds": (grid, seconds),
+         "rank_x": (grid[:2], rank_x), "rank_y": (grid[:2], rank_y)},
+        coords={"lengthscale_x": grid_x, "lengthscale_y": grid_y, "reg": regs},
+    )
+
+
+def load_tuning(path: str | os.PathLike) -> xr.Dataset:
+    """Open and validate a tuning store (loaded into memory: it is small); ``ValueError`` if foreign."""
+    source = Path(path)
+    if not source.exists():
+        raise ValueError(f"tuning: {source} does not exist")
+    where = f"tuning {source}"
+    try:
+        with xr.open_zarr(source, consolidated=False, zarr_format=3) as ds:
+            ds = ds.load()
+    except Exception as error:  # zarr raises many types for foreign or damaged directories
+        raise ValueError(f"{where}: not a readable zarr v3 store ({type(error).__name__}: {error})") from None
+    validate_tuning_dataset(ds, where)
+    return ds
