@@ -4,9 +4,12 @@ from __future__ import annotations
 import json
 import platform
 import statistics
+import threading
 import time
 from pathlib import Path
 from typing import Any, Callable
+
+import psutil
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -27,3 +30,35 @@ def write_json(name: str, payload: dict) -> Path:
     payload = {"machine": {"platform": platform.platform(), "processor": platform.processor()}, **payload}
     path.write_text(json.dumps(payload, indent=2, default=float))
     return path
+
+
+class PeakMemory:
+    """Largest sum of RSS over this process and its descendants, sampled in a thread."""
+
+    def __init__(self, interval: float = 0.1):
+        self.interval, self.peak, self._stop = interval, 0, threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _sample(self) -> int:
+        me = psutil.Process()
+        total = 0
+        for process in [me, *me.children(recursive=True)]:
+            try:
+                total += process.memory_info().rss
+            except psutil.Error:
+                pass
+        return total
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.peak = max(self.peak, self._sample())
+            time.sleep(self.interval)
+
+    def __enter__(self) -> "PeakMemory":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.peak = max(self.peak, self._sample())

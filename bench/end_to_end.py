@@ -19,49 +19,15 @@ from __future__ import annotations
 import argparse
 import shutil
 import tempfile
-import threading
 import time
 from pathlib import Path
 
 import numpy as np
-import psutil
 
-from _common import write_json
+from _common import PeakMemory, write_json
 from pipeline.fitting import fit_store
 from pipeline.scoring import score_store
 from pipeline.staging import stage
-
-
-class PeakMemory:
-    """Largest sum of RSS over this process and its descendants, sampled in a thread."""
-
-    def __init__(self, interval: float = 0.1):
-        self.interval, self.peak, self._stop = interval, 0, threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def _sample(self) -> int:
-        me = psutil.Process()
-        total = 0
-        for process in [me, *me.children(recursive=True)]:
-            try:
-                total += process.memory_info().rss
-            except psutil.Error:
-                pass
-        return total
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            self.peak = max(self.peak, self._sample())
-            time.sleep(self.interval)
-
-    def __enter__(self) -> "PeakMemory":
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self._stop.set()
-        self._thread.join()
-        self.peak = max(self.peak, self._sample())
 
 
 def correlation(d: int, seed: int) -> np.ndarray:

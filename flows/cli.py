@@ -8,6 +8,7 @@ Parameters are validated before any flow starts.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import os
 import sys
@@ -27,11 +28,41 @@ class _DropErrors(logging.Filter):
         return record.levelno < logging.ERROR
 
 
-def _quiet_console_errors() -> None:
+def _console_logging(verbose: bool) -> None:
+    """Prefect's console lines: warnings only (the progress bar shows the progress) unless
+    ``verbose``; never errors (the CLI prints them in one line). What reaches the API is unchanged."""
+    if not verbose:  # read by Prefect's logging configuration when it is first imported
+        os.environ.setdefault("PREFECT_LOGGING_HANDLERS_CONSOLE_LEVEL", "WARNING")
+    import prefect  # noqa: F401  (configures its logging)
+
     for logger in [logging.getLogger()] + [logging.getLogger(name) for name in logging.root.manager.loggerDict]:
         for handler in getattr(logger, "handlers", []):
             if isinstance(handler, logging.StreamHandler) and not isinstance(handler, logging.FileHandler):
                 handler.addFilter(_DropErrors())
+
+
+@contextlib.contextmanager
+def _progress_bar(title: str):
+    """A rich progress bar on stderr fed by the lines the tasks report (``flows.progress``)."""
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+    from .progress import displayed, parse_fraction
+
+    columns = (SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+               TimeElapsedColumn())
+    with Progress(*columns, console=Console(stderr=True), transient=True) as bar:
+        task = bar.add_task(title, total=None)
+
+        def show(line: str) -> None:
+            fraction = parse_fraction(line)
+            if fraction is None:
+                bar.update(task, description=f"{title}: {line}", total=None, completed=0)
+            else:
+                bar.update(task, description=f"{title}: {line}", completed=fraction[0], total=fraction[1])
+
+        with displayed(show):
+            yield
 
 
 def _columns(text: str) -> list[str]:
@@ -48,7 +79,7 @@ def _floats(text: str) -> list[float]:
         raise argparse.ArgumentTypeError(f"expected comma-separated numbers, got {text!r}") from None
 
 
-def _run_flow(flow, settings_class, name: str, **parameters):
+def _run_flow(args: argparse.Namespace, flow, settings_class, name: str, **parameters):
     """Validate first (no Prefect API is started for bad arguments), then run the flow."""
     from .settings import FitSettings, validated
 
@@ -58,8 +89,9 @@ def _run_flow(flow, settings_class, name: str, **parameters):
             settings.explicit()
         except ValueError as error:
             raise ValueError(f"{name}: {error}") from None
-    _quiet_console_errors()
-    return flow(**parameters)
+    _console_logging(verbose=args.verbose)
+    with _progress_bar(name):
+        return flow(**parameters)
 
 
 def _reused(result: dict) -> str:
@@ -72,7 +104,7 @@ def _stage(args: argparse.Namespace) -> int:
     from .jdl_flows import stage_flow
     from .settings import StageSettings
 
-    result = _run_flow(stage_flow, StageSettings, "stage", source=args.source, out=args.out, x=args.x, y=args.y,
+    result = _run_flow(args, stage_flow, StageSettings, "stage", source=args.source, out=args.out, x=args.x, y=args.y,
                        chunk_size=args.chunk_size)
     group = open_staged(result["path"])
     print(f"staged {group.attrs['n_samples']:,} rows: x {group.attrs['x_features']}, y {group.attrs['y_features']} "
@@ -88,7 +120,7 @@ def _tune(args: argparse.Namespace) -> int:
     from .jdl_flows import tune_flow
     from .settings import TuneSettings
 
-    result = _run_flow(tune_flow, TuneSettings, "tune", data=args.data, out=args.out, lengthscales_x=args.lengthscales_x,
+    result = _run_flow(args, tune_flow, TuneSettings, "tune", data=args.data, out=args.out, lengthscales_x=args.lengthscales_x,
                        lengthscales_y=args.lengthscales_y, regs=args.regs, tol=args.tol, max_rows=args.max_rows,
                        seed=args.seed, scheduler=args.scheduler)
     table = load_tuning(result["path"])
@@ -105,7 +137,7 @@ def _fit(args: argparse.Namespace) -> int:
     from .jdl_flows import fit_flow
     from .settings import FitSettings
 
-    result = _run_flow(fit_flow, FitSettings, "fit", data=args.data, out=args.out, tuning=args.tuning,
+    result = _run_flow(args, fit_flow, FitSettings, "fit", data=args.data, out=args.out, tuning=args.tuning,
                        lengthscale_x=args.lengthscale_x, lengthscale_y=args.lengthscale_y, reg=args.reg, tol=args.tol,
                        constraints=args.constraints, positivity=args.positivity, pivoting=args.pivoting,
                        seed=args.seed, scheduler=args.scheduler)
@@ -120,7 +152,7 @@ def _score(args: argparse.Namespace) -> int:
     from .jdl_flows import score_flow
     from .settings import ScoreSettings
 
-    result = _run_flow(score_flow, ScoreSettings, "score", model=args.model, data=args.data, out=args.out,
+    result = _run_flow(args, score_flow, ScoreSettings, "score", model=args.model, data=args.data, out=args.out,
                        functions=args.function, scheduler=args.scheduler)
     print(f"scored {', '.join(args.function)} -> {result['path']}{_reused(result)}")
     return 0
@@ -148,7 +180,9 @@ def _demo(args: argparse.Namespace) -> int:
 
     if args.rows < 100:
         raise ValueError(f"rows: the demo needs at least 100 rows, got {args.rows}")
-    report = run_demo(n=args.rows, workdir=args.workdir, seed=args.seed, scheduler=args.scheduler)
+    _console_logging(verbose=args.verbose)
+    with _progress_bar("demo"):
+        report = run_demo(n=args.rows, workdir=args.workdir, seed=args.seed, scheduler=args.scheduler)
     print("\n".join(report.lines()))
     return 0
 
@@ -159,6 +193,7 @@ def _add_scheduler(parser: argparse.ArgumentParser, default: str | None = None) 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="jdl", description="Adaptive joint distribution learning at scale.")
+    parser.add_argument("-v", "--verbose", action="store_true", help="show Prefect's log lines on the console")
     commands = parser.add_subparsers(dest="command", required=True)
 
     demo = commands.add_parser("demo", help="stage, tune, fit and score a synthetic heteroscedastic data set as "

@@ -55,10 +55,10 @@ def fit_flow(
     """
     settings = validated(FitSettings, "fit", **_given(locals()))
     try:
-        settings.explicit()
+        explicit = settings.explicit()
     except ValueError as error:
         raise ValueError(f"fit: {error}") from None
-    if settings.tuning is not None and settings.explicit() is None and not _tuned_on(settings.tuning, settings.data):
+    if explicit is None and not _tuned_on(settings.tuning, settings.data):
         get_run_logger().info(f"fit: tuning store {settings.tuning} is missing or from other data; tuning first")
         tune_task(validated(TuneSettings, "tune", data=settings.data, out=settings.tuning, tol=settings.tol,
                             seed=settings.seed, scheduler=settings.scheduler).model_dump())

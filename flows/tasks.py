@@ -8,10 +8,11 @@ reused, and its run key.
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Any, TypedDict
 
-from prefect import get_run_logger, task
+import zarr
+
+from prefect import task
 from prefect.cache_policies import NO_CACHE
 
 from data_schemas.data import SCHEMA_NAME as DATA_SCHEMA
@@ -25,6 +26,7 @@ from pipeline.staging import open_staged, stage
 from pipeline.tuning import load_tuning, tune_store
 
 from .artifacts import publish_fit
+from .progress import report
 from .resume import Decision, decide, run_key, source_fingerprint
 from .settings import FitSettings, ScoreSettings, StageSettings, TuneSettings
 
@@ -61,19 +63,13 @@ _TASK = dict(retries=2, retry_delay_seconds=[2, 10], retry_condition_fn=_retry_o
 
 def _run(stage_name: str, out: str, schema: str, key: str, validate, write) -> StageResult:
     """Reuse ``out`` if it holds this key's result, else ``write(overwrite)`` it; log which."""
-    logger = get_run_logger()
     action = decide(out, schema, key, validate)
     if action == Decision.REUSE:
-        logger.info(f"{stage_name}: {out} is up to date (run key {key[:12]}), reused")
+        report(f"{stage_name}: {out} is up to date (run key {key[:12]}), reused")
     else:
-        logger.info(f"{stage_name}: {'replacing' if action == Decision.REPLACE else 'writing'} {out} "
-                    f"(run key {key[:12]})")
+        report(f"{stage_name}: {'replacing' if action == Decision.REPLACE else 'writing'} {out} (run key {key[:12]})")
         write(action == Decision.REPLACE)
     return StageResult(path=str(out), reused=action == Decision.REUSE, key=key)
-
-
-def _progress(line: str) -> None:
-    get_run_logger().info(line)
 
 
 @task(name="stage", **_TASK)
@@ -96,7 +92,7 @@ def tune_task(settings: dict[str, Any]) -> StageResult:
     key = tune_key(s, data_fingerprint(open_staged(s.data)))
     options = s.model_dump(exclude={"data", "out"})
     return _run("tune", s.out, TUNING_SCHEMA, key, load_tuning, lambda overwrite: tune_store(
-        s.data, s.out, **options, overwrite=overwrite, run_key=key, progress=_progress))
+        s.data, s.out, **options, overwrite=overwrite, run_key=key, progress=report))
 
 
 def fit_hyperparameters(s: FitSettings) -> tuple[dict[str, float], str | None]:
@@ -122,7 +118,7 @@ def fit_task(settings: dict[str, Any]) -> StageResult:
     def write(overwrite: bool) -> None:
         path, model = fit_store(s.data, s.out, **hyper, **options, scheduler=s.scheduler, overwrite=overwrite,
                                 tuning=s.tuning if tuning_key is not None else None, run_key=key,
-                                progress=_progress)
+                                progress=report)
         publish_fit(path, model)
 
     return _run("fit", s.out, MODEL_SCHEMA, key, load_model, write)
@@ -136,17 +132,13 @@ def score_task(settings: dict[str, Any]) -> StageResult:
     key = run_key("score", model=model_checksums, data=data_fingerprint(open_staged(s.data)), functions=s.functions)
     return _run("score", s.out, SCORES_SCHEMA, key, open_scores, lambda overwrite: score_store(
         s.model, s.data, s.out, s.functions, overwrite=overwrite, scheduler=s.scheduler, run_key=key,
-        progress=_progress))
+        progress=report))
 
 
 def _model_identity(path: str) -> str:
     """The model store's recorded checksums (every variable, atoms included): its content identity."""
-    import zarr
-
-    if not Path(path).exists():
-        raise ValueError(f"model: {path} does not exist")
     try:
         return str(zarr.open_group(path, mode="r", zarr_format=3).attrs["checksums"])
-    except Exception:
-        load_model(path)  # raises the precise reason
+    except Exception:  # absent, foreign or damaged: let the loader name the reason
+        load_model(path)
         raise ValueError(f"model {path}: attribute 'checksums' is missing") from None

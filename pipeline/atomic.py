@@ -4,11 +4,12 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import socket
 import uuid
 from pathlib import Path
 from typing import Iterator
 
-__all__ = ["atomic_store", "refuse_existing"]
+__all__ = ["atomic_store", "refuse_existing", "remove_abandoned"]
 
 
 def refuse_existing(target: str | os.PathLike, overwrite: bool) -> None:
@@ -17,16 +18,53 @@ def refuse_existing(target: str | os.PathLike, overwrite: bool) -> None:
         raise ValueError(f"out: {target} already exists (use overwrite to replace it)")
 
 
+def _prefix(target: Path) -> str:
+    return f".{target.name}.tmp-"
+
+
+def _host() -> str:
+    return socket.gethostname().replace("-", "_")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's process
+        return True
+    return True
+
+
+def remove_abandoned(target: str | os.PathLike) -> list[Path]:
+    """Remove temporary siblings of ``target`` left by writers on this host that no longer run
+    (a killed process cannot clean up after itself); returns what was removed. Temporaries of
+    live processes and of other hosts are left alone."""
+    target = Path(target)
+    removed = []
+    if not target.parent.is_dir():
+        return removed
+    for entry in target.parent.glob(f"{_prefix(target)}*"):
+        host, _, rest = entry.name.removeprefix(_prefix(target)).partition("-")
+        pid = rest.partition("-")[0]
+        if host == _host() and pid.isdigit() and not _alive(int(pid)):
+            shutil.rmtree(entry, ignore_errors=True)
+            removed.append(entry)
+    return removed
+
+
 @contextlib.contextmanager
 def atomic_store(target: str | os.PathLike, *, overwrite: bool = False) -> Iterator[Path]:
     """Yield a temporary path next to ``target``; on normal exit it replaces ``target``.
 
     On any exception the temporary directory is removed and ``target`` is left untouched, so a
-    failed write never leaves a partial store. An existing ``target`` is refused unless ``overwrite``.
+    failed write never leaves a partial store; temporaries of killed writers are removed by the
+    next write of the same target (``remove_abandoned``). An existing ``target`` is refused unless ``overwrite``.
     """
     target = Path(target)
     refuse_existing(target, overwrite)
-    staging = target.with_name(f".{target.name}.tmp-{uuid.uuid4().hex}")
+    remove_abandoned(target)
+    staging = target.with_name(f"{_prefix(target)}{_host()}-{os.getpid()}-{uuid.uuid4().hex}")
     try:
         yield staging
         if target.exists():

@@ -44,7 +44,7 @@ def local_cluster() -> Iterator[str]:
 
     environment = dask.config.set({"distributed.nanny.pre-spawn-environ": WORKER_ENVIRONMENT})
     with environment, LocalCluster(n_workers=2, threads_per_worker=1, memory_limit="6GB",
-                                   dashboard_address=None) as cluster:
+                                   dashboard_address=":0") as cluster:
         yield cluster.scheduler_address
 
 

@@ -128,7 +128,7 @@ def test_parameters_are_validated_with_one_clear_message(tmp_path):
 
 
 def test_environment_variables_in_paths_and_the_scheduler_default(tmp_path, monkeypatch):
-    source = write_table(tmp_path / "t.npz", 200, 4)
+    write_table(tmp_path / "t.npz", 200, 4)
     monkeypatch.setenv("JDL_HOME", str(tmp_path))
     monkeypatch.setenv("JDL_SCHEDULER", "memory")
     result = stage_flow("${JDL_HOME}/t.npz", "${JDL_HOME}/d.zarr", ["x"], ["y"])
@@ -245,6 +245,7 @@ def test_a_killed_run_resumes_and_ends_with_the_undisturbed_model(tmp_path, pref
     assert {name: r["reused"] for name, r in resumed.items()} == {
         "stage": True, "tune": True, "fit": False, "score": False}
     assert {name: modified_times(crashed / f"{name}.zarr") for name in ("data", "tuning")} == stamps
+    assert not list(crashed.glob(".*.tmp-*"))  # nothing partial left behind by the killed writer
 
     undisturbed = train_and_score_flow(**arguments, workdir=str(tmp_path / "clean"))
     attrs = [dict(zarr.open_group(r["fit"]["path"], mode="r").attrs) for r in (resumed, undisturbed)]
