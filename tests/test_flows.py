@@ -276,3 +276,16 @@ def test_two_concurrent_score_runs_on_one_model(tmp_path, prefect_api):
 
 def test_flow_module_is_the_deployments_entrypoint():
     assert Path(jdl_flows.__file__).resolve() == REPO / "flows" / "jdl_flows.py"
+
+
+def test_a_damaged_output_is_recomputed_not_reused(tmp_path):
+    import shutil
+
+    source = write_table(tmp_path / "t.npz", 300, 11)
+    first = stage_flow(str(source), str(tmp_path / "d.zarr"), ["x"], ["y"])
+    shutil.rmtree(tmp_path / "d.zarr" / "y")  # same run key recorded, but the store is broken
+    again = stage_flow(str(source), str(tmp_path / "d.zarr"), ["x"], ["y"])
+    assert again["reused"] is False and again["key"] == first["key"]
+    from pipeline.staging import open_staged
+
+    assert open_staged(tmp_path / "d.zarr")["y"].shape == (300, 1)
