@@ -73,3 +73,27 @@ def test_served_deployment_is_scheduled_and_writes_a_model(tmp_path, prefect_ser
     assert model.reg == 1e-4 and model.n_samples_ == 800
     assert model.provenance_["data"] == str((home / "staged.zarr").resolve())
     log.close()
+
+
+def test_prefect_deploy_registers_the_deployments_on_the_process_pool(prefect_server):
+    """`prefect deploy --all` accepts deploy/prefect.yaml as it is: both deployments land on the
+    process work pool with their cron schedules (their runs need the image's /opt/jdl: not run here)."""
+    api, env = prefect_server
+    binary = shutil.which("prefect", path=os.path.dirname(sys.executable)) or shutil.which("prefect")
+    run = dict(cwd=REPO, env={**env, "JDL_HOME": "/data"}, capture_output=True, text=True, timeout=300)
+    created = subprocess.run([binary, "work-pool", "create", "jdl-process", "--type", "process"], **run)
+    assert created.returncode == 0, created.stdout[-2000:] + created.stderr[-2000:]
+    deployed = subprocess.run([binary, "--no-prompt", "deploy", "--all", "--prefect-file", "deploy/prefect.yaml"],
+                              **run)
+    assert deployed.returncode == 0, deployed.stdout[-3000:] + deployed.stderr[-3000:]
+    from prefect.client.orchestration import get_client
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    with temporary_settings({PREFECT_API_URL: api}), get_client(sync_client=True) as client:
+        fit = client.read_deployment_by_name("jdl-fit/nightly-fit")
+        score = client.read_deployment_by_name("jdl-score/hourly-score")
+    assert fit.work_pool_name == score.work_pool_name == "jdl-process"
+    assert [s.schedule.cron for s in fit.schedules] == ["0 2 * * *"]
+    assert [s.schedule.cron for s in score.schedules] == ["15 * * * *"]
+    assert fit.entrypoint == "flows/jdl_flows.py:fit_flow"
+    assert fit.parameters["out"] == "${JDL_HOME}/model.zarr"
