@@ -21,29 +21,11 @@ def diagnostics_png_path(model_path: str | os.PathLike) -> Path:
 
 
 def fit_summary_markdown(model_path: str | os.PathLike, model: JDL) -> str:
-    """A markdown table of what a fit produced: data, hyperparameters, ranks, objective, time split."""
-    d, p = model.diagnostics_, model.provenance_
-    rows = [
-        ("model store", f"`{Path(model_path).resolve()}`"),
-        ("data", f"`{p.get('data')}` ({model.n_samples_:,} rows, fingerprint `{str(p.get('data_fingerprint'))[:16]}`)"),
-        ("kernels", f"Gaussian, lengthscale_x = {model.basis_x_.kernel.lengthscale:.4g}, "
-                    f"lengthscale_y = {model.basis_y_.kernel.lengthscale:.4g}"),
-        ("reg, tol", f"{model.reg:.3g}, {model.tol:.3g}"),
-        ("constraints", f"{model.constraints} ({model.positivity})"),
-        ("ranks", f"m_X = {d['rank_x']}, m_Y = {d['rank_y']}"),
-        ("objective", f"{d['objective']:.6g}"),
-        ("negative mass", f"max {d.get('negative_mass_max', float('nan')):.2e} at "
-                          f"{d.get('negative_mass_probes', 0)} x pivots"),
-        ("where", str(p.get("scheduler"))),
-    ]
-    tuning = p.get("tuning")
-    if tuning:
-        rows.append(("tuning", f"best validation loss {tuning['best']['score']:.5g} on {tuning['rows_used']:,} rows "
-                               f"(`{tuning['store']}`)"))
-    rows += [(name.replace("_seconds", " (s)"), f"{value:.2f}") for name, value in d.items()
-             if name.endswith("_seconds") and isinstance(value, (int, float))]
-    lines = ["# JDL fit", "", "| | |", "|---|---|", *(f"| {k} | {v} |" for k, v in rows)]
-    return "\n".join(lines)
+    """The model card of a fit (``flows.model_card.card_rows``) as a markdown table."""
+    from .model_card import card_rows
+
+    rows = [("model store", f"`{Path(model_path).resolve()}`"), *card_rows(model_path, model)]
+    return "\n".join(["# JDL fit", "", "| | |", "|---|---|", *(f"| {k} | {v} |" for k, v in rows)])
 
 
 def publish_fit(model_path: str | os.PathLike, model: JDL) -> Path:
@@ -53,7 +35,7 @@ def publish_fit(model_path: str | os.PathLike, model: JDL) -> Path:
     png = diagnostics_png_path(model_path)
     partial = png.with_name(f".tmp-{os.getpid()}-{png.name}")
     try:
-        diagnostics_figure(model_path, partial)
+        diagnostics_figure(model_path, partial, model)
         os.replace(partial, png)
     finally:
         partial.unlink(missing_ok=True)

@@ -81,14 +81,9 @@ def _floats(text: str) -> list[float]:
 
 def _run_flow(args: argparse.Namespace, flow, settings_class, name: str, **parameters):
     """Validate first (no Prefect API is started for bad arguments), then run the flow."""
-    from .settings import FitSettings, validated
+    from .settings import validated
 
-    settings = validated(settings_class, name, **{k: v for k, v in parameters.items() if v is not None})
-    if isinstance(settings, FitSettings):
-        try:
-            settings.explicit()
-        except ValueError as error:
-            raise ValueError(f"{name}: {error}") from None
+    validated(settings_class, name, **{k: v for k, v in parameters.items() if v is not None})
     _console_logging(verbose=args.verbose)
     with _progress_bar(name):
         return flow(**parameters)

@@ -54,11 +54,7 @@ def fit_flow(
     store that is missing or was made from other data is (re)computed first, on the default grid.
     """
     settings = validated(FitSettings, "fit", **_given(locals()))
-    try:
-        explicit = settings.explicit()
-    except ValueError as error:
-        raise ValueError(f"fit: {error}") from None
-    if explicit is None and not _tuned_on(settings.tuning, settings.data):
+    if settings.explicit() is None and not _tuned_on(settings.tuning, settings.data):
         get_run_logger().info(f"fit: tuning store {settings.tuning} is missing or from other data; tuning first")
         tune_task(validated(TuneSettings, "tune", data=settings.data, out=settings.tuning, tol=settings.tol,
                             seed=settings.seed, scheduler=settings.scheduler).model_dump())
@@ -115,8 +111,7 @@ def train_and_score_flow(
 
 def _tuned_on(tuning: str, data: str) -> bool:
     """Whether ``tuning`` is a valid tuning store made from the data now in ``data``."""
-    from pipeline.fitting import data_fingerprint
-    from pipeline.staging import open_staged
+    from pipeline.staging import data_fingerprint, open_staged
     from pipeline.tuning import load_tuning
 
     try:

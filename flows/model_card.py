@@ -4,9 +4,9 @@ The card and plots read only the store (``pipeline.model_store.load_model``, plu
 ``tuning_*`` table through xarray). Conditional densities are drawn by smoothing the conditional
 weights on the training atoms with a Gaussian of bandwidth h = (y kernel lengthscale) / 2:
 
-    p(y | x) = sum_j w_j(x) N(y; y_j, h^2),
+    p(y | x) = sum_j w_j(x) N(y; y_j, h^2) = E[N(y; Y, h^2) | x],
 
-computed in one pass over the atoms, block by block, so memory stays bounded at any n. Weights of
+a conditional expectation computed by jdlcore in one pass over the atoms, block by block. Weights of
 models without positivity (or with tiny violations) may be negative; the plots say so.
 """
 from __future__ import annotations
@@ -23,11 +23,10 @@ from jdlcore import JDL
 from jdlcore.validation import as_samples
 from pipeline.model_store import load_model
 
-__all__ = ["model_card", "write_plots", "diagnostics_figure", "conditional_density", "conditional_curves",
+__all__ = ["model_card", "card_rows", "write_plots", "diagnostics_figure", "conditional_density", "conditional_curves",
            "density_bandwidth", "default_x_values", "read_tuning"]
 
 GRID_POINTS = 256
-_SUB_ELEMENTS = 1 << 21  # (atoms x grid points) entries per temporary in the smoothing pass
 TUNING_VARIABLES = ("tuning_validation_loss", "tuning_rank_x", "tuning_rank_y")
 
 
@@ -89,7 +88,15 @@ def model_card(path: str | os.PathLike) -> str:
     Raises ``ValueError`` (from ``load_model``, unchanged) for a missing, foreign or damaged store.
     Hyperparameters are printed exactly (``repr`` of the stored floats); times are in seconds.
     """
-    model = load_model(path)
+    rows = card_rows(path)
+    width = max(len(label) for label, _ in rows)
+    lines = [f"  {label:<{width}}  {value}" for label, value in rows]
+    return "\n".join([f"JDL model store {Path(path).resolve()}", *lines])
+
+
+def card_rows(path: str | os.PathLike, model: JDL | None = None) -> list[tuple[str, str]]:
+    """The model card as (label, value) rows; ``model``: the store's model if already at hand."""
+    model = load_model(path) if model is None else model
     attrs = _store_attrs(path)
     tuning = read_tuning(path)
     d, p = model.diagnostics_, (model.provenance_ or {})
@@ -132,11 +139,11 @@ def model_card(path: str | os.PathLike) -> str:
                                       f"at {d.get('negative_mass_probes', '?')} x pivots"))
     registered = model.registered_
     rows.append(("registered", ", ".join(f"{name} {sums.shape}" for name, sums in registered.items()) or "(none)"))
+    if p.get("scheduler"):
+        rows.append(("fitted on", str(p["scheduler"])))
     if tuning is not None:
         rows += _tuning_rows(model, tuning, p.get("tuning"))
-    width = max(len(label) for label, _ in rows)
-    lines = [f"  {label:<{width}}  {value}" for label, value in rows]
-    return "\n".join([f"JDL model store {Path(path).resolve()}", *lines])
+    return rows
 
 
 def _tuning_rows(model: JDL, tuning: xr.Dataset, recorded: Any) -> list[tuple[str, str]]:
@@ -196,36 +203,25 @@ def conditional_curves(model: JDL, x_values: Any, y_grid: Any, *, component: int
     """Smoothed conditional density and conditional CDF of y feature ``component`` on ``y_grid``.
 
     x_values: (k, d_X) queries (a 1-D array is k queries for d_X = 1); y_grid: (g,) in units of y.
-    Returns (density (k, g) in 1 / units of y, cdf (k, g)) with density = sum_j w_j N(y; y_j, h^2)
-    and cdf = sum_j w_j [y_j <= y], w_j(x) the conditional weights (clipped and renormalised for
-    ``positivity="clip"``), h = ``bandwidth`` (default ``density_bandwidth``). For scalar y the cdf
-    equals ``model.conditional_cdf(x_values, y_grid)``; it is computed here in the same pass over the
-    atoms, in blocks of bounded size (``conditional_cdf`` would hold an (n, g) temporary when the
-    model keeps A_Y in memory).
+    Returns (density (k, g) in 1 / units of y, cdf (k, g)): the conditional expectations of
+    N(t; y_c, h^2) and of [y_c <= t] for t on the grid, h = ``bandwidth`` (default
+    ``density_bandwidth``), in one ``model.conditional_expectation`` pass over the atoms (so the
+    weights are the model's own, clipped and renormalised for ``positivity="clip"``). For scalar y
+    the cdf equals ``model.conditional_cdf(x_values, y_grid)``.
     """
     x = _queries(model, x_values)
     grid = np.asarray(y_grid, dtype=np.float64).ravel()
     if not 0 <= component < model.basis_y_.pivot_points.shape[1]:
         raise ValueError(f"component: must be in [0, {model.basis_y_.pivot_points.shape[1]})")
     h = density_bandwidth(model, component) if bandwidth is None else float(bandwidth)
-    directions = model.basis_x_.features(x) @ model.coef_.T  # (k, m_Y): 1 + h(x, y_j) = 1 + A_Y[j] . g(x)
-    density, cdf = np.zeros((x.shape[0], grid.size)), np.zeros((x.shape[0], grid.size))
-    totals = np.zeros(x.shape[0])
-    step = max(1, _SUB_ELEMENTS // max(grid.size, 1))
-    for _, y, A in model.atoms_.blocks():
-        for start in range(0, y.shape[0], step):
-            weights = directions @ A[start:start + step].T  # (k, b)
-            weights += 1.0
-            if model.clips:
-                np.maximum(weights, 0.0, out=weights)
-            totals += weights.sum(axis=1)
-            atoms = y[start:start + step, component]
-            z = (grid[None, :] - atoms[:, None]) / h
-            density += weights @ np.exp(-0.5 * z * z)
-            cdf += weights @ (atoms[:, None] <= grid[None, :]).astype(np.float64)
-    density /= totals[:, None] * h * math.sqrt(2 * math.pi)
-    cdf /= totals[:, None]
-    return density, cdf
+
+    def kernel_and_indicator(y: np.ndarray) -> np.ndarray:  # (b, 2g)
+        atoms = y[:, component, None]
+        z = (grid[None, :] - atoms) / h
+        return np.hstack([np.exp(-0.5 * z * z) / (h * math.sqrt(2 * math.pi)), (atoms <= grid[None, :]) * 1.0])
+
+    curves = model.conditional_expectation(x, kernel_and_indicator)
+    return curves[:, :grid.size], curves[:, grid.size:]
 
 
 def conditional_density(model: JDL, x_values: Any, y_grid: Any, *, component: int = 0,
@@ -236,12 +232,9 @@ def conditional_density(model: JDL, x_values: Any, y_grid: Any, *, component: in
 
 def _default_grid(model: JDL, component: int) -> np.ndarray:
     """GRID_POINTS points spanning the atoms of y feature ``component`` plus 4 bandwidths each side."""
-    atoms, lo, hi = model.atoms_, math.inf, -math.inf
-    for start in range(0, atoms.n, atoms.block_rows):
-        column = np.asarray(atoms.values[start:start + atoms.block_rows, component], dtype=np.float64)
-        lo, hi = min(lo, float(column.min())), max(hi, float(column.max()))
+    column = model.atoms_.column(component)
     pad = 4 * density_bandwidth(model, component)
-    return np.linspace(lo - pad, hi + pad, GRID_POINTS)
+    return np.linspace(float(column.min()) - pad, float(column.max()) + pad, GRID_POINTS)
 
 
 # -- plots ----------------------------------------------------------------------------------------
@@ -363,10 +356,10 @@ def write_plots(path: str | os.PathLike, out_dir: str | os.PathLike, *, x_values
     return written
 
 
-def diagnostics_figure(path: str | os.PathLike, png_path: str | os.PathLike) -> Path:
+def diagnostics_figure(path: str | os.PathLike, png_path: str | os.PathLike, model: JDL | None = None) -> Path:
     """One compact PNG at ``png_path`` (residual trace | density slices at the default x values) for
-    the model store at ``path``; returns ``png_path`` as a Path."""
-    model = load_model(path)
+    the model store at ``path`` (``model``: its model if already at hand); returns ``png_path`` as a Path."""
+    model = load_model(path) if model is None else model
     figure, axes = _figure(2, 10, 3.6)
     _plot_trace(axes[0], model)
     x, grid, density, _ = _slices(model, None, 5)

@@ -47,6 +47,9 @@ Scheduler = Annotated[str | None, AfterValidator(_scheduler)]
 class _Settings(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
+    def check(self) -> None:
+        """Rules across parameters; raise ``ValueError`` "parameter NAME: RULE"."""
+
 
 class StageSettings(_Settings):
     source: Path_
@@ -84,6 +87,9 @@ class FitSettings(_Settings):
     seed: int = 0
     scheduler: Scheduler = Field(None, validate_default=True)
 
+    def check(self) -> None:
+        self.explicit()
+
     def explicit(self) -> dict[str, float] | None:
         """The hyperparameters given directly, or None when they come from ``tuning``."""
         given = {"lengthscale_x": self.lengthscale_x, "lengthscale_y": self.lengthscale_y, "reg": self.reg}
@@ -116,11 +122,16 @@ class ScoreSettings(_Settings):
 
 
 def validated(settings: type[_Settings], flow: str, **parameters) -> _Settings:
-    """``settings(**parameters)``, or one ``ValueError`` "flow: parameter NAME: RULE (got VALUE)"."""
+    """``settings(**parameters)`` after its ``check``, or one ``ValueError`` "flow: parameter NAME: RULE ..."."""
     try:
-        return settings(**parameters)
+        result = settings(**parameters)
     except ValidationError as error:
         first = error.errors()[0]
         name = ".".join(str(part) for part in first["loc"]) or "parameters"
         message = first["msg"].removeprefix("Value error, ")
         raise ValueError(f"{flow}: parameter {name}: {message} (got {first.get('input')!r})") from None
+    try:
+        result.check()
+    except ValueError as error:
+        raise ValueError(f"{flow}: {error}") from None
+    return result

@@ -19,10 +19,10 @@ from data_schemas.data import SCHEMA_NAME as DATA_SCHEMA
 from data_schemas.model import SCHEMA_NAME as MODEL_SCHEMA
 from data_schemas.scores import SCHEMA_NAME as SCORES_SCHEMA
 from data_schemas.tuning import SCHEMA_NAME as TUNING_SCHEMA
-from pipeline.fitting import data_fingerprint, fit_store
+from pipeline.fitting import fit_store
 from pipeline.model_store import load_model
 from pipeline.scoring import open_scores, score_store
-from pipeline.staging import open_staged, stage
+from pipeline.staging import data_fingerprint, open_staged, stage
 from pipeline.tuning import load_tuning, tune_store
 
 from .artifacts import publish_fit

@@ -109,13 +109,13 @@ class Atoms:
         if self._cache is None and self.n * self.basis_y.size <= self.cache_entries:
             y = self._read(0, self.n)
             self._cache = (y, self.basis_y.features(y))
-        if self._cache is not None:
-            yield slice(0, self.n), *self._cache
-            return
-        for start in range(0, self.n, self.block_rows):
+        for start in range(0, self.n, self.block_rows):  # bounded blocks: f(y) temporaries are (b, p)
             stop = min(start + self.block_rows, self.n)
-            y = self._read(start, stop)
-            yield slice(start, stop), y, self.basis_y.features(y)
+            if self._cache is not None:
+                yield slice(start, stop), self._cache[0][start:stop], self._cache[1][start:stop]
+            else:
+                y = self._read(start, stop)
+                yield slice(start, stop), y, self.basis_y.features(y)
 
     def column(self, component: int) -> np.ndarray:
         """One component of every atom, shape (n,)."""

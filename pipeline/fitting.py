@@ -7,7 +7,6 @@ reaches this process. Both paths solve the same small problem with jdlcore.
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import time
@@ -23,30 +22,14 @@ from jdlcore.atoms import STANDARD_FUNCTIONS
 from .atomic import refuse_existing
 from .cluster import dask_client, resolve_scheduler
 from .model_store import save_model
-from .staging import combined_fingerprint, open_staged
+from .staging import data_fingerprint, open_staged
 
-__all__ = ["fit_store", "choose_positivity", "data_fingerprint", "read_rows", "GRID_ROWS", "GRID_LIMIT"]
+__all__ = ["fit_store", "choose_positivity", "read_rows", "GRID_ROWS", "GRID_LIMIT"]
 
 
 def read_rows(path: str, role: str, start: int, stop: int) -> np.ndarray:
     """Rows [start, stop) of array ``role`` of a staged store (a Dask task)."""
     return zarr.open_group(path, mode="r", zarr_format=3)[role][start:stop]
-
-
-def data_fingerprint(group: zarr.Group) -> str:
-    """The staged data's fingerprint (``pipeline.staging.combined_fingerprint``): recorded at staging,
-    recomputed chunk by chunk (constant memory) for stores that lack it."""
-    recorded = group.attrs.get("fingerprint")
-    if recorded:
-        return str(recorded)
-    digests = []
-    for role in ("x", "y"):
-        digest, array = hashlib.sha256(), group[role]
-        step = array.chunks[0]
-        for start in range(0, array.shape[0], step):
-            digest.update(np.ascontiguousarray(array[start:start + step], dtype=np.float64).tobytes())
-        digests.append(digest.hexdigest())
-    return combined_fingerprint(*digests)
 
 
 NEGATIVE_MASS_PROBES = 16  # x pivots at which the stored model reports its negative mass

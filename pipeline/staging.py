@@ -20,7 +20,7 @@ from data_schemas.data import SCHEMA_NAME, SCHEMA_VERSION, ColumnStats, validate
 
 from .atomic import atomic_store
 
-__all__ = ["stage", "open_staged", "combined_fingerprint", "FORMATS"]
+__all__ = ["stage", "open_staged", "combined_fingerprint", "data_fingerprint", "FORMATS"]
 
 FORMATS = {".csv": "csv", ".parquet": "parquet", ".pq": "parquet", ".npy": "npy", ".npz": "npz",
            ".nc": "netcdf", ".nc4": "netcdf", ".zarr": "zarr"}
@@ -132,7 +132,7 @@ def stage(
                 values = validate_block(parts[role], names, role, rows)
                 stats[role].update(values)
                 arrays[role].append(values, axis=0)
-                digests[role].update(np.ascontiguousarray(values, dtype=np.float64).tobytes())
+                digests[role].update(_fingerprint_bytes(values))
             rows += block.shape[0]
         if rows < 2:
             raise ValueError(f"source: {source.name} has {rows} row(s); at least 2 are needed")
@@ -147,9 +147,28 @@ def stage(
     return target
 
 
+def _fingerprint_bytes(values: np.ndarray) -> bytes:
+    return np.ascontiguousarray(values, dtype=np.float64).tobytes()
+
+
 def combined_fingerprint(x_digest: str, y_digest: str) -> str:
     """The data fingerprint: SHA-256 of the hex SHA-256 digests of x's and y's float64 C-order bytes."""
     return hashlib.sha256(f"{x_digest}:{y_digest}".encode()).hexdigest()
+
+
+def data_fingerprint(group: zarr.Group) -> str:
+    """A staged store's data fingerprint (``combined_fingerprint``): recorded at staging, recomputed
+    chunk by chunk (constant memory) for stores that lack it."""
+    recorded = group.attrs.get("fingerprint")
+    if recorded:
+        return str(recorded)
+    digests = []
+    for role in ("x", "y"):
+        digest, array = hashlib.sha256(), group[role]
+        for start in range(0, array.shape[0], array.chunks[0]):
+            digest.update(_fingerprint_bytes(array[start:start + array.chunks[0]]))
+        digests.append(digest.hexdigest())
+    return combined_fingerprint(*digests)
 
 
 def open_staged(path: str | os.PathLike) -> zarr.Group:

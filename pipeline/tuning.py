@@ -24,8 +24,7 @@ from jdlcore.tuning import best_row, resolve_criterion, score_pair, split_rows
 
 from .atomic import atomic_store, refuse_existing
 from .cluster import dask_client, resolve_scheduler
-from .fitting import data_fingerprint
-from .staging import open_staged
+from .staging import data_fingerprint, open_staged
 
 __all__ = ["tune_store", "load_tuning", "default_lengthscales", "subsample_rows", "LENGTHSCALE_FACTORS"]
 

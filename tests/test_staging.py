@@ -89,3 +89,20 @@ def test_cli_stage(table, tmp_path, capsys, prefect_api):
     # one error line (Prefect's progress lines may surround it; no traceback is printed)
     assert "jdl stage: error: column 'zzz': not in s.parquet (has a, b, t)" in capsys.readouterr().err.splitlines()
     assert not (tmp_path / "e.zarr").exists()
+
+
+def test_recorded_fingerprint_equals_the_recomputed_one(table, tmp_path):
+    import hashlib
+
+    import zarr
+
+    from pipeline.staging import data_fingerprint
+
+    stage(write(table, tmp_path / "s.parquet"), tmp_path / "d.zarr", ["a", "b"], ["t"], chunk_size=300)
+    group = zarr.open_group(tmp_path / "d.zarr", mode="r+")
+    recorded = group.attrs["fingerprint"]
+    del group.attrs["fingerprint"]
+    assert data_fingerprint(zarr.open_group(tmp_path / "d.zarr", mode="r")) == recorded
+    digests = [hashlib.sha256(np.ascontiguousarray(group[role][:], dtype=np.float64).tobytes()).hexdigest()
+               for role in ("x", "y")]  # whole arrays at once: independent of the chunking
+    assert hashlib.sha256(f"{digests[0]}:{digests[1]}".encode()).hexdigest() == recorded
