@@ -44,9 +44,44 @@ class SpectralBasis:
     def size(self) -> int:
         return int(self.eigenvalues.size)
 
+    @property
+    def width(self) -> int:
+        """d, the number of features of a point."""
+        return int(self.pivot_points.shape[1])
+
+    def raw(self, Z: np.ndarray) -> np.ndarray:
+        """k(Z, pivot_points), shape (q, m): Psi(Z) = raw(Z) @ coefficients."""
+        return self.kernel.block(Z, self.pivot_points)
+
     def features(self, Z: np.ndarray) -> np.ndarray:
         """Psi(Z), shape (q, m), for points Z (q, d)."""
-        return self.kernel.block(Z, self.pivot_points) @ self.coefficients
+        return self.raw(Z) @ self.coefficients
+
+    def ranges(self) -> tuple[np.ndarray, np.ndarray]:
+        """Lower and upper bounds (m,) of each Psi_j over the whole domain, from the kernel's bounds.
+
+        Psi_j(z) = sum_k k(z, p_k) C_kj with k(z, p_k) in [k_lo, k_hi] independently for each k, so
+        Psi_j lies in [sum_k min(k_lo C_kj, k_hi C_kj), sum_k max(k_lo C_kj, k_hi C_kj)].
+        """
+        k_lo, k_hi = self.kernel.bounds
+        ends = np.stack([k_lo * self.coefficients, k_hi * self.coefficients])
+        return ends.min(axis=0).sum(axis=0), ends.max(axis=0).sum(axis=0)
+
+    def to_arrays(self, side: str) -> dict[str, np.ndarray]:
+        """The arrays that rebuild the basis (with its kernel), named ``{side}_*``."""
+        return {f"{side}_pivot_points": self.pivot_points, f"{side}_coefficients": self.coefficients,
+                f"{side}_eigenvalues": self.eigenvalues, f"{side}_rotation": self.rotation}
+
+    @classmethod
+    def from_arrays(cls, kernel: Kernel, arrays: dict[str, np.ndarray], side: str) -> "SpectralBasis":
+        """Inverse of ``to_arrays``; raises ``ValueError`` on inconsistent shapes."""
+        basis = cls(kernel, arrays[f"{side}_pivot_points"], arrays[f"{side}_coefficients"],
+                    arrays[f"{side}_eigenvalues"], arrays[f"{side}_rotation"])
+        m = basis.size
+        for name in ("coefficients", "rotation"):
+            if getattr(basis, name).shape != (m, m) or basis.pivot_points.shape[0] != m:
+                raise ValueError(f"state: {side}_{name} has shape {getattr(basis, name).shape}, expected {(m, m)}")
+        return basis
 
 
 def spectral_basis(factor: PivotedCholesky, kernel: Kernel, gram: np.ndarray | None = None) -> SpectralBasis:

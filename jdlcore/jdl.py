@@ -23,13 +23,16 @@ from .basis import (
 )
 from .cholesky import PIVOTING_RULES, PivotedCholesky, pivoted_cholesky
 from .kernels import GaussianKernel, Kernel, kernel_from_dict
-from .solvers import grid_minimum, solve_grid_positivity, solve_normalized, solve_tightened, solve_unconstrained
+from .queries import below_thresholds, check_levels, class_indicator, quantiles_from_weights
+from .solvers import (
+    grid_minimum, pointwise_bounds, solve_grid_positivity, solve_normalized, solve_tightened, solve_unconstrained,
+)
 from .validation import as_samples, check_choice, check_nonnegative, check_paired
 
 __all__ = ["JDL", "JDLProblem", "build_problem", "factor_diagnostics", "CONSTRAINTS", "POSITIVITY"]
 
 CONSTRAINTS = ("none", "normalization", "positivity")
-POSITIVITY = ("grid", "tightening", "clip")
+POSITIVITY = ("grid", "tightening", "pointwise", "clip")
 _QUERY_SLAB = 1 << 15  # queries per slab when scoring registered functions
 _QUERY_ELEMENTS = 1 << 22  # (queries x atoms) entries per batch when weights over all atoms are needed
 
@@ -113,6 +116,8 @@ class JDL:
     positivity: how positivity is imposed when constraints="positivity":
         "grid" (default): exact 1 + h >= 0 on the whole training grid (cutting planes);
         "tightening": the paper's single inequality (33) (much stronger than needed);
+        "pointwise": Lemma 4.2's (29) with whole-domain bounds of the basis functions (bounded
+        kernels): 1 + h >= 0 at every (x, y), not only on the grid; the most conservative rule;
         "clip": normalization only; negative conditional weights are clipped to 0 and the rest
         renormalised at query time.
     pivoting: "random" (default) or "greedy" pivoted Cholesky; seed for random pivoting.
@@ -201,24 +206,7 @@ class JDL:
         if reg == 0 and np.min(red.lam_x) * np.min(red.lam_y) <= 0:
             raise ValueError("reg: must be > 0 when a basis function has zero empirical norm")
         started = time.perf_counter()
-        solver_info: dict[str, Any] = {}
-        if self.constraints == "none":
-            H = solve_unconstrained(red, reg)
-        elif self.constraints == "normalization" or self.positivity == "clip":
-            H = solve_normalized(red, reg)
-        elif self.positivity == "tightening":
-            if not all(np.all(np.isfinite(v)) for v in (red.min_x, red.max_x, red.min_y, red.max_y)):
-                raise ValueError("positivity: 'tightening' needs the column extremes of the problem, which were not computed")
-            H, solver_info = solve_tightened(red, reg)
-        else:
-            if problem.A_x is None or problem.A_y is None:
-                raise ValueError("positivity: 'grid' needs the basis values A_x and A_y of the problem, which were not kept")
-            solution = solve_grid_positivity(red, reg, problem.A_x, problem.A_y)
-            H = solution.H
-            solver_info = {
-                "grid_min": solution.grid_min, "rounds": solution.rounds,
-                "constraints": solution.constraints, "active": solution.active,
-            }
+        H, solver_info = self._solve(problem, reg)
         self.basis_x_ = problem.basis_x
         self.basis_y_ = problem.basis_y
         self.coef_ = H
@@ -234,6 +222,25 @@ class JDL:
         }
         self._registered: dict[str, FunctionSums] = dict(problem.function_sums)
         return self
+
+    def _solve(self, problem: JDLProblem, reg: float) -> tuple[np.ndarray, dict[str, Any]]:
+        """H (m_Y, m_X) for the constraints and positivity rule, and the solver's diagnostics."""
+        red = problem.reductions
+        if self.constraints == "none":
+            return solve_unconstrained(red, reg), {}
+        if self.constraints == "normalization" or self.positivity == "clip":
+            return solve_normalized(red, reg), {}
+        if self.positivity == "tightening":
+            if not all(np.all(np.isfinite(v)) for v in (red.min_x, red.max_x, red.min_y, red.max_y)):
+                raise ValueError("positivity: 'tightening' needs the column extremes of the problem, which were not computed")
+            return solve_tightened(red, reg)
+        if self.positivity == "pointwise":
+            return solve_tightened(red, reg, bounds=pointwise_bounds(problem.basis_x, problem.basis_y))
+        if problem.A_x is None or problem.A_y is None:
+            raise ValueError("positivity: 'grid' needs the basis values A_x and A_y of the problem, which were not kept")
+        solution = solve_grid_positivity(red, reg, problem.A_x, problem.A_y)
+        return solution.H, {"grid_min": solution.grid_min, "rounds": solution.rounds,
+                            "constraints": solution.constraints, "active": solution.active}
 
     @property
     def y_atoms_(self) -> Any:
@@ -269,19 +276,16 @@ class JDL:
             arrays[f"registered_{k}_moments"], arrays[f"registered_{k}_totals"] = sums.moments, sums.totals
             registered.append({"name": name, "shape": list(sums.shape)})
         for side, basis in (("x", self.basis_x_), ("y", self.basis_y_)):
-            arrays.update({
-                f"{side}_pivot_points": basis.pivot_points, f"{side}_coefficients": basis.coefficients,
-                f"{side}_eigenvalues": basis.eigenvalues, f"{side}_rotation": basis.rotation,
-                f"{side}_trace_error": np.asarray(self.diagnostics_[f"trace_error_{side}"]),
-            })
+            arrays.update(basis.to_arrays(side))
+            arrays[f"{side}_trace_error"] = np.asarray(self.diagnostics_[f"trace_error_{side}"], dtype=np.float64)
         diagnostics = {
             k: (v.item() if isinstance(v, np.generic) else v)
             for k, v in self.diagnostics_.items() if not isinstance(v, np.ndarray)
         }
         return {
             "arrays": arrays,
-            "kernel_x": self.basis_x_.kernel.to_dict(),
-            "kernel_y": self.basis_y_.kernel.to_dict(),
+            "kernel_x": self._basis_spec(self.basis_x_),
+            "kernel_y": self._basis_spec(self.basis_y_),
             "params": {name: getattr(self, name) for name in self._PARAMS},
             "n_samples": int(self.n_samples_),
             "diagnostics": diagnostics,
@@ -294,14 +298,9 @@ class JDL:
         try:
             y_atoms = state["arrays"]["y_atoms"]
             arrays = {k: np.asarray(v, dtype=np.float64) for k, v in state["arrays"].items() if k != "y_atoms"}
-            kernels = {side: kernel_from_dict(state[f"kernel_{side}"]) for side in ("x", "y")}
-            model = cls(kernel_x=kernels["x"], kernel_y=kernels["y"], **state["params"])
+            model = cls._from_params(state)
             n = int(state["n_samples"])
-            bases = {
-                side: SpectralBasis(kernels[side], arrays[f"{side}_pivot_points"], arrays[f"{side}_coefficients"],
-                                    arrays[f"{side}_eigenvalues"], arrays[f"{side}_rotation"])
-                for side in ("x", "y")
-            }
+            bases = {side: cls._basis_from_state(side, arrays, state) for side in ("x", "y")}
             reductions = JDLReductions(n=n, **{
                 name: arrays[f"reduction_{name}"] for name in JDLReductions.__dataclass_fields__ if name != "n"
             })
@@ -316,10 +315,9 @@ class JDL:
         m_y, m_x = coef.shape
         shapes = {name: array.shape for name, array in arrays.items()}
         shapes["y_atoms"] = tuple(y_atoms.shape)
-        expected = {
-            "y_atoms": (n, bases["y"].pivot_points.shape[1]),
-            "x_coefficients": (m_x, m_x), "y_coefficients": (m_y, m_y), "reduction_cross": (m_y, m_x),
-        }
+        if (bases["x"].size, bases["y"].size) != (m_x, m_y):
+            raise ValueError(f"state: coef has shape {coef.shape}, the bases have {bases['y'].size} x {bases['x'].size}")
+        expected = {"y_atoms": (n, bases["y"].width), "reduction_cross": (m_y, m_x)}
         for k, (name, sums) in enumerate(registered.items()):
             p = int(np.prod(sums.shape))
             expected[f"registered_{k}_moments"], expected[f"registered_{k}_totals"] = (m_y, p), (p,)
@@ -338,6 +336,22 @@ class JDL:
         model._registered = registered
         return model
 
+    @staticmethod
+    def _basis_spec(basis: Any) -> dict[str, Any]:
+        """JSON description of what generates a basis (here: its kernel), stored as ``kernel_{side}``."""
+        return basis.kernel.to_dict()
+
+    @classmethod
+    def _from_params(cls, state: dict[str, Any]) -> "JDL":
+        """An unfitted estimator with the stored hyperparameters."""
+        return cls(kernel_x=kernel_from_dict(state["kernel_x"]), kernel_y=kernel_from_dict(state["kernel_y"]),
+                   **state["params"])
+
+    @classmethod
+    def _basis_from_state(cls, side: str, arrays: dict[str, np.ndarray], state: dict[str, Any]) -> Any:
+        """The basis of one side ("x" or "y") from ``state()``'s arrays (subclasses with other bases override)."""
+        return SpectralBasis.from_arrays(kernel_from_dict(state[f"kernel_{side}"]), arrays, side)
+
     # -- queries ----------------------------------------------------------------------------------
     def _fitted(self) -> None:
         if not hasattr(self, "coef_"):
@@ -346,7 +360,7 @@ class JDL:
     def _queries(self, Xq: Any) -> np.ndarray:
         self._fitted()
         Xq = as_samples(Xq, "Xq")
-        width = self.basis_x_.pivot_points.shape[1]
+        width = self.basis_x_.width
         if Xq.shape[1] != width:
             raise ValueError(f"Xq: has {Xq.shape[1]} features, the model was fitted on {width}")
         return Xq
@@ -451,19 +465,7 @@ class JDL:
         (every component below its threshold).
         """
         self._fitted()
-        t = np.asarray(thresholds, dtype=np.float64)
-        d_y = self.atoms_.d
-        if t.ndim == 0:
-            t = t[None]
-        if t.ndim == 1:
-            if d_y != 1:
-                raise ValueError(f"thresholds: Y has {d_y} components, give thresholds of shape (T, {d_y})")
-            t = t[:, None]
-        if t.ndim != 2 or t.shape[1] != d_y or not np.all(np.isfinite(t)):
-            raise ValueError(f"thresholds: need finite values of shape (T,) or (T, {d_y}), got {np.shape(thresholds)}")
-        return self.conditional_expectation(
-            Xq, lambda y: np.all(y[:, None, :] <= t[None, :, :], axis=2).astype(np.float64)
-        )
+        return self.conditional_expectation(Xq, below_thresholds(thresholds, self.atoms_.d))
 
     def conditional_quantile(self, Xq: Any, levels: Any, component: int = 0) -> np.ndarray:
         """Quantiles of Q(Y_component | X = x_q) at ``levels`` in (0, 1], shape (q, len(levels)).
@@ -473,9 +475,7 @@ class JDL:
         per query: the weights on all atoms are needed.
         """
         Xq = self._queries(Xq)
-        levels = np.atleast_1d(np.asarray(levels, dtype=np.float64))
-        if levels.ndim != 1 or np.any(~np.isfinite(levels)) or np.any(levels <= 0) or np.any(levels > 1):
-            raise ValueError(f"levels: need values in (0, 1], got {levels}")
+        levels = check_levels(levels)
         d_y = self.atoms_.d
         if not 0 <= component < d_y:
             raise ValueError(f"component: must be in [0, {d_y}), got {component}")
@@ -484,11 +484,7 @@ class JDL:
         atoms = column[order]
         out = np.empty((Xq.shape[0], levels.size))
         for sl in self._batches(Xq.shape[0]):
-            cdf = np.cumsum(self.conditional_weights(Xq[sl])[:, order], axis=1)
-            np.maximum.accumulate(cdf, axis=1, out=cdf)
-            for k, level in enumerate(levels):
-                index = np.argmax(cdf >= level * (1 - 1e-12), axis=1)
-                out[sl, k] = atoms[index]
+            out[sl] = quantiles_from_weights(self.conditional_weights(Xq[sl])[:, order], atoms, levels)
         return out
 
     def predict_proba(self, Xq: Any, classes: Any | None = None) -> np.ndarray:
@@ -500,7 +496,7 @@ class JDL:
         if self.atoms_.d != 1:
             raise ValueError("predict_proba: needs a scalar (discrete) Y")
         classes = self.classes_ if classes is None else np.asarray(classes, dtype=np.float64).ravel()
-        return self.conditional_expectation(Xq, lambda y: (y[:, :1] == classes[None, :]).astype(np.float64))
+        return self.conditional_expectation(Xq, class_indicator(classes))
 
     @property
     def classes_(self) -> np.ndarray:
@@ -520,16 +516,16 @@ class JDL:
 
     def _project_queries(self, Xq: np.ndarray, sums: FunctionSums) -> np.ndarray:
         """E[f(Y) | x] = (totals + k(x, pivots_X) W)[:p] / (...)[p] for the test function's sums, where
-        W = coefficients_X H^T [moments, s_Y] (m_X, p + 1); computed in cache-sized slabs, (q, p)."""
+        W = coefficients_X H^T [moments, s_Y] (m_X, p + 1) and raw_X(x) = k(x, pivots_X) for a kernel basis;
+        computed in cache-sized slabs, (q, p)."""
         moments = np.column_stack([sums.moments, self.reductions_.sum_y])  # (m_Y, p + 1)
         weights = self.basis_x_.coefficients @ (self.coef_.T @ moments)  # (m_X, p + 1)
         totals = np.append(sums.totals, float(self.n_samples_))
         p = weights.shape[1] - 1
         out = np.empty((Xq.shape[0], p))
-        pivots = self.basis_x_.pivot_points
         for start in range(0, Xq.shape[0], _QUERY_SLAB):
             stop = min(start + _QUERY_SLAB, Xq.shape[0])
-            numerator = self.basis_x_.kernel.block(Xq[start:stop], pivots) @ weights
+            numerator = self.basis_x_.raw(Xq[start:stop]) @ weights
             numerator += totals
             np.divide(numerator[:, :p], numerator[:, p:], out=out[start:stop])
         return out

@@ -15,20 +15,34 @@ from scipy.optimize import brentq
 
 from ..basis import JDLReductions
 
-__all__ = ["tightening_bounds", "solve_tightened", "tightening_value"]
+__all__ = ["product_bounds", "tightening_bounds", "pointwise_bounds", "solve_tightened", "tightening_value"]
+
+
+def product_bounds(
+    low_y: np.ndarray, high_y: np.ndarray, low_x: np.ndarray, high_x: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Entrywise min and max (m_Y, m_X) of u_i v_j over u_i in [low_y_i, high_y_i], v_j in [low_x_j, high_x_j]."""
+    products = np.stack([np.outer(low_y, low_x), np.outer(low_y, high_x), np.outer(high_y, low_x),
+                         np.outer(high_y, high_x)])
+    return products.min(axis=0), products.max(axis=0)
 
 
 def tightening_bounds(red: JDLReductions) -> tuple[np.ndarray, np.ndarray]:
     """(C_low, C_up) of (31)-(32): min and max of A_Y[s, i] A_X[t, j] over all sample pairs (s, t)."""
-    products = np.stack(
-        [
-            np.outer(red.min_y, red.min_x),
-            np.outer(red.min_y, red.max_x),
-            np.outer(red.max_y, red.min_x),
-            np.outer(red.max_y, red.max_x),
-        ]
-    )
-    return products.min(axis=0), products.max(axis=0)
+    return product_bounds(red.min_y, red.max_y, red.min_x, red.max_x)
+
+
+def pointwise_bounds(basis_x, basis_y) -> tuple[np.ndarray, np.ndarray]:
+    """[a_ij, b_ij] of Lemma 4.2: bounds of Psi_Y,i(y) Psi_X,j(x) over the whole domain (bounded kernels).
+
+    Each basis function Psi_j(z) = sum_k k(z, p_k) C_kj with k in [k_lo, k_hi] lies in
+    [sum_k min(k_lo C_kj, k_hi C_kj), sum_k max(k_lo C_kj, k_hi C_kj)] (``SpectralBasis.ranges``);
+    the products of those intervals bound the tensor basis. With these bounds (33) becomes (29), and
+    1 + h >= 0 holds at every (x, y), not only on the training grid.
+    """
+    low_x, high_x = basis_x.ranges()
+    low_y, high_y = basis_y.ranges()
+    return product_bounds(low_y, high_y, low_x, high_x)
 
 
 def tightening_value(H: np.ndarray, low: np.ndarray, up: np.ndarray) -> float:
@@ -54,15 +68,18 @@ def _bracket_root(func, start: float, step: float, increasing: bool) -> tuple[fl
     raise RuntimeError("tightening: no bracket for the dual root (degenerate reductions)")
 
 
-def solve_tightened(red: JDLReductions, reg: float, normalize: bool = True) -> tuple[np.ndarray, dict]:
+def solve_tightened(red: JDLReductions, reg: float, normalize: bool = True,
+                    bounds: tuple[np.ndarray, np.ndarray] | None = None) -> tuple[np.ndarray, dict]:
     """Minimiser of (22) subject to (23) (if ``normalize``) and the single inequality (33).
 
-    Returns H (m_Y, m_X) and a dict with the multipliers ``mu``, ``nu`` and the slack of (33).
+    ``bounds``: (C_low, C_up), each (m_Y, m_X); default the sample bounds (31)-(32) of (33); the
+    whole-domain bounds of ``pointwise_bounds`` give Lemma 4.2's (29) instead.
+    Returns H (m_Y, m_X) and a dict with the multipliers ``mu``, ``nu`` and the slack of the inequality.
     """
     D = red.curvature(reg)
     g = red.linear_term() + np.outer(red.sum_y, red.sum_x)  # n G; the S term enters through mu
     S = np.outer(red.sum_y, red.sum_x)
-    low, up = tightening_bounds(red)
+    low, up = tightening_bounds(red) if bounds is None else bounds
     scale = max(np.max(np.abs(g)), 1.0) / max(np.max(np.abs(S)), 1e-300)
 
     def solve_mu(nu: float) -> float:
