@@ -1,6 +1,9 @@
-"""Contract of a fitted-model store: an xarray Dataset in zarr v3.
+"""Contract of a fitted-model store: an xarray Dataset in zarr v3, one variable set per method.
 
-Variables and their dimensions (sizes: n samples, m_X / m_Y basis functions, d_X / d_Y features):
+The attribute ``method`` names the estimator: "jdl" (``jdlcore.JDL``), "jpdl" (``PolynomialJDL``),
+"greedy" (``GreedyJDL``), "cme" (``CME``) or "klr" (``KLR``); ``METHOD_VARIABLES`` lists the
+variables of each and their dimensions (sizes: n samples, m_X / m_Y basis functions, d_X / d_Y
+features). For JDL:
 
 | variable | dims |
 |---|---|
@@ -16,18 +19,26 @@ Variables and their dimensions (sizes: n samples, m_X / m_Y basis functions, d_X
 | reduction_cross | (basis_y, basis_x) |
 | registered_{k}_moments / registered_{k}_totals | (basis_y, registered_{k}_value) / (registered_{k}_value,) |
 
+The polynomial JDL replaces a kernel basis by a monomial one (center, scale, exponents,
+coefficients, eigenvalues); the greedy JDL's X basis is its classes and their counts; CME keeps
+both kernel bases and its coefficients (its atoms are the Y pivots, no y_atoms); KLR keeps the X
+basis, logit coefficients, intercepts and classes. Only the methods of ``ATOM_METHODS`` carry the
+atoms and registered test functions.
+
 The basis values A_Y at the atoms are not stored (n x m_Y would be 40 GB at n = 1e7, m_Y = 500):
 a model recomputes them from y_atoms. Registered test functions (k = 0, 1, ...) hold A_Y^T f(y)
 and f(y)^T 1, so their conditional expectations need no pass over the atoms.
 
 Attributes: ``schema`` = "jdl.model", ``schema_version``, ``jdl_version``, ``method``, and JSON texts
-``kernel_x``, ``kernel_y``, ``params``, ``diagnostics``, ``provenance``, ``registered`` (a list of
-{"name", "shape"}, entry k describing registered_{k}_*), ``checksums`` (SHA-256 of each variable's
-float64 bytes in C order, so missing chunk files cannot pass as fill values); ``n_samples``.
+``kernel_x``, ``kernel_y`` (null where a method has no such kernel), ``params``, ``diagnostics``,
+``provenance``, ``registered`` (a list of {"name", "shape"}, entry k describing registered_{k}_*),
+``checksums`` (SHA-256 of each variable's float64 bytes in C order, so missing chunk files cannot
+pass as fill values); ``n_samples``.
 
 Optional: the tuning table the hyperparameters came from (``TUNING_DIMS``, see ``data_schemas.tuning``).
 
-Version history: 1 stored A_y (sample, basis_y); 2 drops it and adds the registered functions.
+Version history: 1 stored A_y (sample, basis_y); 2 drops it and adds the registered functions;
+3 adds the methods other than "jdl" (a version 2 store reads as a "jdl" store of version 3).
 """
 from __future__ import annotations
 
@@ -36,31 +47,51 @@ import json
 from .tuning import validate_grid
 
 SCHEMA_NAME = "jdl.model"
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
+READABLE_VERSIONS = (2, 3)  # version 2 had only the "jdl" method, with the same variables as in 3
 
-VARIABLE_DIMS: dict[str, tuple[str, ...]] = {
-    "coef": ("basis_y", "basis_x"),
-    "y_atoms": ("sample", "y_feature"),
-    "x_pivot_points": ("pivot_x", "x_feature"),
-    "y_pivot_points": ("pivot_y", "y_feature"),
-    "x_coefficients": ("pivot_x", "basis_x"),
-    "y_coefficients": ("pivot_y", "basis_y"),
-    "x_rotation": ("pivot_x", "basis_x"),
-    "y_rotation": ("pivot_y", "basis_y"),
-    "x_eigenvalues": ("basis_x",),
-    "y_eigenvalues": ("basis_y",),
-    "x_trace_error": ("step_x",),
-    "y_trace_error": ("step_y",),
-    "reduction_lam_x": ("basis_x",),
-    "reduction_sum_x": ("basis_x",),
-    "reduction_min_x": ("basis_x",),
-    "reduction_max_x": ("basis_x",),
-    "reduction_lam_y": ("basis_y",),
-    "reduction_sum_y": ("basis_y",),
-    "reduction_min_y": ("basis_y",),
-    "reduction_max_y": ("basis_y",),
+
+def _spectral(side: str) -> dict[str, tuple[str, ...]]:
+    """A kernel basis from pivoted Cholesky (``jdlcore.basis.SpectralBasis``) and its residual trace."""
+    return {
+        f"{side}_pivot_points": (f"pivot_{side}", f"{side}_feature"),
+        f"{side}_coefficients": (f"pivot_{side}", f"basis_{side}"),
+        f"{side}_rotation": (f"pivot_{side}", f"basis_{side}"),
+        f"{side}_eigenvalues": (f"basis_{side}",),
+        f"{side}_trace_error": (f"step_{side}",),
+    }
+
+
+def _polynomial(side: str) -> dict[str, tuple[str, ...]]:
+    """A monomial basis (``jdlcore.polynomial.PolynomialBasis``): standardisation, exponents, orthonormaliser."""
+    return {
+        f"{side}_center": (f"{side}_feature",),
+        f"{side}_scale": (f"{side}_feature",),
+        f"{side}_exponents": (f"monomial_{side}", f"{side}_feature"),
+        f"{side}_coefficients": (f"monomial_{side}", f"basis_{side}"),
+        f"{side}_eigenvalues": (f"basis_{side}",),
+        f"{side}_trace_error": (f"step_{side}",),
+    }
+
+
+_REDUCTIONS: dict[str, tuple[str, ...]] = {
+    **{f"reduction_{name}_{side}": (f"basis_{side}",) for side in ("x", "y") for name in ("lam", "sum", "min", "max")},
     "reduction_cross": ("basis_y", "basis_x"),
 }
+_ATOM_MODEL = {"coef": ("basis_y", "basis_x"), "y_atoms": ("sample", "y_feature"), **_REDUCTIONS}
+
+# The variables of each method (the attribute ``method``) and their dimensions.
+METHOD_VARIABLES: dict[str, dict[str, tuple[str, ...]]] = {
+    "jdl": {**_ATOM_MODEL, **_spectral("x"), **_spectral("y")},
+    "jpdl": {**_ATOM_MODEL, **_polynomial("x"), **_polynomial("y")},
+    "greedy": {**_ATOM_MODEL, "x_classes": ("basis_x",), "x_counts": ("basis_x",), "x_trace_error": ("step_x",),
+               **_spectral("y")},
+    "cme": {"coef": ("basis_y", "basis_x"), **_spectral("x"), **_spectral("y")},
+    "klr": {**_spectral("x"), "coef": ("basis_x", "logit"), "intercept": ("logit",), "classes": ("class",)},
+}
+# Methods whose conditional laws are weights on the n training atoms (y_atoms, registered sums).
+ATOM_METHODS = ("jdl", "jpdl", "greedy")
+VARIABLE_DIMS = METHOD_VARIABLES["jdl"]
 
 # Optional: the tuning table the hyperparameters were chosen from (data_schemas.tuning, renamed).
 TUNING_DIMS: dict[str, tuple[str, ...]] = {
@@ -79,9 +110,11 @@ def registered_dims(k: int) -> dict[str, tuple[str, ...]]:
             f"registered_{k}_totals": (f"registered_{k}_value",)}
 
 
-def model_variables(registered: list) -> dict[str, tuple[str, ...]]:
-    """Every variable of a model store with ``registered`` test functions, and its dims."""
-    dims = dict(VARIABLE_DIMS)
+def model_variables(registered: list, method: str = "jdl") -> dict[str, tuple[str, ...]]:
+    """Every variable of a ``method`` model store with ``registered`` test functions, and its dims."""
+    if method not in METHOD_VARIABLES:
+        raise ValueError(f"method: unknown value {method!r}; choose one of {', '.join(map(repr, METHOD_VARIABLES))}")
+    dims = dict(METHOD_VARIABLES[method])
     for k in range(len(registered)):
         dims.update(registered_dims(k))
     return dims
@@ -97,12 +130,15 @@ def validate_model_dataset(ds, where: str = "model") -> None:
         raise ValueError(
             f"{where}: schema_version {version!r} is newer than this jdl reads ({SCHEMA_VERSION}); upgrade jdl"
         )
-    if version < SCHEMA_VERSION:
-        raise ValueError(f"{where}: schema_version {version} is older than this jdl reads ({SCHEMA_VERSION}); "
+    if version not in READABLE_VERSIONS:
+        raise ValueError(f"{where}: schema_version {version} is older than this jdl reads ({READABLE_VERSIONS[0]}); "
                          "refit the model")
     for name in REQUIRED_ATTRS:
         if name not in ds.attrs:
             raise ValueError(f"{where}: attribute {name!r} is missing")
+    method = ds.attrs["method"]
+    if method not in METHOD_VARIABLES or (version < 3 and method != "jdl"):
+        raise ValueError(f"{where}: unknown method {method!r} (known: {', '.join(METHOD_VARIABLES)})")
     try:
         registered = json.loads(ds.attrs["registered"])
         if not isinstance(registered, list) or not all(isinstance(e, dict) and {"name", "shape"} <= set(e)
@@ -110,7 +146,9 @@ def validate_model_dataset(ds, where: str = "model") -> None:
             raise ValueError
     except (ValueError, TypeError):
         raise ValueError(f"{where}: attribute 'registered' must be a JSON list of {{name, shape}}") from None
-    for name, dims in model_variables(registered).items():
+    if registered and method not in ATOM_METHODS:
+        raise ValueError(f"{where}: a {method} model has no registered test functions")
+    for name, dims in model_variables(registered, method).items():
         if name not in ds.variables:
             raise ValueError(f"{where}: variable {name!r} is missing (truncated store?)")
         if tuple(ds[name].dims) != dims:
@@ -125,5 +163,5 @@ def validate_model_dataset(ds, where: str = "model") -> None:
             if tuple(ds[name].dims) != dims:
                 raise ValueError(f"{where}: variable {name!r} has dims {tuple(ds[name].dims)}, expected {dims}")
         validate_grid(ds, TUNING_DIMS["tuning_validation_loss"], where)
-    if ds.sizes["sample"] != ds.attrs["n_samples"]:
+    if method in ATOM_METHODS and ds.sizes["sample"] != ds.attrs["n_samples"]:
         raise ValueError(f"{where}: {ds.sizes['sample']} samples but attribute n_samples={ds.attrs['n_samples']}")

@@ -9,6 +9,7 @@ scored data's ``sample`` axis first and these dimension names:
 | second_moment | (sample, y_feature, y_feature_2) |
 | cdf:t1,... | (sample, threshold), attribute ``parameters`` = [t1, ...] |
 | quantile:l1,... | (sample, level), attribute ``parameters`` = [l1, ...] |
+| proba | (sample, class), attribute ``parameters`` = the class values |
 
 Group attributes: ``schema`` = "jdl.scores", ``schema_version``, ``model`` and ``data`` (absolute
 paths), ``n_samples``, ``functions`` (JSON list of the function names, in order).
@@ -25,6 +26,7 @@ FUNCTION_DIMS: dict[str, tuple[str, ...]] = {
     "second_moment": ("sample", "y_feature", "y_feature_2"),
     "cdf": ("sample", "threshold"),
     "quantile": ("sample", "level"),
+    "proba": ("sample", "class"),
 }
 
 

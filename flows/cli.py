@@ -135,11 +135,14 @@ def _fit(args: argparse.Namespace) -> int:
     result = _run_flow(args, fit_flow, FitSettings, "fit", data=args.data, out=args.out, tuning=args.tuning,
                        lengthscale_x=args.lengthscale_x, lengthscale_y=args.lengthscale_y, reg=args.reg, tol=args.tol,
                        constraints=args.constraints, positivity=args.positivity, pivoting=args.pivoting,
-                       seed=args.seed, scheduler=args.scheduler)
+                       seed=args.seed, method=args.method, degree=args.degree, threshold=args.threshold,
+                       scheduler=args.scheduler)
     model = load_model(result["path"])
     d = model.diagnostics_
-    print(f"fitted n = {model.n_samples_:,}: m_X = {d['rank_x']}, m_Y = {d['rank_y']}, objective {d['objective']:.6g}, "
-          f"fit {d['fit_seconds']:.1f}s -> {result['path']}{_reused(result)}")
+    ranks = ", ".join(f"m_{side.upper()} = {d[f'rank_{side}']}" for side in ("x", "y") if f"rank_{side}" in d)
+    objective = f", objective {d['objective']:.6g}" if "objective" in d else ""
+    print(f"fitted {args.method} on n = {model.n_samples_:,}: {ranks}{objective}, fit {d['fit_seconds']:.1f}s "
+          f"-> {result['path']}{_reused(result)}")
     return 0
 
 
@@ -222,7 +225,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_scheduler(tune)
     tune.set_defaults(run=_tune)
 
-    fit = commands.add_parser("fit", help="fit a JDL model on a staged data store and write a model store",
+    fit = commands.add_parser("fit", help="fit a model (JDL or a baseline/variant, --method) on a staged data store "
+                                          "and write a model store",
                               epilog=_REUSE_NOTE)
     fit.add_argument("data", help="staged data store (from jdl stage)")
     fit.add_argument("--out", required=True, help="the model store to write")
@@ -233,9 +237,16 @@ def build_parser() -> argparse.ArgumentParser:
     fit.add_argument("--tol", type=float, default=1e-3, help="relative pivoted-Cholesky tolerance (default 1e-3)")
     fit.add_argument("--constraints", default="positivity", help="none | normalization | positivity (default)")
     fit.add_argument("--positivity", default="auto",
-                     help="auto (default: grid up to 20,000 rows, tightening above) | grid | tightening | clip")
+                     help="jdl: auto (default: grid up to 20,000 rows, tightening above) | grid | tightening | "
+                          "pointwise | clip; jpdl: sos (auto) | grid | clip; greedy: atoms (auto) | cube")
     fit.add_argument("--pivoting", default="random", help="random (default) | greedy")
     fit.add_argument("--seed", type=int, default=0)
+    fit.add_argument("--method", default="jdl",
+                     help="jdl (default) | jpdl (polynomial JDL, --degree) | cme (low-rank conditional mean embedding; "
+                          "constraints: normalization (53), positivity (53)+(54)) | klr (kernel logistic regression; "
+                          "y holds labels, or --threshold) | greedy (greedy JDL; x holds class labels)")
+    fit.add_argument("--degree", type=int, default=4, help="polynomial degree of jpdl (default 4)")
+    fit.add_argument("--threshold", type=float, help="klr: fit the event y <= THRESHOLD (y continuous)")
     _add_scheduler(fit)
     fit.set_defaults(run=_fit)
 

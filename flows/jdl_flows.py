@@ -46,9 +46,10 @@ def fit_flow(
     data: str, out: str, tuning: str | None = None, lengthscale_x: float | None = None,
     lengthscale_y: float | None = None, reg: float | None = None, tol: float = 1e-3,
     constraints: str = "positivity", positivity: str = "auto", pivoting: str = "random", seed: int = 0,
-    scheduler: str | None = None,
+    method: str = "jdl", degree: int = 4, threshold: float | None = None, scheduler: str | None = None,
 ) -> StageResult:
-    """Fit a JDL model on the staged store ``data`` and write the model store ``out``.
+    """Fit a model (``method``: jdl, jpdl, cme, klr or greedy) on the staged store ``data`` and write
+    the model store ``out``.
 
     Hyperparameters: all of lengthscale_x, lengthscale_y and reg, or a ``tuning`` store. A tuning
     store that is missing or was made from other data is (re)computed first, on the default grid.

@@ -46,8 +46,14 @@ def _store_attrs(path: str | os.PathLike) -> dict[str, Any]:
         return dict(ds.attrs)
 
 
-def _names(model: JDL, side: str) -> list[str]:
-    width = (model.basis_x_ if side == "x" else model.basis_y_).pivot_points.shape[1]
+def _width(model: Any, side: str) -> int:
+    """Number of features on ``side``: a KLR model's y is one label column."""
+    basis = getattr(model, f"basis_{side}_", None)
+    return basis.width if basis is not None else 1
+
+
+def _names(model: Any, side: str) -> list[str]:
+    width = _width(model, side)
     names = model.provenance_.get(f"{side}_features") if isinstance(model.provenance_, dict) else None
     return [str(n) for n in names] if names and len(names) == width else [f"{side}{k}" for k in range(width)]
 
@@ -72,9 +78,18 @@ def _scale(kernel: Any) -> str:
     return repr(float(scale)) if np.ndim(scale) == 0 else "[" + ", ".join(repr(float(s)) for s in scale) + "]"
 
 
-def _relative_trace(model: JDL, side: str) -> np.ndarray:
-    """Residual trace after k = 0..m pivots over trace K, shape (m + 1,)."""
-    trace = np.asarray(model.diagnostics_[f"trace_error_{side}"], dtype=np.float64)
+def _describe_basis(basis: Any) -> str:
+    """A kernel basis by its kernel, a monomial basis by its degree, a class basis by its classes."""
+    if hasattr(basis, "kernel"):
+        return f"{basis.kernel.name}, lengthscale {_scale(basis.kernel)}"
+    if hasattr(basis, "exponents"):
+        return f"polynomial, degree {int(np.asarray(basis.exponents).sum(axis=1).max())}"
+    return "delta on classes " + ", ".join(f"{c:g}" for c in np.asarray(basis.classes))
+
+
+def _relative_trace(model: Any, side: str) -> np.ndarray:
+    """Residual trace after k = 0..m pivots over trace K, shape (m + 1,) (empty without a factorisation)."""
+    trace = np.asarray(model.diagnostics_.get(f"trace_error_{side}", []), dtype=np.float64)
     return trace / trace[0] if trace.size and trace[0] > 0 else np.zeros_like(trace)
 
 
@@ -91,7 +106,7 @@ def model_card(path: str | os.PathLike) -> str:
     rows = card_rows(path)
     width = max(len(label) for label, _ in rows)
     lines = [f"  {label:<{width}}  {value}" for label, value in rows]
-    return "\n".join([f"JDL model store {Path(path).resolve()}", *lines])
+    return "\n".join([f"jdl model store {Path(path).resolve()}", *lines])
 
 
 def card_rows(path: str | os.PathLike, model: JDL | None = None) -> list[tuple[str, str]]:
@@ -102,28 +117,29 @@ def card_rows(path: str | os.PathLike, model: JDL | None = None) -> list[tuple[s
     d, p = model.diagnostics_, (model.provenance_ or {})
     rows: list[tuple[str, str]] = [
         ("schema", f"{attrs.get('schema')} v{attrs.get('schema_version')}, written by jdl {attrs.get('jdl_version')}"),
+        ("method", f"{attrs.get('method')} ({type(model).__name__})"),
         ("samples", f"n = {model.n_samples_:,}"),
         ("data", str(p.get("data", "(not recorded)"))),
         ("fingerprint", f"sha256 {p['data_fingerprint']}" if p.get("data_fingerprint") else "(not recorded)"),
         ("x features", ", ".join(_names(model, "x"))),
         ("y features", ", ".join(_names(model, "y"))),
     ]
-    for side, basis in (("x", model.basis_x_), ("y", model.basis_y_)):
-        rows.append((f"kernel {side}", f"{basis.kernel.name}, lengthscale {_scale(basis.kernel)}"))
-    rows += [
-        ("reg", repr(float(model.reg))),
-        ("tol", repr(float(model.tol))),
-        ("constraints", str(model.constraints)),
-        ("positivity", str(model.positivity) + ("" if model.constraints == "positivity" else " (not used)")),
-        ("pivoting", f"{model.pivoting}, seed {model.seed}"
-                     + (f", max rank {model.max_rank}" if model.max_rank else "")),
-        ("ranks", f"m_X = {model.basis_x_.size}, m_Y = {model.basis_y_.size}"),
-    ]
-    for side in ("x", "y"):
+    bases = [(side, getattr(model, f"basis_{side}_", None)) for side in ("x", "y")]
+    bases = [(side, basis) for side, basis in bases if basis is not None]
+    for side, basis in bases:
+        rows.append((f"{'kernel' if hasattr(basis, 'kernel') else 'basis'} {side}", _describe_basis(basis)))
+    for name in model._PARAMS:
+        value = getattr(model, name)
+        if name == "positivity" and getattr(model, "constraints", "positivity") != "positivity":
+            value = f"{value} (not used)"
+        rows.append((name, repr(float(value)) if name in ("reg", "tol") else str(value)))
+    rows.append(("ranks", ", ".join(f"m_{side.upper()} = {basis.size}" for side, basis in bases)))
+    for side, _ in bases:
         relative = _relative_trace(model, side)
-        stop = d.get(f"stop_reason_{side}")
-        rows.append((f"trace error {side}", f"{relative[-1]:.3e} of trace K after {relative.size - 1} pivots"
-                                            + (f" (stop: {stop})" if stop else "")))
+        if relative.size > 1:
+            stop = d.get(f"stop_reason_{side}")
+            rows.append((f"trace error {side}", f"{relative[-1]:.3e} of trace K after {relative.size - 1} pivots"
+                                                + (f" (stop: {stop})" if stop else "")))
     rows.append(("objective", f"{d['objective']:.8g}" if "objective" in d else "n/a"))
     if "normalization_defect" in d:
         rows.append(("normalization", f"defect {d['normalization_defect']:.3e}"))
@@ -133,12 +149,18 @@ def card_rows(path: str | os.PathLike, model: JDL | None = None) -> list[tuple[s
     timing = [f"{name[:-len('_seconds')]} {value:.3g}" for name, value in d.items()
               if name.endswith("_seconds") and isinstance(value, (int, float))]
     rows.append(("timing (s)", ", ".join(timing) if timing else "(none recorded)"))
+    if "sos_certified" in d:
+        rows.append(("sos positivity", f"certified {d['sos_certified']}, min eigenvalue "
+                                       f"{d.get('sos_min_eigenvalue', math.nan):.3e}, residual "
+                                       f"{d.get('sos_residual_l1', math.nan):.3e}"))
     if "negative_mass_max" in d:
         rows.append(("negative mass", f"max {d['negative_mass_max'] + 0.0:.3e}, "  # + 0.0: no "-0"
                                       f"mean {d.get('negative_mass_mean', math.nan) + 0.0:.3e} "
-                                      f"at {d.get('negative_mass_probes', '?')} x pivots"))
-    registered = model.registered_
-    rows.append(("registered", ", ".join(f"{name} {sums.shape}" for name, sums in registered.items()) or "(none)"))
+                                      f"at the first {d.get('negative_mass_probes', '?')} x rows"))
+    if hasattr(model, "registered_"):
+        registered = model.registered_
+        rows.append(("registered", ", ".join(f"{name} {getattr(sums, 'shape', '')}".rstrip()
+                                             for name, sums in registered.items()) or "(none)"))
     if p.get("scheduler"):
         rows.append(("fitted on", str(p["scheduler"])))
     if tuning is not None:
@@ -170,25 +192,36 @@ def _tuning_rows(model: JDL, tuning: xr.Dataset, recorded: Any) -> list[tuple[st
 
 # -- conditional densities ------------------------------------------------------------------------
 def density_bandwidth(model: JDL, component: int = 0) -> float:
-    """The smoothing bandwidth h for y feature ``component``: the y kernel lengthscale / 2 (units of y)."""
-    scale = np.asarray(model.basis_y_.kernel.lengthscale, dtype=np.float64)
+    """The smoothing bandwidth h for y feature ``component``: the y kernel lengthscale / 2 (units of y),
+    or a fifth of its standard deviation for a polynomial model."""
+    basis = model.basis_y_
+    if not hasattr(basis, "kernel"):  # a monomial basis: a fifth of the feature's standard deviation
+        return float(np.asarray(basis.scale, dtype=np.float64)[component]) / 5.0
+    scale = np.asarray(basis.kernel.lengthscale, dtype=np.float64)
     return float(scale if scale.ndim == 0 else scale[component]) / 2.0
 
 
 def default_x_values(model: JDL, n_slices: int = 5) -> np.ndarray:
     """Query points (n_slices, d_X): the first feature at quantiles 0.1..0.9 of the x pivot points,
-    the other features at the pivots' median."""
+    the other features at the pivots' median (a class model: its classes; a polynomial model:
+    mean +- 1.28 standard deviations)."""
     if n_slices < 1:
         raise ValueError(f"n_slices: must be >= 1, got {n_slices}")
-    pivots = np.asarray(model.basis_x_.pivot_points, dtype=np.float64)
+    basis = model.basis_x_
+    if hasattr(basis, "classes"):
+        return np.asarray(basis.classes, dtype=np.float64)[:, None]
+    if hasattr(basis, "center"):
+        pivots = basis.center + np.outer(np.linspace(-1.28, 1.28, 9), basis.scale)
+    else:
+        pivots = np.asarray(basis.pivot_points, dtype=np.float64)
     levels = np.linspace(0.1, 0.9, n_slices) if n_slices > 1 else np.array([0.5])
     x = np.tile(np.median(pivots, axis=0), (levels.size, 1))
     x[:, 0] = np.quantile(pivots[:, 0], levels)
     return x
 
 
-def _queries(model: JDL, x_values: Any) -> np.ndarray:
-    width = model.basis_x_.pivot_points.shape[1]
+def _queries(model: Any, x_values: Any) -> np.ndarray:
+    width = model.basis_x_.width
     x = np.asarray(x_values, dtype=np.float64)
     if x.ndim == 1 and width > 1:
         x = x[None, :]
@@ -211,8 +244,8 @@ def conditional_curves(model: JDL, x_values: Any, y_grid: Any, *, component: int
     """
     x = _queries(model, x_values)
     grid = np.asarray(y_grid, dtype=np.float64).ravel()
-    if not 0 <= component < model.basis_y_.pivot_points.shape[1]:
-        raise ValueError(f"component: must be in [0, {model.basis_y_.pivot_points.shape[1]})")
+    if not 0 <= component < _width(model, "y"):
+        raise ValueError(f"component: must be in [0, {_width(model, 'y')})")
     h = density_bandwidth(model, component) if bandwidth is None else float(bandwidth)
 
     def kernel_and_indicator(y: np.ndarray) -> np.ndarray:  # (b, 2g)
@@ -254,18 +287,36 @@ def _save(figure: Any, path: str | os.PathLike) -> Path:
     return Path(path)
 
 
-def _plot_trace(ax: Any, model: JDL) -> None:
+def _plot_trace(ax: Any, model: Any) -> None:
     for side, label in (("x", "m_X"), ("y", "m_Y")):
         relative = _relative_trace(model, side)
+        if relative.size < 2:  # no factorisation on this side (polynomial, class or no basis)
+            continue
         ranks = np.arange(relative.size)
         keep = relative > 0  # an exhausted factorisation ends at exactly 0, which a log axis cannot show
         ax.plot(ranks[keep], relative[keep], marker=".", label=f"{side} ({label} = {relative.size - 1})")
-    if model.tol > 0:
+    if getattr(model, "tol", 0) > 0:
         ax.axhline(float(model.tol), color="gray", linestyle="--", label=f"tol = {float(model.tol):g}")
     ax.set_yscale("log")
     ax.set_xlabel("rank (pivots)")
     ax.set_ylabel("residual trace / trace K")
     ax.set_title("pivoted Cholesky residual trace")
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize="small")
+    else:
+        ax.text(0.5, 0.5, "exact basis: no pivoted Cholesky", ha="center", va="center", transform=ax.transAxes)
+
+
+def _plot_class_probabilities(ax: Any, model: Any) -> None:
+    """A classifier (KLR): P(class | x) along the first x feature, the others at their pivots' median."""
+    x = default_x_values(model, 64)
+    proba = model.predict_proba(x)
+    x_name = _names(model, "x")[0]
+    for k, label in enumerate(model.classes_):
+        ax.plot(x[:, 0], proba[:, k], label=f"class {label:g}")
+    ax.set_xlabel(x_name)
+    ax.set_ylabel("probability")
+    ax.set_title("class probabilities", fontsize="medium")
     ax.legend(fontsize="small")
 
 
@@ -279,7 +330,7 @@ def _slices(model: JDL, x_values: Any, n_slices: int):
 def _plot_slices(model: JDL, x: np.ndarray, grid: np.ndarray, density: np.ndarray, density_ax: Any,
                  cdf: np.ndarray | None = None, cdf_ax: Any | None = None) -> None:
     x_name, y_name = _names(model, "x")[0], _names(model, "y")[0]
-    marginal = "" if model.basis_y_.pivot_points.shape[1] == 1 else "marginal "
+    marginal = "" if _width(model, "y") == 1 else "marginal "
     for k in range(x.shape[0]):
         density_ax.plot(grid, density[k], label=f"{x_name} = {x[k, 0]:.3g}")
     density_ax.axhline(0.0, color="gray", linewidth=0.5)
@@ -344,10 +395,15 @@ def write_plots(path: str | os.PathLike, out_dir: str | os.PathLike, *, x_values
     figure, axes = _figure(1, 6, 4)
     _plot_trace(axes[0], model)
     written.append(_save(figure, out / "residual_trace.png"))
-    x, grid, density, cdf = _slices(model, x_values, n_slices)
-    figure, axes = _figure(2, 11, 4.2)
-    _plot_slices(model, x, grid, density, axes[0], cdf, axes[1])
-    written.append(_save(figure, out / "conditional_density.png"))
+    if hasattr(model, "atoms_"):
+        figure, axes = _figure(2, 11, 4.2)
+        x, grid, density, cdf = _slices(model, x_values, n_slices)
+        _plot_slices(model, x, grid, density, axes[0], cdf, axes[1])
+        written.append(_save(figure, out / "conditional_density.png"))
+    else:
+        figure, axes = _figure(1, 6, 4.2)
+        _plot_class_probabilities(axes[0], model)
+        written.append(_save(figure, out / "class_probabilities.png"))
     tuning = read_tuning(path)
     if tuning is not None:
         figure, axes = _figure(2, 11, 4.2)
@@ -362,6 +418,9 @@ def diagnostics_figure(path: str | os.PathLike, png_path: str | os.PathLike, mod
     model = load_model(path) if model is None else model
     figure, axes = _figure(2, 10, 3.6)
     _plot_trace(axes[0], model)
-    x, grid, density, _ = _slices(model, None, 5)
-    _plot_slices(model, x, grid, density, axes[1])
+    if hasattr(model, "atoms_"):
+        x, grid, density, _ = _slices(model, None, 5)
+        _plot_slices(model, x, grid, density, axes[1])
+    else:
+        _plot_class_probabilities(axes[1], model)
     return _save(figure, png_path)

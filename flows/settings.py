@@ -82,17 +82,27 @@ class FitSettings(_Settings):
     reg: Positive | None = None
     tol: float = Field(1e-3, gt=0, lt=1)
     constraints: Literal["none", "normalization", "positivity"] = "positivity"
-    positivity: Literal["auto", "grid", "tightening", "clip"] = "auto"
+    positivity: Literal["auto", "grid", "tightening", "pointwise", "clip", "sos", "atoms", "cube"] = "auto"
     pivoting: Literal["random", "greedy"] = "random"
     seed: int = 0
+    method: Literal["jdl", "jpdl", "cme", "klr", "greedy"] = "jdl"
+    degree: int = Field(4, ge=1, le=8)
+    threshold: float | None = Field(None, allow_inf_nan=False)
     scheduler: Scheduler = Field(None, validate_default=True)
 
     def check(self) -> None:
         self.explicit()
+        if self.threshold is not None and self.method != "klr":
+            raise ValueError(f"parameter threshold: only klr fits an event Y <= threshold (method {self.method})")
+
+    # Lengthscales a method does not use default to 1 (they enter no computation).
+    _UNUSED = {"jpdl": ("lengthscale_x", "lengthscale_y"), "klr": ("lengthscale_y",), "greedy": ("lengthscale_x",)}
 
     def explicit(self) -> dict[str, float] | None:
         """The hyperparameters given directly, or None when they come from ``tuning``."""
         given = {"lengthscale_x": self.lengthscale_x, "lengthscale_y": self.lengthscale_y, "reg": self.reg}
+        for name in self._UNUSED.get(self.method, ()):
+            given[name] = 1.0 if given[name] is None else given[name]
         if all(v is not None for v in given.values()):
             return given
         if self.tuning is None:

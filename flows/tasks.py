@@ -107,12 +107,13 @@ def fit_hyperparameters(s: FitSettings) -> tuple[dict[str, float], str | None]:
 
 @task(name="fit", **_TASK)
 def fit_task(settings: dict[str, Any]) -> StageResult:
-    """Fit the JDL model on a staged store (hyperparameters given or from a tuning store); publish
+    """Fit a model on a staged store (hyperparameters given or from a tuning store); publish
     a summary table and a diagnostics PNG as Prefect artifacts."""
     s = FitSettings(**settings)
     hyper, tuning_key = fit_hyperparameters(s)
     fingerprint = data_fingerprint(open_staged(s.data))
-    options = s.model_dump(include={"tol", "constraints", "positivity", "pivoting", "seed"})
+    options = s.model_dump(include={"tol", "constraints", "positivity", "pivoting", "seed", "method", "degree",
+                                    "threshold"})
     key = run_key("fit", data=fingerprint, tuning=tuning_key, **hyper, **options)
 
     def write(overwrite: bool) -> None:

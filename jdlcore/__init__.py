@@ -4,6 +4,9 @@ No Dask, no Prefect, no I/O: the pipeline feeds these functions.
 """
 from .basis import JDLReductions, SpectralBasis, spectral_basis
 from .cme import CME
+from .greedy import ClassBasis, GreedyJDL
+from .klr import KLR
+from .polynomial import PolynomialBasis, PolynomialJDL
 from .cholesky import FactorStorage, InMemoryFactorStorage, PivotedCholesky, pivoted_cholesky, run_pivoted_cholesky
 from .jdl import JDL, JDLProblem, build_problem
 from .kernels import (
@@ -26,5 +29,6 @@ __all__ = [
     "kernel_from_dict", "median_heuristic", "pivoted_cholesky", "run_pivoted_cholesky", "PivotedCholesky",
     "FactorStorage", "InMemoryFactorStorage", "JDL", "JDLProblem", "build_problem", "JDLReductions",
     "SpectralBasis", "spectral_basis", "tune", "TuneResult", "SecondMomentLoss", "ClippedLogisticLoss",
-    "relative_second_moment_loss", "clipped_logistic_loss", "CME",
+    "relative_second_moment_loss", "clipped_logistic_loss", "CME", "KLR", "PolynomialJDL", "PolynomialBasis",
+    "GreedyJDL", "ClassBasis",
 ]

@@ -1,4 +1,4 @@
-"""Fit a JDL model from a staged data store and write the model store.
+"""Fit a model (JDL or one of the baselines and variants) from a staged data store and write the model store.
 
 In this process for small data, on Dask otherwise (see ``pipeline.cluster`` for ``scheduler``):
 there the factorisations and reductions run chunk by chunk, each chunk a task that reads its own
@@ -16,15 +16,16 @@ from typing import Any, Callable
 import numpy as np
 import zarr
 
-from jdlcore import JDL, GaussianKernel, build_problem
+from jdlcore import CME, JDL, KLR, GaussianKernel, GreedyJDL, PolynomialJDL, build_problem
 from jdlcore.atoms import STANDARD_FUNCTIONS
+from jdlcore.validation import check_choice
 
 from .atomic import refuse_existing
 from .cluster import dask_client, resolve_scheduler
 from .model_store import save_model
 from .staging import data_fingerprint, open_staged
 
-__all__ = ["fit_store", "choose_positivity", "read_rows", "GRID_ROWS", "GRID_LIMIT"]
+__all__ = ["fit_store", "choose_positivity", "make_estimator", "read_rows", "METHODS", "GRID_ROWS", "GRID_LIMIT"]
 
 
 def read_rows(path: str, role: str, start: int, stop: int) -> np.ndarray:
@@ -32,19 +33,59 @@ def read_rows(path: str, role: str, start: int, stop: int) -> np.ndarray:
     return zarr.open_group(path, mode="r", zarr_format=3)[role][start:stop]
 
 
-NEGATIVE_MASS_PROBES = 16  # x pivots at which the stored model reports its negative mass
+NEGATIVE_MASS_PROBES = 16  # first rows of x at which the stored model reports its negative mass
 GRID_ROWS = 20_000
 GRID_LIMIT = 200_000
+METHODS = ("jdl", "jpdl", "cme", "klr", "greedy")
+CHUNKED_METHODS = ("jdl", "cme")  # fitted from the m x m reductions, which Dask computes chunk by chunk
+# What positivity "auto" means per method (jdl: by size, below), and the rules each method knows.
+POSITIVITY_RULES = {"jdl": ("grid", "tightening", "pointwise", "clip"), "jpdl": ("sos", "grid", "clip"),
+                    "greedy": ("atoms", "cube"), "cme": (), "klr": ()}
 
 
-def choose_positivity(positivity: str, constraints: str, n: int) -> str:
-    """Resolve "auto" and refuse exact grid positivity where its n^2 pairs are out of reach."""
+def choose_positivity(positivity: str, constraints: str, n: int, method: str = "jdl") -> str:
+    """Resolve "auto" per method and refuse rules a method does not know, or exact grid positivity
+    where its n^2 pairs are out of reach. Methods without a positivity rule get "none"."""
+    rules = POSITIVITY_RULES[method]
+    if not rules:
+        return "none"
     if positivity == "auto":
+        if method != "jdl":
+            return rules[0]
         return "grid" if n <= GRID_ROWS else "tightening"
+    if positivity not in rules:
+        raise ValueError(f"positivity: {positivity!r} is not a rule of method {method}; choose one of "
+                         f"{', '.join(map(repr, ('auto',) + rules))}")
     if positivity == "grid" and constraints == "positivity" and n > GRID_LIMIT:
         raise ValueError(f"positivity: 'grid' checks all n^2 = {n * n:.2g} training pairs and is limited to "
                          f"{GRID_LIMIT:,} rows (got {n:,}); use tightening, clip, or constraints normalization")
     return positivity
+
+
+def make_estimator(method: str, *, lengthscale_x: float, lengthscale_y: float, reg: float, tol: float,
+                   constraints: str, positivity: str, pivoting: str, seed: int, degree: int = 4,
+                   threshold: float | None = None) -> Any:
+    """The unfitted jdlcore estimator of ``method`` with Gaussian kernels of the given lengthscales.
+
+    jdl: JDL; jpdl: PolynomialJDL(degree) (lengthscales unused); cme: CME (constraints none,
+    normalization (53) or positivity (53)+(54)); klr: KLR on the X kernel (``threshold``: the event
+    Y <= threshold, else Y holds class labels); greedy: GreedyJDL (X holds class labels).
+    """
+    check_choice(method, "method", METHODS)
+    kernel_x, kernel_y = GaussianKernel(lengthscale_x), GaussianKernel(lengthscale_y)
+    common = dict(reg=reg, pivoting=pivoting, seed=seed)
+    if method == "jdl":
+        estimator = JDL(kernel_x, kernel_y, tol=tol, constraints=constraints, positivity=positivity, **common)
+    elif method == "cme":
+        estimator = CME(kernel_x, kernel_y, tol=tol, constraints=constraints, **common)
+    elif method == "klr":
+        estimator = KLR(kernel_x, tol=tol, threshold=threshold, **common)
+    elif method == "jpdl":
+        estimator = PolynomialJDL(degree=degree, reg=reg, constraints=constraints, positivity=positivity)
+    else:
+        estimator = GreedyJDL(kernel_y, tol=tol, positivity=positivity, **common)
+    estimator._check_params()
+    return estimator
 
 
 def fit_store(
@@ -59,21 +100,27 @@ def fit_store(
     positivity: str = "auto",
     pivoting: str = "random",
     seed: int = 0,
+    method: str = "jdl",
+    degree: int = 4,
+    threshold: float | None = None,
     scheduler: str | None = None,
     overwrite: bool = False,
     tuning: str | os.PathLike | None = None,
     run_key: str | None = None,
     progress: Callable[[str], None] | None = None,
-) -> tuple[Path, JDL]:
-    """Fit on a staged store and save the model store at ``out``; returns its path and the model.
+) -> tuple[Path, Any]:
+    """Fit ``method`` on a staged store and save the model store at ``out``; returns its path and the model.
 
-    ``positivity`` "auto" is "grid" (exact on all n^2 training pairs) up to ``GRID_ROWS`` rows and
-    "tightening" (the paper's sufficient condition (33), m x m cost) above; "grid" is refused above
-    ``GRID_LIMIT`` rows. ``progress`` receives a line per finished stage. The model's diagnostics carry the time split
-    (``pivots_seconds`` and ``reductions_seconds`` on Dask, ``solve_seconds``, ``fit_seconds``) and
-    ``write_seconds`` (set after the store is written, so not stored in it). ``tuning``: the tuning
-    store the hyperparameters came from; its table is kept in the model store (``tuning_*``) and its
-    best setting in the provenance. ``run_key`` is recorded for the orchestration's resume check.
+    ``positivity`` "auto" is, for jdl, "grid" (exact on all n^2 training pairs) up to ``GRID_ROWS``
+    rows and "tightening" (the paper's sufficient condition (33), m x m cost) above, "grid" being
+    refused above ``GRID_LIMIT`` rows; for jpdl "sos", for greedy "atoms" (``choose_positivity``).
+    jdl and cme run on Dask above ``AUTO_ROWS`` rows (or as ``scheduler`` says); the other methods
+    fit in this process (an explicit cluster scheduler is refused for them). ``progress`` receives
+    a line per finished stage. The model's diagnostics carry the time split (``pivots_seconds`` and
+    ``reductions_seconds`` on Dask, ``solve_seconds``, ``fit_seconds``) and ``write_seconds`` (set
+    after the store is written, so not stored in it). ``tuning``: the tuning store the
+    hyperparameters came from; its table is kept in the model store (``tuning_*``) and its best
+    setting in the provenance. ``run_key`` is recorded for the orchestration's resume check.
     """
     target = Path(out)
     refuse_existing(target, overwrite)  # before the fit, not after it
@@ -84,38 +131,52 @@ def fit_store(
 
         table = load_tuning(tuning)
     n = int(group.attrs["n_samples"])
-    positivity = choose_positivity(positivity, constraints, n)
+    check_choice(method, "method", METHODS)
+    positivity = choose_positivity(positivity, constraints, n, method)
     started = time.perf_counter()
-    estimator = JDL(GaussianKernel(lengthscale_x), GaussianKernel(lengthscale_y), reg=reg, tol=tol,
-                    constraints=constraints, positivity=positivity, pivoting=pivoting, seed=seed)
-    estimator._check_params()
-    options = dict(tol=tol, pivoting=pivoting, seed=seed, test_functions=STANDARD_FUNCTIONS)
-    scheduler = resolve_scheduler(scheduler, n)
-    if scheduler is None:
-        Y = group["y"][:]
-        problem = build_problem(group["x"][:], Y, estimator.kernel_x, estimator.kernel_y, **options)
+    estimator = make_estimator(method, lengthscale_x=lengthscale_x, lengthscale_y=lengthscale_y, reg=reg, tol=tol,
+                               constraints=constraints, positivity=positivity, pivoting=pivoting, seed=seed,
+                               degree=degree, threshold=threshold)
+    if method not in CHUNKED_METHODS:
+        if scheduler not in (None, "", "auto", "memory"):
+            raise ValueError(f"scheduler: method {method} fits in memory; use --scheduler memory or auto "
+                             f"(got {scheduler!r})")
+        scheduler = None
+        model = estimator.fit(group["x"][:], group["y"][:])
+        if method in ("jpdl", "greedy"):  # atoms models: register the scoring functions once
+            for name, f in STANDARD_FUNCTIONS.items():
+                model.register(name, f)
     else:
-        from .chunked_fit import chunked_problem
+        options = dict(tol=tol, pivoting=pivoting, seed=seed,
+                       test_functions=STANDARD_FUNCTIONS if method == "jdl" else None)
+        scheduler = resolve_scheduler(scheduler, n)
+        grid = method == "jdl" and estimator.uses_grid
+        tightening = method == "jdl" and estimator.uses_tightening
+        if scheduler is None:
+            Y = group["y"][:]
+            problem = build_problem(group["x"][:], Y, estimator.kernel_x, estimator.kernel_y, **options)
+        else:
+            from .chunked_fit import chunked_problem
 
-        Y = group["y"]  # read lazily: the model store copies the atoms block by block
-        step = group["x"].chunks[0]
-        bounds = [(start, min(start + step, n)) for start in range(0, n, step)]
-        path = str(Path(data).resolve())
-        with dask_client(scheduler) as client:
-            chunks = {role: [client.submit(read_rows, path, role, a, b, pure=False) for a, b in bounds]
-                      for role in ("x", "y")}
-            problem = chunked_problem(client, chunks["x"], chunks["y"], estimator.kernel_x, estimator.kernel_y,
-                                      keep_values=estimator.uses_grid, extremes=estimator.uses_tightening,
-                                      progress=progress, **options)
-    model = estimator.fit_problem(problem, Y)
+            Y = group["y"]  # read lazily: the model store copies the atoms block by block
+            step = group["x"].chunks[0]
+            bounds = [(start, min(start + step, n)) for start in range(0, n, step)]
+            path = str(Path(data).resolve())
+            with dask_client(scheduler) as client:
+                chunks = {role: [client.submit(read_rows, path, role, a, b, pure=False) for a, b in bounds]
+                          for role in ("x", "y")}
+                problem = chunked_problem(client, chunks["x"], chunks["y"], estimator.kernel_x, estimator.kernel_y,
+                                          keep_values=grid, extremes=tightening, progress=progress, **options)
+        model = estimator.fit_problem(problem, Y) if method == "jdl" else estimator.fit_problem(problem)
     model.diagnostics_["fit_seconds"] = time.perf_counter() - started
-    mark = time.perf_counter()
-    probes = model.basis_x_.pivot_points[:NEGATIVE_MASS_PROBES]
-    negative = model.negative_mass(probes)  # one pass over the atoms
-    model.diagnostics_.update({
-        "negative_mass_max": float(negative.max()), "negative_mass_mean": float(negative.mean()),
-        "negative_mass_probes": int(probes.shape[0]), "negative_mass_seconds": time.perf_counter() - mark,
-    })
+    if method != "klr":
+        mark = time.perf_counter()
+        probes = np.asarray(group["x"][:NEGATIVE_MASS_PROBES], dtype=np.float64)
+        negative = model.negative_mass(probes)  # one pass over the atoms
+        model.diagnostics_.update({
+            "negative_mass_max": float(negative.max()), "negative_mass_mean": float(negative.mean()),
+            "negative_mass_probes": int(probes.shape[0]), "negative_mass_seconds": time.perf_counter() - mark,
+        })
     if progress is not None:
         progress(f"solved: {model.diagnostics_['solve_seconds']:.2f} s")
     provenance: dict[str, Any] = {

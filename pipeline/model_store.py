@@ -1,4 +1,4 @@
-"""The model store: a fitted JDL model as one xarray Dataset in zarr v3 (no pickles).
+"""The model store: a fitted model (any method of ``ESTIMATORS``) as one xarray Dataset in zarr v3 (no pickles).
 
 ``model_to_dataset`` / ``model_from_dataset`` map ``JDL.state()`` to the contract of
 ``data_schemas.model``; ``save_model`` writes atomically (a temporary sibling directory renamed into
@@ -19,44 +19,60 @@ import xarray as xr
 import zarr
 
 import jdlcore
-from data_schemas.model import SCHEMA_NAME, SCHEMA_VERSION, VARIABLE_DIMS, model_variables, validate_model_dataset
-from jdlcore import JDL
+from data_schemas.model import (
+    ATOM_METHODS, METHOD_VARIABLES, SCHEMA_NAME, SCHEMA_VERSION, model_variables, validate_model_dataset,
+)
+from jdlcore import CME, JDL, KLR, GreedyJDL, PolynomialJDL
 
 from .atomic import atomic_store, refuse_existing
 
-__all__ = ["model_to_dataset", "model_from_dataset", "save_model", "load_model"]
+__all__ = ["model_to_dataset", "model_from_dataset", "save_model", "load_model", "ESTIMATORS", "method_of"]
 
 SAMPLE_CHUNK = 65_536
 ATOMS = "y_atoms"
+ESTIMATORS: dict[str, type] = {"jdl": JDL, "jpdl": PolynomialJDL, "greedy": GreedyJDL, "cme": CME, "klr": KLR}
+
+
+def method_of(model: Any) -> str:
+    """The store's ``method`` name of a fitted estimator (its exact class)."""
+    for name, cls in ESTIMATORS.items():
+        if type(model) is cls:
+            return name
+    raise ValueError(f"model: cannot store a {type(model).__name__}; known estimators: "
+                     f"{', '.join(cls.__name__ for cls in ESTIMATORS.values())}")
 
 
 def model_to_dataset(model: JDL, provenance: dict[str, Any] | None = None) -> xr.Dataset:
     """The fitted model as an in-memory Dataset following ``data_schemas.model`` (atoms loaded)."""
+    method = method_of(model)
     state = model.state()
-    ds = _dataset(state, provenance)
-    atoms = np.asarray(state["arrays"][ATOMS], dtype=np.float64)
-    ds[ATOMS] = (VARIABLE_DIMS[ATOMS], atoms)
-    _record_checksums(ds, _atoms_checksum(atoms))
+    ds = _dataset(state, provenance, method)
+    atoms = None
+    if method in ATOM_METHODS:
+        atoms = np.asarray(state["arrays"][ATOMS], dtype=np.float64)
+        ds[ATOMS] = (METHOD_VARIABLES[method][ATOMS], atoms)
+    _record_checksums(ds, None if atoms is None else _atoms_checksum(atoms))
     validate_model_dataset(ds)
     return ds
 
 
-def _dataset(state: dict[str, Any], provenance: dict[str, Any] | None) -> xr.Dataset:
+def _dataset(state: dict[str, Any], provenance: dict[str, Any] | None, method: str) -> xr.Dataset:
     """Every variable but the atoms, with the attributes (checksums still to be recorded)."""
-    dims = model_variables(state["registered"])
+    registered = state.get("registered", [])
+    dims = model_variables(registered, method)
     ds = xr.Dataset({name: (dims[name], np.asarray(state["arrays"][name], dtype=np.float64))
                      for name in dims if name != ATOMS})
     ds.attrs.update({
         "schema": SCHEMA_NAME,
         "schema_version": SCHEMA_VERSION,
         "jdl_version": jdlcore.__version__,
-        "method": "jdl",
-        "kernel_x": json.dumps(state["kernel_x"]),
-        "kernel_y": json.dumps(state["kernel_y"]),
+        "method": method,
+        "kernel_x": json.dumps(state.get("kernel_x")),
+        "kernel_y": json.dumps(state.get("kernel_y")),
         "params": json.dumps(state["params"]),
         "diagnostics": json.dumps(state["diagnostics"], default=float),
         "provenance": json.dumps(provenance or {}),
-        "registered": json.dumps(state["registered"]),
+        "registered": json.dumps(registered),
         "n_samples": state["n_samples"],
     })
     return ds
@@ -86,10 +102,12 @@ def _atoms_checksum(atoms: Any, copy_to: Any = None) -> str:
     return digest.hexdigest()
 
 
-def _record_checksums(ds: xr.Dataset, atoms_checksum: str) -> None:
-    ds.attrs["checksums"] = json.dumps({
-        **{name: _checksum(ds[name].values) for name in ds.data_vars if name != ATOMS}, ATOMS: atoms_checksum,
-    })
+def _record_checksums(ds: xr.Dataset, atoms_checksum: str | None) -> None:
+    """SHA-256 of every variable (``atoms_checksum``: the atoms', computed while copying them; None: no atoms)."""
+    sums = {name: _checksum(ds[name].values) for name in ds.data_vars if name != ATOMS}
+    if atoms_checksum is not None:
+        sums[ATOMS] = atoms_checksum
+    ds.attrs["checksums"] = json.dumps(sums)
 
 
 def _verify_checksums(ds: xr.Dataset, atoms: Any, where: str) -> None:
@@ -101,22 +119,25 @@ def _verify_checksums(ds: xr.Dataset, atoms: Any, where: str) -> None:
     for name in ds.data_vars:
         if name != ATOMS and recorded.get(name) != _checksum(ds[name].values):
             raise ValueError(f"{where}: variable {name!r} does not match its checksum (truncated or modified store)")
-    if recorded.get(ATOMS) != _atoms_checksum(atoms):
+    if atoms is not None and recorded.get(ATOMS) != _atoms_checksum(atoms):
         raise ValueError(f"{where}: variable {ATOMS!r} does not match its checksum (truncated or modified store)")
 
 
-def model_from_dataset(ds: xr.Dataset, where: str = "model", atoms: Any = None) -> JDL:
+def model_from_dataset(ds: xr.Dataset, where: str = "model", atoms: Any = None) -> Any:
     """Validate a Dataset against the contract and rebuild the model.
 
     ``atoms``: the y atoms as a lazily read array (a store's zarr array); default ``ds.y_atoms``.
     """
     validate_model_dataset(ds, where)
-    atoms = ds[ATOMS].values if atoms is None else atoms
+    method = ds.attrs["method"]
+    if method in ATOM_METHODS and atoms is None:
+        atoms = ds[ATOMS].values
     _verify_checksums(ds, atoms, where)
     try:
         registered = json.loads(ds.attrs["registered"])
         state = {
-            "arrays": {name: (atoms if name == ATOMS else ds[name].values) for name in model_variables(registered)},
+            "arrays": {name: (atoms if name == ATOMS else ds[name].values)
+                       for name in model_variables(registered, method)},
             "kernel_x": json.loads(ds.attrs["kernel_x"]),
             "kernel_y": json.loads(ds.attrs["kernel_y"]),
             "params": json.loads(ds.attrs["params"]),
@@ -128,7 +149,7 @@ def model_from_dataset(ds: xr.Dataset, where: str = "model", atoms: Any = None) 
     except (json.JSONDecodeError, TypeError) as error:
         raise ValueError(f"{where}: unreadable attribute ({error})") from None
     try:
-        model = JDL.from_state(state)
+        model = ESTIMATORS[method].from_state(state)
     except ValueError as error:
         raise ValueError(f"{where}: {error}") from None
     model.provenance_ = provenance
@@ -146,27 +167,31 @@ def save_model(model: JDL, path: str | os.PathLike, *, overwrite: bool = False,
     """
     target = Path(path)
     refuse_existing(target, overwrite)  # before the checksums over every variable
+    method = method_of(model)
     state = model.state()
-    ds = _dataset(state, provenance)
+    ds = _dataset(state, provenance, method)
     if tuning is not None:
         ds = ds.merge(tuning_variables(tuning))
     if run_key:
         ds.attrs["run_key"] = run_key
-    atoms = state["arrays"][ATOMS]
     with atomic_store(target, overwrite=overwrite) as staging:
         ds.to_zarr(staging, mode="w", zarr_format=3, consolidated=False)
         group = zarr.open_group(staging, mode="r+", zarr_format=3)
-        copy = group.create_array(ATOMS, shape=tuple(atoms.shape), dtype="float64",
-                                  chunks=(min(SAMPLE_CHUNK, max(atoms.shape[0], 1)), atoms.shape[1]),
-                                  dimension_names=VARIABLE_DIMS[ATOMS])
-        _record_checksums(ds, _atoms_checksum(atoms, copy_to=copy))
+        atoms_checksum = None
+        if method in ATOM_METHODS:
+            atoms = state["arrays"][ATOMS]
+            copy = group.create_array(ATOMS, shape=tuple(atoms.shape), dtype="float64",
+                                      chunks=(min(SAMPLE_CHUNK, max(atoms.shape[0], 1)), atoms.shape[1]),
+                                      dimension_names=METHOD_VARIABLES[method][ATOMS])
+            atoms_checksum = _atoms_checksum(atoms, copy_to=copy)
+        _record_checksums(ds, atoms_checksum)
         group.attrs["checksums"] = ds.attrs["checksums"]
         with xr.open_zarr(staging, consolidated=False, zarr_format=3) as written:
             validate_model_dataset(written, f"model {target}")
     return target
 
 
-def load_model(path: str | os.PathLike) -> JDL:
+def load_model(path: str | os.PathLike) -> Any:
     """Open a model store and return a model with the full query API; foreign, truncated or newer
     stores raise ``ValueError`` naming the store and the broken rule. The atoms stay on disk and are
     read block by block when a query needs them."""
@@ -180,10 +205,12 @@ def load_model(path: str | os.PathLike) -> JDL:
         raise ValueError(f"{where}: not a readable zarr v3 store ({type(error).__name__}: {error})") from None
     with ds:
         validate_model_dataset(ds, where)
+        has_atoms = ds.attrs["method"] in ATOM_METHODS
         try:
-            small = ds.drop_vars(ATOMS).load()
-            atoms = zarr.open_array(source / ATOMS, mode="r", zarr_format=3)
+            small = ds.drop_vars(ATOMS).load() if has_atoms else ds.load()
+            atoms = zarr.open_array(source / ATOMS, mode="r", zarr_format=3) if has_atoms else None
         except Exception as error:
             raise ValueError(f"{where}: damaged data ({type(error).__name__}: {error})") from None
-        small[ATOMS] = ds[ATOMS]  # lazy: validated by dims, read through ``atoms``
+        if has_atoms:
+            small[ATOMS] = ds[ATOMS]  # lazy: validated by dims, read through ``atoms``
         return model_from_dataset(small, where=where, atoms=atoms)

@@ -5,8 +5,11 @@ Functions (names as given on the command line):
   second_moment        E[Y Y^T | x], dims (sample, y_feature, y_feature_2)
   cdf:t1,t2,...        Q(Y <= t | x) for scalar Y, dims (sample, threshold_k)
   quantile:l1,l2,...   conditional quantiles of scalar Y, dims (sample, level_k)
+  proba                Q(Y = c | x) for each class c of a discrete scalar Y, dims (sample, class)
 mean and second_moment come registered from the fit and cdf is registered once (one pass over
 the atoms), so their cost per row is independent of n; quantiles need the weights on all n atoms.
+A KLR model answers ``proba`` and, when fitted for the event Y <= q, ``cdf:q``; a CME model answers
+every function with its signed, unnormalized weights on the Y pivots, as they are.
 """
 from __future__ import annotations
 
@@ -14,13 +17,13 @@ import json
 import os
 from functools import partial
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 import numpy as np
 import zarr
 
 from data_schemas.scores import SCHEMA_NAME, SCHEMA_VERSION, function_dims, validate_scores_group
-from jdlcore import JDL
+from jdlcore import KLR
 from jdlcore.atoms import STANDARD_FUNCTIONS
 
 from .atomic import atomic_store, refuse_existing
@@ -34,7 +37,7 @@ __all__ = ["parse_function", "score_store", "open_scores"]
 def parse_function(spec: str) -> tuple[str, np.ndarray | None]:
     """'mean' | 'second_moment' | 'cdf:...' | 'quantile:...' -> (kind, parameters)."""
     kind, _, rest = spec.partition(":")
-    if kind in ("mean", "second_moment") and not rest:
+    if kind in ("mean", "second_moment", "proba") and not rest:
         return kind, None
     if kind in ("cdf", "quantile") and rest:
         try:
@@ -46,7 +49,7 @@ def parse_function(spec: str) -> tuple[str, np.ndarray | None]:
         if kind == "quantile" and (np.any(values <= 0) or np.any(values > 1)):
             raise ValueError(f"function {spec!r}: levels must lie in (0, 1]")
         return kind, values
-    raise ValueError(f"function {spec!r}: unknown; use mean, second_moment, cdf:t1,t2,... or quantile:l1,l2,...")
+    raise ValueError(f"function {spec!r}: unknown; use mean, second_moment, cdf:t1,t2,..., quantile:l1,l2,... or proba")
 
 
 def score_store(model_path: str | os.PathLike, data: str | os.PathLike, out: str | os.PathLike,
@@ -69,14 +72,8 @@ def score_store(model_path: str | os.PathLike, data: str | os.PathLike, out: str
     trained = model.provenance_.get("x_features")
     if trained is not None and list(group.attrs["x_features"]) != list(trained):
         raise ValueError(f"data: x features {group.attrs['x_features']} differ from the model's {trained}")
-    d_y = model.atoms_.d
-    for spec, (kind, _) in specs.items():
-        if kind in ("cdf", "quantile") and d_y != 1:
-            raise ValueError(f"function {spec!r}: needs a scalar y, the model has {d_y} y features")
-    if not model.clips:  # mean and second_moment come registered from the fit; cdf needs one pass
-        for spec, (kind, values) in specs.items():
-            if kind != "quantile" and spec not in model.registered_:
-                model.register(spec, scoring_function(kind, values))
+    specs = _resolve(model, specs)
+    d_y = 1 if isinstance(model, KLR) else model.atoms_.d  # a KLR model's y is one label column
     x = group["x"]
     n, step = x.shape[0], x.chunks[0]
     bounds = [(start, min(start + step, n)) for start in range(0, n, step)]
@@ -118,7 +115,36 @@ def _report(progress: Callable[[str], None] | None, done: int, total: int) -> No
         progress(f"scored {done}/{total} chunks")
 
 
-def score_chunk(model: JDL, data: str, out: str, specs: dict, start: int, stop: int) -> int:
+def _resolve(model: Any, specs: dict[str, tuple[str, np.ndarray | None]]) -> dict[str, tuple[str, np.ndarray | None]]:
+    """Check every function against what the model answers; ``proba`` gets its classes as parameters.
+
+    Models on atoms get their functions registered here (one pass over the atoms, once), so every
+    chunk then costs one kernel block; raises ``ValueError`` naming the function and the rule.
+    """
+    resolved = {}
+    if isinstance(model, KLR):
+        for spec, (kind, values) in specs.items():
+            if kind == "proba":
+                resolved[spec] = (kind, model.classes_)
+            elif kind == "cdf" and model.threshold is not None and np.array_equal(values, [float(model.threshold)]):
+                resolved[spec] = (kind, values)
+            else:
+                event = f"proba or cdf:{model.threshold:g}" if model.threshold is not None else "proba"
+                raise ValueError(f"function {spec!r}: a klr model answers {event} only")
+        return resolved
+    d_y = model.atoms_.d
+    for spec, (kind, values) in specs.items():
+        if kind in ("cdf", "quantile", "proba") and d_y != 1:
+            raise ValueError(f"function {spec!r}: needs a scalar y, the model has {d_y} y features")
+        resolved[spec] = (kind, model.classes_ if kind == "proba" else values)
+    if not model.clips:  # mean and second_moment come registered from the fit; the others need one pass
+        for spec, (kind, values) in resolved.items():
+            if kind != "quantile" and spec not in model.registered_:
+                model.register(spec, scoring_function(kind, values))
+    return resolved
+
+
+def score_chunk(model: Any, data: str, out: str, specs: dict, start: int, stop: int) -> int:
     """Score rows [start, stop) of the staged store ``data`` into the arrays of the store ``out``.
 
     Registered functions share one kernel block per chunk; quantiles (and clipped models) need the
@@ -126,26 +152,35 @@ def score_chunk(model: JDL, data: str, out: str, specs: dict, start: int, stop: 
     """
     block = zarr.open_group(data, mode="r", zarr_format=3)["x"][start:stop]
     root = zarr.open_group(out, mode="r+", zarr_format=3)
-    registered = [spec for spec, (kind, _) in specs.items() if kind != "quantile" and not model.clips]
-    results = model.expectations(registered, block) if registered else {}
-    for spec, (kind, values) in specs.items():
-        if kind == "quantile":
-            results[spec] = model.conditional_quantile(block, values)
-        elif model.clips:
-            results[spec] = model.conditional_expectation(block, scoring_function(kind, values))
+    if isinstance(model, KLR):
+        results = {spec: model.predict_proba(block) if kind == "proba" else model.event_probability(block)[:, None]
+                   for spec, (kind, _) in specs.items()}
+    else:
+        registered = [spec for spec, (kind, _) in specs.items() if kind != "quantile" and not model.clips]
+        results = model.expectations(registered, block) if registered else {}
+        for spec, (kind, values) in specs.items():
+            if kind == "quantile":
+                results[spec] = model.conditional_quantile(block, values)
+            elif model.clips:
+                results[spec] = model.conditional_expectation(block, scoring_function(kind, values))
+    for spec in specs:
         root[spec][start:stop] = results[spec]
     return stop - start
 
 
-def scoring_function(kind: str, thresholds: np.ndarray | None) -> Callable[[np.ndarray], np.ndarray]:
-    """The test function f(y) (b, d_y) -> (b, ...) behind 'mean', 'second_moment' and 'cdf:...'."""
+def scoring_function(kind: str, parameters: np.ndarray | None) -> Callable[[np.ndarray], np.ndarray]:
+    """The test function f(y) (b, d_y) -> (b, ...) behind 'mean', 'second_moment', 'cdf:...' and 'proba'."""
     if kind in STANDARD_FUNCTIONS:
         return STANDARD_FUNCTIONS[kind]
-    return partial(_below, thresholds=thresholds)
+    return partial(_below if kind == "cdf" else _equal, parameters=parameters)
 
 
-def _below(y: np.ndarray, thresholds: np.ndarray) -> np.ndarray:
-    return (y[:, :1] <= thresholds[None, :]).astype(np.float64)
+def _below(y: np.ndarray, parameters: np.ndarray) -> np.ndarray:
+    return (y[:, :1] <= parameters[None, :]).astype(np.float64)
+
+
+def _equal(y: np.ndarray, parameters: np.ndarray) -> np.ndarray:
+    return (y[:, :1] == parameters[None, :]).astype(np.float64)
 
 
 def open_scores(path: str | os.PathLike) -> zarr.Group:

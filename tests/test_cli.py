@@ -53,7 +53,7 @@ def test_stage_tune_fit_inspect_through_the_cli(tmp_path, capsys):
     assert main(["fit", str(tmp_path / "d.zarr"), "--out", str(tmp_path / "m.zarr"), "--tuning",
                  str(tmp_path / "t.zarr"), "--scheduler", "memory"]) == 0
     fitted = capsys.readouterr().out
-    assert "fitted n = 900" in fitted and "reused" not in fitted
+    assert "fitted jdl on n = 900" in fitted and "reused" not in fitted
     assert main(["fit", str(tmp_path / "d.zarr"), "--out", str(tmp_path / "m.zarr"), "--tuning",
                  str(tmp_path / "t.zarr"), "--scheduler", "memory"]) == 0
     assert "(reused: inputs unchanged)" in capsys.readouterr().out

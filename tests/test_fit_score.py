@@ -29,7 +29,7 @@ def fit_args(tmp_path, name, *extra):
 def test_stage_fit_score_in_memory(staged, capsys):
     tmp_path, x, y = staged
     assert main(fit_args(tmp_path, "m.zarr")) == 0
-    assert "fitted n = 1,500" in capsys.readouterr().out
+    assert "fitted jdl on n = 1,500" in capsys.readouterr().out
     model = load_model(tmp_path / "m.zarr")
     assert model.diagnostics_["grid_min"] >= 0
     assert main(["score", str(tmp_path / "m.zarr"), str(tmp_path / "d.zarr"), "--out", str(tmp_path / "s.zarr"),
