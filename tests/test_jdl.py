@@ -13,7 +13,7 @@ def data():
     return bivariate_gaussian(400, seed=1)
 
 
-@pytest.fixture(scope="module", params=["none", "normalization", "tightening", "grid", "clip"])
+@pytest.fixture(scope="module", params=["none", "normalization", "tightening", "pointwise", "grid", "clip"])
 def model(request, data):
     X, Y = data
     constraints = {"none": "none", "normalization": "normalization"}.get(request.param, "positivity")

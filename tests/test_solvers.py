@@ -123,3 +123,32 @@ def test_active_set_qp_against_kkt(rng):
     coefficients = np.linalg.lstsq(basis, D * h - g, rcond=None)[0]
     np.testing.assert_allclose(basis @ coefficients, D * h - g, atol=1e-9)
     assert np.all(coefficients[:-1] >= -1e-9)
+
+
+def test_basis_ranges_bound_every_point(small_problem, rng):
+    """SpectralBasis.ranges bounds each Psi_j over the whole domain, not only at the samples."""
+    for basis in (small_problem.basis_x, small_problem.basis_y):
+        low, high = basis.ranges()
+        Z = np.vstack([rng.uniform(-10, 10, (4000, basis.width)), basis.pivot_points])
+        values = basis.features(Z)
+        assert np.all(values >= low - 1e-12) and np.all(values <= high + 1e-12)
+
+
+def test_pointwise_positivity_lemma_4_2(small_problem):
+    """(29) with whole-domain bounds: matches the conic reference, and 1 + h >= 0 far off the data."""
+    from jdlcore.solvers import pointwise_bounds
+    from jdlcore.solvers.reference import reference_solve
+
+    red, basis_x, basis_y = small_problem.reductions, small_problem.basis_x, small_problem.basis_y
+    bounds = pointwise_bounds(basis_x, basis_y)
+    H, info = solve_tightened(red, 1e-4, bounds=bounds)
+    reference = reference_solve(red, 1e-4, normalize=True, positivity="tightening", bounds=bounds)
+    assert relative(H, reference) < 1e-6
+    assert info["slack"] >= -1e-12
+    grid = np.linspace(-12, 12, 241)[:, None]  # far outside the data in both x and y
+    values = 1 + basis_y.features(grid) @ H @ basis_x.features(grid).T
+    assert values.min() >= -1e-12
+    unconstrained = 1 + basis_y.features(grid) @ solve_normalized(red, 1e-4) @ basis_x.features(grid).T
+    assert unconstrained.min() < -1e-3  # the constraint binds, so this test can fail
+    low, up = tightening_bounds(red)
+    assert np.all(bounds[0] <= low + 1e-12) and np.all(bounds[1] >= up - 1e-12)  # (29) implies (33)

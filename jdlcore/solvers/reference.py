@@ -21,8 +21,11 @@ def reference_solve(
     positivity: str | None = None,
     A_x: np.ndarray | None = None,
     A_y: np.ndarray | None = None,
+    bounds: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> np.ndarray:
-    """Solve (22) s.t. (23) if ``normalize`` and positivity None | "tightening" | "grid"."""
+    """Solve (22) s.t. (23) if ``normalize`` and positivity None | "tightening" | "grid".
+
+    ``bounds``: (C_low, C_up) of the single inequality, default the sample bounds of (33)."""
     import cvxpy as cp
 
     D = red.curvature(reg)
@@ -35,7 +38,7 @@ def reference_solve(
     if normalize:
         constraints.append(cp.sum(cp.multiply(S / np.max(np.abs(S)), H)) == 0)
     if positivity == "tightening":
-        low, up = tightening_bounds(red)
+        low, up = tightening_bounds(red) if bounds is None else bounds
         constraints.append(1 + cp.sum(cp.minimum(cp.multiply(low, H), cp.multiply(up, H))) >= 0)
     elif positivity == "grid":
         constraints.append(1 + A_y @ H @ A_x.T >= 0)
