@@ -33,12 +33,12 @@ import numpy as np
 
 from .atoms import Atoms, evaluate_function
 from .basis import JDLReductions, SpectralBasis
-from .cholesky import PIVOTING_RULES
+from .estimator import Estimator, paired_samples
 from .jdl import build_problem
 from .kernels import GaussianKernel, Kernel, kernel_from_dict
 from .queries import below_thresholds, check_levels, class_indicator, quantiles_from_weights
 from .solvers.active_set import ProjectionQP
-from .validation import as_samples, check_choice, check_nonnegative, check_paired
+from .validation import as_samples, check_choice, check_nonnegative
 
 __all__ = ["CME", "solve_cme"]
 
@@ -72,7 +72,7 @@ def solve_cme(red: JDLReductions, reg: float, coefficients_y: np.ndarray, constr
     return F, info
 
 
-class CME:
+class CME(Estimator):
     """Low-rank conditional mean embedding (Appendix A of the paper), with JDL's query API.
 
     Parameters
@@ -104,38 +104,16 @@ class CME:
 
     clips = False  # the pipeline's scoring asks every model; CME reports weights as they are
 
-    def get_params(self) -> dict[str, Any]:
-        return {"kernel_x": self.kernel_x, "kernel_y": self.kernel_y,
-                **{name: getattr(self, name) for name in self._PARAMS}}
-
-    def set_params(self, **params: Any) -> "CME":
-        for name, value in params.items():
-            if name not in self.get_params():
-                raise ValueError(f"{name}: not a parameter of CME")
-            setattr(self, name, value)
-        return self
-
     def _check_params(self) -> None:
         check_nonnegative(self.reg, "reg")
-        tol = float(self.tol)
-        if not np.isfinite(tol) or not 0 <= tol < 1:
-            raise ValueError(f"tol: must be in [0, 1), got {self.tol!r}")
         check_choice(self.constraints, "constraints", CME_CONSTRAINTS)
-        check_choice(self.pivoting, "pivoting", PIVOTING_RULES)
-        for name in ("kernel_x", "kernel_y"):
-            kernel = getattr(self, name)
-            if kernel is not None and not isinstance(kernel, Kernel):
-                raise ValueError(f"{name}: must be a jdlcore Kernel, got {type(kernel).__name__}")
-        if self.max_rank is not None and int(self.max_rank) < 1:
-            raise ValueError(f"max_rank: must be >= 1, got {self.max_rank!r}")
+        self._check_factorisation()
 
     # -- fitting ----------------------------------------------------------------------------------
     def fit(self, X: Any, Y: Any) -> "CME":
         """Fit on paired samples X (n, d_X) and Y (n, d_Y); returns self."""
         self._check_params()
-        X = as_samples(X, "X", min_rows=2)
-        Y = as_samples(Y, "Y", min_rows=2)
-        check_paired(X, Y)
+        X, Y = paired_samples(X, Y)
         problem = build_problem(X, Y, self.kernel_x or GaussianKernel(1.0), self.kernel_y or GaussianKernel(1.0),
                                 tol=float(self.tol), max_rank=self.max_rank, pivoting=self.pivoting, seed=self.seed,
                                 block_size=self.block_size)

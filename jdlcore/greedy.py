@@ -46,7 +46,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from .basis import JDLReductions, SpectralBasis, spectral_basis
-from .cholesky import PIVOTING_RULES, pivoted_cholesky
+from .cholesky import pivoted_cholesky
 from .jdl import JDL, JDLProblem
 from .kernels import DeltaKernel, GaussianKernel, Kernel, kernel_from_dict
 from .solvers.active_set import ProjectionQP
@@ -377,6 +377,7 @@ class GreedyJDL(JDL):
     ``step_seconds``, and ``greedy_seconds``, ``min_density`` (min over classes and atoms of 1 + h).
     """
 
+    _KERNELS = ("kernel_y",)
     _PARAMS = ("reg", "tol", "positivity", "bounds", "class_order", "pivoting", "max_rank", "seed", "block_size")
 
     def __init__(
@@ -419,16 +420,6 @@ class GreedyJDL(JDL):
     def uses_tightening(self) -> bool:
         return False
 
-    def get_params(self) -> dict[str, Any]:
-        return {"kernel_y": self.kernel_y, **{name: getattr(self, name) for name in self._PARAMS}}
-
-    def set_params(self, **params: Any) -> "GreedyJDL":
-        for name, value in params.items():
-            if name not in self.get_params():
-                raise ValueError(f"{name}: not a parameter of GreedyJDL")
-            setattr(self, name, value)
-        return self
-
     def _check_params(self) -> None:
         try:
             reg = float(self.reg)
@@ -436,20 +427,13 @@ class GreedyJDL(JDL):
             raise ValueError(f"reg: must be a finite number > 0, got {self.reg!r}") from None
         if not np.isfinite(reg) or reg <= 0:
             raise ValueError(f"reg: must be finite and > 0 for GreedyJDL, got {self.reg!r}")
-        tol = float(self.tol)
-        if not np.isfinite(tol) or tol < 0:
-            raise ValueError(f"tol: must be finite and >= 0, got {self.tol!r}")
         check_choice(self.positivity, "positivity", GREEDY_POSITIVITY)
         check_choice(self.bounds, "bounds", GREEDY_BOUNDS)
         if isinstance(self.class_order, str):
             check_choice(self.class_order, "class_order", CLASS_ORDERS)
         else:
             _order_values(self.class_order)
-        check_choice(self.pivoting, "pivoting", PIVOTING_RULES)
-        if self.kernel_y is not None and not isinstance(self.kernel_y, Kernel):
-            raise ValueError(f"kernel_y: must be a jdlcore Kernel, got {type(self.kernel_y).__name__}")
-        if self.max_rank is not None and int(self.max_rank) < 1:
-            raise ValueError(f"max_rank: must be >= 1, got {self.max_rank!r}")
+        self._check_factorisation()
 
     def fit(self, labels: Any, Y: Any) -> "GreedyJDL":
         """Fit on class labels (n,) or (n, 1) (numeric, at least 2 classes) and paired Y (n, d_y)."""

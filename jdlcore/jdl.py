@@ -21,13 +21,14 @@ from .atoms import Atoms, FunctionSums, block_sums, evaluate_function
 from .basis import (
     JDLReductions, SpectralBasis, column_extremes, factor_partials, reductions_from_partials, spectral_basis,
 )
-from .cholesky import PIVOTING_RULES, PivotedCholesky, pivoted_cholesky
+from .cholesky import PivotedCholesky, pivoted_cholesky
+from .estimator import Estimator, paired_samples
 from .kernels import GaussianKernel, Kernel, kernel_from_dict
 from .queries import below_thresholds, check_levels, class_indicator, quantiles_from_weights
 from .solvers import (
     grid_minimum, pointwise_bounds, solve_grid_positivity, solve_normalized, solve_tightened, solve_unconstrained,
 )
-from .validation import as_samples, check_choice, check_nonnegative, check_paired
+from .validation import as_samples, check_choice, check_nonnegative
 
 __all__ = ["JDL", "JDLProblem", "build_problem", "factor_diagnostics", "CONSTRAINTS", "POSITIVITY"]
 
@@ -104,7 +105,7 @@ def factor_diagnostics(factor_x: PivotedCholesky, factor_y: PivotedCholesky, sta
     }
 
 
-class JDL:
+class JDL(Estimator):
     """Adaptive joint distribution learner (Filipovic, Multerer & Schneider).
 
     Parameters
@@ -153,41 +154,16 @@ class JDL:
         self.block_size = block_size
 
     # -- fitting ----------------------------------------------------------------------------------
-    def get_params(self) -> dict[str, Any]:
-        return {
-            "kernel_x": self.kernel_x, "kernel_y": self.kernel_y, "reg": self.reg, "tol": self.tol,
-            "constraints": self.constraints, "positivity": self.positivity, "pivoting": self.pivoting,
-            "max_rank": self.max_rank, "seed": self.seed, "block_size": self.block_size,
-        }
-
-    def set_params(self, **params: Any) -> "JDL":
-        for name, value in params.items():
-            if name not in self.get_params():
-                raise ValueError(f"{name}: not a parameter of JDL")
-            setattr(self, name, value)
-        return self
-
     def _check_params(self) -> None:
         check_nonnegative(self.reg, "reg")
-        tol = float(self.tol)
-        if not np.isfinite(tol) or tol < 0:
-            raise ValueError(f"tol: must be finite and >= 0, got {self.tol!r}")
         check_choice(self.constraints, "constraints", CONSTRAINTS)
         check_choice(self.positivity, "positivity", POSITIVITY)
-        check_choice(self.pivoting, "pivoting", PIVOTING_RULES)
-        for name in ("kernel_x", "kernel_y"):
-            kernel = getattr(self, name)
-            if kernel is not None and not isinstance(kernel, Kernel):
-                raise ValueError(f"{name}: must be a jdlcore Kernel, got {type(kernel).__name__}")
-        if self.max_rank is not None and int(self.max_rank) < 1:
-            raise ValueError(f"max_rank: must be >= 1, got {self.max_rank!r}")
+        self._check_factorisation()
 
     def fit(self, X: Any, Y: Any) -> "JDL":
         """Fit on paired samples X (n, d_X) and Y (n, d_Y); returns self."""
         self._check_params()
-        X = as_samples(X, "X", min_rows=2)
-        Y = as_samples(Y, "Y", min_rows=2)
-        check_paired(X, Y)
+        X, Y = paired_samples(X, Y)
         problem = build_problem(
             X, Y, self.kernel_x or GaussianKernel(1.0), self.kernel_y or GaussianKernel(1.0),
             tol=float(self.tol), max_rank=self.max_rank, pivoting=self.pivoting, seed=self.seed,

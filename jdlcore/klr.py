@@ -40,6 +40,7 @@ from scipy.linalg import LinAlgError, cho_factor, cho_solve
 
 from .basis import SpectralBasis, spectral_basis
 from .cholesky import PIVOTING_RULES, pivoted_cholesky
+from .estimator import Estimator
 from .kernels import GaussianKernel, Kernel, kernel_from_dict
 from .validation import as_samples, check_choice, check_nonnegative, check_paired
 
@@ -240,7 +241,7 @@ def _check_count(value: Any, name: str, optional: bool = False) -> None:
 
 
 # -- estimator -------------------------------------------------------------------------------------
-class KLR:
+class KLR(Estimator):
     """Low-rank kernel logistic regression (binary or multinomial) in the double-orthogonal basis.
 
     Parameters
@@ -262,6 +263,7 @@ class KLR:
     objective at the solution), gradient_norm, fit_seconds, solve_seconds.
     """
 
+    _KERNELS = ("kernel_x",)
     _PARAMS = ("reg", "tol", "threshold", "fit_intercept", "pivoting", "max_rank", "seed", "block_size",
                "max_iter", "gtol")
 
@@ -290,16 +292,6 @@ class KLR:
         self.block_size = block_size
         self.max_iter = max_iter
         self.gtol = gtol
-
-    def get_params(self) -> dict[str, Any]:
-        return {"kernel_x": self.kernel_x, **{name: getattr(self, name) for name in self._PARAMS}}
-
-    def set_params(self, **params: Any) -> "KLR":
-        for name, value in params.items():
-            if name not in self.get_params():
-                raise ValueError(f"{name}: not a parameter of KLR")
-            setattr(self, name, value)
-        return self
 
     def _check_params(self) -> None:
         _check_positive_scalar(self.reg, "reg")
