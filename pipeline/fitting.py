@@ -142,32 +142,10 @@ def fit_store(
             raise ValueError(f"scheduler: method {method} fits in memory; use --scheduler memory or auto "
                              f"(got {scheduler!r})")
         scheduler = None
-        model = estimator.fit(group["x"][:], group["y"][:])
-        if method in ("jpdl", "greedy"):  # atoms models: register the scoring functions once
-            for name, f in STANDARD_FUNCTIONS.items():
-                model.register(name, f)
+        model = _fit_in_memory(estimator, group, method)
     else:
-        options = dict(tol=tol, pivoting=pivoting, seed=seed,
-                       test_functions=STANDARD_FUNCTIONS if method == "jdl" else None)
         scheduler = resolve_scheduler(scheduler, n)
-        grid = method == "jdl" and estimator.uses_grid
-        tightening = method == "jdl" and estimator.uses_tightening
-        if scheduler is None:
-            Y = group["y"][:]
-            problem = build_problem(group["x"][:], Y, estimator.kernel_x, estimator.kernel_y, **options)
-        else:
-            from .chunked_fit import chunked_problem
-
-            Y = group["y"]  # read lazily: the model store copies the atoms block by block
-            step = group["x"].chunks[0]
-            bounds = [(start, min(start + step, n)) for start in range(0, n, step)]
-            path = str(Path(data).resolve())
-            with dask_client(scheduler) as client:
-                chunks = {role: [client.submit(read_rows, path, role, a, b, pure=False) for a, b in bounds]
-                          for role in ("x", "y")}
-                problem = chunked_problem(client, chunks["x"], chunks["y"], estimator.kernel_x, estimator.kernel_y,
-                                          keep_values=grid, extremes=tightening, progress=progress, **options)
-        model = estimator.fit_problem(problem, Y) if method == "jdl" else estimator.fit_problem(problem)
+        model = _fit_from_reductions(estimator, data, group, method, scheduler, progress)
     model.diagnostics_["fit_seconds"] = time.perf_counter() - started
     if method != "klr":
         mark = time.perf_counter()
@@ -192,3 +170,39 @@ def fit_store(
     path = save_model(model, target, overwrite=overwrite, provenance=provenance, tuning=table, run_key=run_key)
     model.diagnostics_["write_seconds"] = time.perf_counter() - mark
     return path, model
+
+
+def _fit_in_memory(estimator: Any, group: zarr.Group, method: str) -> Any:
+    """Methods fitted on the whole table in this process; atom models get the scoring functions registered."""
+    model = estimator.fit(group["x"][:], group["y"][:])
+    if method in ("jpdl", "greedy"):
+        for name, f in STANDARD_FUNCTIONS.items():
+            model.register(name, f)
+    return model
+
+
+def _fit_from_reductions(estimator: Any, data: str | os.PathLike, group: zarr.Group, method: str,
+                         scheduler: str | None, progress: Callable[[str], None] | None) -> Any:
+    """JDL and CME from the factorisations and m x m reductions: in this process (``scheduler`` None)
+    or chunk by chunk on Dask, where each chunk is a task reading its own rows of the store."""
+    n = int(group.attrs["n_samples"])
+    options = dict(tol=estimator.tol, pivoting=estimator.pivoting, seed=estimator.seed,
+                   test_functions=STANDARD_FUNCTIONS if method == "jdl" else None)
+    if scheduler is None:
+        Y = group["y"][:]
+        problem = build_problem(group["x"][:], Y, estimator.kernel_x, estimator.kernel_y, **options)
+    else:
+        from .chunked_fit import chunked_problem
+
+        Y = group["y"]  # read lazily: the model store copies the atoms block by block
+        step = group["x"].chunks[0]
+        bounds = [(start, min(start + step, n)) for start in range(0, n, step)]
+        path = str(Path(data).resolve())
+        grid = method == "jdl" and estimator.uses_grid
+        tightening = method == "jdl" and estimator.uses_tightening
+        with dask_client(scheduler) as client:
+            chunks = {role: [client.submit(read_rows, path, role, a, b, pure=False) for a, b in bounds]
+                      for role in ("x", "y")}
+            problem = chunked_problem(client, chunks["x"], chunks["y"], estimator.kernel_x, estimator.kernel_y,
+                                      keep_values=grid, extremes=tightening, progress=progress, **options)
+    return estimator.fit_problem(problem, Y) if method == "jdl" else estimator.fit_problem(problem)
