@@ -265,7 +265,8 @@ def test_state_round_trip_is_bit_identical():
     json.dumps({k: v for k, v in state.items() if k != "arrays"})
     m = {"x": 6, "y": 6}
     for side in ("x", "y"):
-        assert state[f"kernel_{side}"] == {"name": "polynomial", "degree": 2, "width": 2, "size": 6, "standardized": True}
+        assert state[f"kernel_{side}"] == {"name": "polynomial", "degree": 2, "width": 2, "size": 6,
+                                           "standardized": True}
         assert state["arrays"][f"{side}_exponents"].shape == (m[side], 2)
         assert state["arrays"][f"{side}_coefficients"].shape == (m[side], m[side])
         assert state["arrays"][f"{side}_center"].shape == state["arrays"][f"{side}_scale"].shape == (2,)
@@ -276,7 +277,8 @@ def test_state_round_trip_is_bit_identical():
     np.testing.assert_array_equal(loaded.conditional_expectation(Xq), model.conditional_expectation(Xq))
     np.testing.assert_array_equal(loaded.conditional_weights(Xq), model.conditional_weights(Xq))
     np.testing.assert_array_equal(loaded.expectation("square", Xq), model.expectation("square", Xq))
-    np.testing.assert_array_equal(loaded.conditional_quantile(Xq, [0.1, 0.9]), model.conditional_quantile(Xq, [0.1, 0.9]))
+    levels = [0.1, 0.9]
+    np.testing.assert_array_equal(loaded.conditional_quantile(Xq, levels), model.conditional_quantile(Xq, levels))
     assert loaded.diagnostics_["sos_certified"] is True
     state["kernel_x"] = {"name": "gaussian", "lengthscale": 1.0}
     with pytest.raises(ValueError, match="not a polynomial basis"):
