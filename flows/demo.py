@@ -54,7 +54,7 @@ class DemoReport:
             f"reg = {b['reg']:.0e}: validation loss (40) {b['score']:.4f}, best of {self.candidates} "
             f"on {self.tune_rows:,} rows",
             f"fitted      m_X = {self.rank_x}, m_Y = {self.rank_y}, positivity {self.positivity} "
-            f"(largest negative mass at 16 x pivots, clipped away at query time: {self.negative_mass_max:.1e})",
+            f"(largest negative mass at the first 16 x rows, clipped away at query time: {self.negative_mass_max:.1e})",
             f"accuracy    RMSE vs truth: conditional mean {self.mean_rmse:.4f}, conditional sd {self.sd_rmse:.4f}, "
             + ", ".join(f"q{int(round(100 * k))} {v:.4f}" for k, v in self.quantile_rmse.items()),
             "stores      " + ", ".join(f"{k} {v}" for k, v in self.stores.items()),
