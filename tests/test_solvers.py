@@ -152,3 +152,12 @@ def test_pointwise_positivity_lemma_4_2(small_problem):
     assert unconstrained.min() < -1e-3  # the constraint binds, so this test can fail
     low, up = tightening_bounds(red)
     assert np.all(bounds[0] <= low + 1e-12) and np.all(bounds[1] >= up - 1e-12)  # (29) implies (33)
+
+
+def test_grid_positivity_with_repeated_points_equals_distinct_grid(small_problem):
+    """Repeated x or y values repeat grid constraints: the solution is that of the distinct grid."""
+    red, A_x, A_y = small_problem.reductions, small_problem.A_x, small_problem.A_y
+    distinct = solve_grid_positivity(red, 1e-4, A_x, A_y)
+    repeated = solve_grid_positivity(red, 1e-4, np.vstack([A_x, A_x[::-1], A_x[:7]]), np.vstack([A_y, A_y[3:9]]))
+    assert relative(repeated.H, distinct.H) < 1e-10
+    assert repeated.constraints == distinct.constraints and repeated.grid_min >= 0

@@ -88,9 +88,12 @@ def solve_grid_positivity(
     """Minimiser of (22) subject to (23) and 1 + h >= margin on the whole training grid.
 
     ``margin`` keeps the returned weights strictly non-negative despite the solver's rounding.
+    Identical rows of A_x or A_y (repeated x or y values: class labels, discrete y) give identical
+    constraints, so the grid is swept over distinct rows only: n_y' x n_x' pairs instead of n^2.
     Raises ``RuntimeError`` if the cutting-plane loop does not close within ``max_rounds``.
     """
     started = time.perf_counter()
+    A_x, A_y = np.unique(A_x, axis=0), np.unique(A_y, axis=0)
     D = red.curvature(reg).ravel()
     S = np.outer(red.sum_y, red.sum_x).ravel()
     # With normalization the S term of the linear part is carried by the equality's multiplier.
