@@ -8,6 +8,7 @@ from .greedy import ClassBasis, GreedyJDL
 from .klr import KLR
 from .polynomial import PolynomialBasis, PolynomialJDL
 from .psd import GaussianPSDModel
+from .psd_fit import fit_psd_density
 from .cholesky import FactorStorage, InMemoryFactorStorage, PivotedCholesky, pivoted_cholesky, run_pivoted_cholesky
 from .jdl import JDL, JDLProblem, build_problem
 from .kernels import (
@@ -31,5 +32,5 @@ __all__ = [
     "FactorStorage", "InMemoryFactorStorage", "JDL", "JDLProblem", "build_problem", "JDLReductions",
     "SpectralBasis", "spectral_basis", "tune", "TuneResult", "SecondMomentLoss", "ClippedLogisticLoss",
     "relative_second_moment_loss", "clipped_logistic_loss", "CME", "KLR", "PolynomialJDL", "PolynomialBasis",
-    "GreedyJDL", "ClassBasis", "GaussianPSDModel",
+    "GreedyJDL", "ClassBasis", "GaussianPSDModel", "fit_psd_density",
 ]

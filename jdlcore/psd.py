@@ -28,7 +28,7 @@ from scipy.special import erf, erfc
 
 from .validation import as_samples, check_positive
 
-__all__ = ["GaussianPSDModel"]
+__all__ = ["GaussianPSDModel", "gaussian_block", "gaussian_mass", "eta_from_lengthscale"]
 
 _SYM_TOL = 1e-10  # relative asymmetry tolerated in A (then symmetrised)
 _PSD_TOL = 1e-10  # min eigenvalue >= -_PSD_TOL * max |eigenvalue|
@@ -48,15 +48,24 @@ def _sqdist(A: np.ndarray, B: np.ndarray, eta: np.ndarray) -> np.ndarray:
     return out
 
 
-def _gauss(A: np.ndarray, B: np.ndarray, eta: np.ndarray) -> np.ndarray:
+def gaussian_block(A: np.ndarray, B: np.ndarray, eta: np.ndarray) -> np.ndarray:
     """K_{A, B, eta} with entries exp(-sum_t eta_t (a_t - b_t)^2), shape (p, q)."""
     sq = _sqdist(A, B, eta)
     return np.exp(-sq, out=sq)
 
 
-def _c(eta: np.ndarray) -> float:
+def gaussian_mass(eta: np.ndarray) -> float:
     """c_eta = int exp(-sum_t eta_t x_t^2) dx = pi^{d/2} prod_t eta_t^{-1/2}."""
     return float(np.exp(0.5 * eta.size * np.log(np.pi) - 0.5 * np.sum(np.log(eta))))
+
+
+def eta_from_lengthscale(lengthscale: Any, d: int) -> np.ndarray:
+    """The paper's precisions eta = 1 / (2 l^2), shape (d,), for a positive scalar or (d,) lengthscale
+    in jdlcore's convention k(x, x') = exp(-|x - x'|^2 / (2 l^2)); ``ValueError`` otherwise."""
+    ls = check_positive(lengthscale, "lengthscale")
+    if ls.ndim > 1 or (ls.ndim == 1 and ls.size != d):
+        raise ValueError(f"lengthscale: must be a scalar or have one entry per coordinate ({d}), got shape {ls.shape}")
+    return 1.0 / (2.0 * np.broadcast_to(ls, (d,)) ** 2)
 
 
 def _erf_diff(lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
@@ -132,13 +141,7 @@ class GaussianPSDModel:
                 f"A: is not positive semi-definite (min eigenvalue {eig[0]:.6g} < -{_PSD_TOL:g} * max |eigenvalue| "
                 f"= {-_PSD_TOL * top:.3g})"
             )
-        ls = check_positive(lengthscale, "lengthscale")
-        if ls.ndim > 1 or (ls.ndim == 1 and ls.size != d):
-            raise ValueError(
-                f"lengthscale: must be a scalar or have one entry per coordinate ({d}), got shape {ls.shape}"
-            )
-        eta = 1.0 / (2.0 * np.broadcast_to(ls, (d,)) ** 2)
-        self._set(M, C, eta)
+        self._set(M, C, eta_from_lengthscale(lengthscale, d))
 
     # -- construction without validation (internal results are PSD by construction) ----------------
     def _set(self, A: np.ndarray, C: np.ndarray, eta: np.ndarray) -> None:
@@ -209,14 +212,14 @@ class GaussianPSDModel:
         out = np.empty(X.shape[0])
         step = max(1, _EVAL_ELEMENTS // max(self.n, 1))
         for start in range(0, X.shape[0], step):
-            K = _gauss(self._C, X[start : start + step], self._eta)
+            K = gaussian_block(self._C, X[start : start + step], self._eta)
             out[start : start + step] = np.einsum("iq,iq->q", K, self._A @ K)
         return np.maximum(out, 0.0)
 
     # -- integrals ---------------------------------------------------------------------------------
     def _weights(self) -> np.ndarray:
         """w_ij = c_{2 eta} A_ij K_{eta/2, ij}: the signed mixture weights (sum = integral), (n, n)."""
-        return _c(2.0 * self._eta) * self._A * _gauss(self._C, self._C, 0.5 * self._eta)
+        return gaussian_mass(2.0 * self._eta) * self._A * gaussian_block(self._C, self._C, 0.5 * self._eta)
 
     def integral(self) -> float:
         """int_{R^d} f = c_{2 eta} Tr(A K_{C, C, eta/2})."""
@@ -234,7 +237,7 @@ class GaussianPSDModel:
         sum_ij A_ij K_{eta/2, ij} prod_t (1/2) sqrt(pi / (2 eta_t)) [erf(sqrt(2 eta_t)(b_t - m_ij,t)) -
         erf(sqrt(2 eta_t)(a_t - m_ij,t))]."""
         a, b = self._bounds(low, high)
-        factor = self._A * _gauss(self._C, self._C, 0.5 * self._eta)
+        factor = self._A * gaussian_block(self._C, self._C, 0.5 * self._eta)
         for t in range(self.d):
             m = 0.5 * (self._C[:, t, None] + self._C[None, :, t])
             s = np.sqrt(2.0 * self._eta[t])
@@ -265,7 +268,7 @@ class GaussianPSDModel:
         B = self._A
         if out:
             eta_out = self._eta[out]
-            B = _c(2.0 * eta_out) * self._A * _gauss(self._C[:, out], self._C[:, out], 0.5 * eta_out)
+            B = gaussian_mass(2.0 * eta_out) * self._A * gaussian_block(self._C[:, out], self._C[:, out], 0.5 * eta_out)
         return self._from_parts(B, self._C[:, kept], self._eta[kept])
 
     def _fixed(self, values: Any, name: str) -> tuple[list[int], np.ndarray]:
@@ -324,7 +327,7 @@ class GaussianPSDModel:
         k = np.exp(logk - 0.5 * shift)
         B = self._A * np.outer(k, k)
         eta_r = self._eta[rest]
-        terms = _c(2.0 * eta_r) * B * _gauss(self._C[:, rest], self._C[:, rest], 0.5 * eta_r)
+        terms = gaussian_mass(2.0 * eta_r) * B * gaussian_block(self._C[:, rest], self._C[:, rest], 0.5 * eta_r)
         Z = float(np.sum(terms))
         if not (np.isfinite(Z) and Z > 64 * np.finfo(float).eps * float(np.sum(np.abs(terms)))):
             raise ValueError(
@@ -395,7 +398,7 @@ class GaussianPSDModel:
         jitter = float(jitter)
         if not np.isfinite(jitter) or jitter < 0:
             raise ValueError(f"jitter: must be finite and >= 0, got {jitter!r}")
-        K = _gauss(N, N, self._eta)
+        K = gaussian_block(N, N, self._eta)
         K[np.diag_indices_from(K)] += jitter
         try:
             factor = linalg.cho_factor(K, lower=True, check_finite=False)
@@ -403,7 +406,7 @@ class GaussianPSDModel:
             raise ValueError(
                 f"new_centers: K_new,new + {jitter:g} I is not positive definite (duplicate centres?); increase jitter"
             ) from None
-        B = linalg.cho_solve(factor, _gauss(N, self._C, self._eta), check_finite=False)
+        B = linalg.cho_solve(factor, gaussian_block(N, self._C, self._eta), check_finite=False)
         if jitter > 0:
             # one step of iterated Tikhonov: the jitter bias drops from O(jitter) to O(jitter^2), and in
             # near-null directions of K the step at most doubles a component (no blow-up).
@@ -457,7 +460,7 @@ class GaussianPSDModel:
         Wplus = float(np.sum(w))
         means = 0.5 * (self._C[iu] + self._C[ju])
         # g(x) = sum_p w_p N(x; m_p, S) = sum_p (w_p / c_{2 eta}) k_{2 eta}(x, m_p)
-        amp = w / _c(2.0 * self._eta)
+        amp = w / gaussian_mass(2.0 * self._eta)
         std = 1.0 / (2.0 * np.sqrt(self._eta))
         probs = w / Wplus
         rate = Z / Wplus
@@ -471,7 +474,7 @@ class GaussianPSDModel:
             g = np.empty(batch)
             step = max(1, _EVAL_ELEMENTS // max(w.size, 1))
             for s in range(0, batch, step):
-                g[s : s + step] = _gauss(x[s : s + step], means, 2.0 * self._eta) @ amp
+                g[s : s + step] = gaussian_block(x[s : s + step], means, 2.0 * self._eta) @ amp
             accept = rng.random(batch) * g < f
             take = x[accept][: k - got]
             out[got : got + take.shape[0]] = take
