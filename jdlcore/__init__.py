@@ -9,6 +9,7 @@ from .klr import KLR
 from .polynomial import PolynomialBasis, PolynomialJDL
 from .psd import GaussianPSDModel
 from .psd_fit import fit_psd_density
+from .psd_jdl import PSDJDL
 from .cholesky import FactorStorage, InMemoryFactorStorage, PivotedCholesky, pivoted_cholesky, run_pivoted_cholesky
 from .jdl import JDL, JDLProblem, build_problem
 from .kernels import (
@@ -32,5 +33,5 @@ __all__ = [
     "FactorStorage", "InMemoryFactorStorage", "JDL", "JDLProblem", "build_problem", "JDLReductions",
     "SpectralBasis", "spectral_basis", "tune", "TuneResult", "SecondMomentLoss", "ClippedLogisticLoss",
     "relative_second_moment_loss", "clipped_logistic_loss", "CME", "KLR", "PolynomialJDL", "PolynomialBasis",
-    "GreedyJDL", "ClassBasis", "GaussianPSDModel", "fit_psd_density",
+    "GreedyJDL", "ClassBasis", "GaussianPSDModel", "fit_psd_density", "PSDJDL",
 ]

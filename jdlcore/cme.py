@@ -33,9 +33,8 @@ import numpy as np
 
 from .atoms import Atoms, evaluate_function
 from .basis import JDLReductions, SpectralBasis
-from .estimator import Estimator, paired_samples
-from .jdl import build_problem
-from .kernels import GaussianKernel, Kernel, kernel_from_dict
+from .estimator import Estimator
+from .kernels import Kernel, kernel_from_dict
 from .queries import below_thresholds, check_levels, class_indicator, quantiles_from_weights
 from .solvers.active_set import ProjectionQP
 from .validation import as_samples, check_choice, check_nonnegative
@@ -113,10 +112,7 @@ class CME(Estimator):
     def fit(self, X: Any, Y: Any) -> "CME":
         """Fit on paired samples X (n, d_X) and Y (n, d_Y); returns self."""
         self._check_params()
-        X, Y = paired_samples(X, Y)
-        problem = build_problem(X, Y, self.kernel_x or GaussianKernel(1.0), self.kernel_y or GaussianKernel(1.0),
-                                tol=float(self.tol), max_rank=self.max_rank, pivoting=self.pivoting, seed=self.seed,
-                                block_size=self.block_size)
+        problem, X, Y = self._kernel_problem(X, Y)
         return self.fit_problem(problem)
 
     def fit_problem(self, problem) -> "CME":

@@ -48,6 +48,23 @@ class Estimator:
         if self.max_rank is not None and int(self.max_rank) < 1:
             raise ValueError(f"max_rank: must be >= 1, got {self.max_rank!r}")
 
+    def _kernel_problem(self, X: Any, Y: Any) -> tuple[Any, np.ndarray, np.ndarray]:
+        """Validate the pairs, then pivoted Cholesky of K_X and K_Y, the bases and the reductions
+        (``jdlcore.jdl.build_problem`` with this estimator's options); returns (problem, X, Y)."""
+        from .jdl import build_problem  # jdl imports this module
+
+        X, Y = paired_samples(X, Y)
+        problem = build_problem(X, Y, _default_kernel(self.kernel_x), _default_kernel(self.kernel_y),
+                                tol=float(self.tol), max_rank=self.max_rank, pivoting=self.pivoting,
+                                seed=self.seed, block_size=self.block_size)
+        return problem, X, Y
+
+
+def _default_kernel(kernel: Kernel | None) -> Kernel:
+    from .kernels import GaussianKernel
+
+    return kernel if kernel is not None else GaussianKernel(1.0)
+
 
 def paired_samples(X: Any, Y: Any, x_name: str = "X", y_name: str = "Y") -> tuple[np.ndarray, np.ndarray]:
     """X (n, d_X) and Y (n, d_Y) as validated float64 arrays with at least 2 rows each and equal n."""

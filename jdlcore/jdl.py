@@ -22,8 +22,8 @@ from .basis import (
     JDLReductions, SpectralBasis, column_extremes, factor_partials, reductions_from_partials, spectral_basis,
 )
 from .cholesky import PivotedCholesky, pivoted_cholesky
-from .estimator import Estimator, paired_samples
-from .kernels import GaussianKernel, Kernel, kernel_from_dict
+from .estimator import Estimator
+from .kernels import Kernel, kernel_from_dict
 from .queries import below_thresholds, check_levels, class_indicator, quantiles_from_weights
 from .solvers import (
     grid_minimum, pointwise_bounds, solve_grid_positivity, solve_normalized, solve_tightened, solve_unconstrained,
@@ -163,12 +163,7 @@ class JDL(Estimator):
     def fit(self, X: Any, Y: Any) -> "JDL":
         """Fit on paired samples X (n, d_X) and Y (n, d_Y); returns self."""
         self._check_params()
-        X, Y = paired_samples(X, Y)
-        problem = build_problem(
-            X, Y, self.kernel_x or GaussianKernel(1.0), self.kernel_y or GaussianKernel(1.0),
-            tol=float(self.tol), max_rank=self.max_rank, pivoting=self.pivoting, seed=self.seed,
-            block_size=self.block_size,
-        )
+        problem, X, Y = self._kernel_problem(X, Y)
         return self.fit_problem(problem, Y)
 
     def fit_problem(self, problem: JDLProblem, Y: Any) -> "JDL":

@@ -1,0 +1,400 @@
+"""PSDJDL: a JDL whose 1 + h is a PSD form in the double-orthogonal feature map.
+
+Model. With the augmented bases a~(x) = [1, Psi_X(x)] (q_X = m_X + 1) and b~(y) = [1, Psi_Y(y)]
+(q_Y = m_Y + 1), phi(x, y) = a~(x) (x) b~(y) (p = q_X q_Y, index (j, k) -> j q_Y + k) and
+
+    g(x, y) = 1 + h(x, y) = phi(x, y)^T M phi(x, y),      M PSD (p x p).
+
+M = E0 = e_0 e_0^T is independence (g = 1). Because M is PSD, g >= 0 at every (x, y), on and off
+the data; the fitted M is kept as a factor R (M = R R^T) and g is evaluated as a sum of squares,
+so non-negativity holds exactly in floating point too.
+
+Fit. The empirical JDL risk in g (the paper's (14), constants dropped), n samples:
+
+    R(M) = (1/n^2) sum_{s,t} g(x_s, y_t)^2 - (2/n) sum_i g(x_i, y_i) + reg |M - E0|_F^2
+
+subject to the (linear) normalization sum_{s,t} g(x_s, y_t) = n^2, i.e. <N, M> = 1 with
+N = (G~_X / n) (x) (G~_Y / n), G~_X = sum_s a~_s a~_s^T. Closed forms (no p^2 x p^2 object):
+
+* sum_i g(x_i, y_i) = <M, D>, D = sum_i phi_i phi_i^T, phi_i = a~_i (x) b~_i;
+* sum_{s,t} g_st^2 = <M, T(M)> with T(M) = F_X Mr F_Y^T re-indexed, where Mr is M as the
+  (q_X^2, q_Y^2) matrix Mr[(j j'), (k k')] = M[(j k), (j' k')] and F_X[(j j'), (l l')] =
+  sum_s a~_sj a~_sj' a~_sl a~_sl' (q_X^2 x q_X^2, likewise F_Y) are the fourth-moment matrices.
+
+The solver is FISTA with gradient-based adaptive restart and the exact Euclidean projection onto
+{M PSD, <N, M> = 1} (``psd_fit._project_psd_affine``), step 1/L with L = 2 lambda_max(F_X)
+lambda_max(F_Y) / n^2 + 2 reg, started at E0 (feasible). Every iteration costs one to a few
+eigendecompositions of a p x p matrix and O(q_X^4 q_Y^2 + q_X^2 q_Y^4) for T, so p is limited
+(``max_features``, default 400).
+
+Queries. For x, M_x = sum_{j j'} a~_j(x) a~_j'(x) M[j, :, j', :] (q_Y x q_Y, PSD) and the weight of the
+training atom y_t is w_t(x) = b~_t^T M_x b~_t / Tr(M_x G~_Y) (non-negative, sums to 1). Expectations
+use R_f = sum_t f(y_t) b~_t b~_t^T: E[f | x] = <M_x, R_f> / <M_x, G~_Y>, O(p q_Y) per query after
+the O(n q_Y^2) sums of f.
+"""
+from __future__ import annotations
+
+import math
+import time
+from typing import Any, Callable
+
+import numpy as np
+
+from .atoms import evaluate_function
+from .estimator import Estimator
+from .kernels import Kernel
+from .psd_fit import _project_psd_affine
+from .queries import below_thresholds, check_levels, class_indicator, quantiles_from_weights
+from .validation import as_samples, check_nonnegative
+
+__all__ = ["PSDJDL", "fourth_moments", "diagonal_moments", "apply_T", "psd_jdl_objective"]
+
+_BLOCK_ELEMENTS = 1 << 22  # rows x columns per block when accumulating n-sized sums
+_QUERY_ELEMENTS = 1 << 22
+
+
+def _augment(A: np.ndarray) -> np.ndarray:
+    """[1, A] (n, m + 1)."""
+    return np.hstack([np.ones((A.shape[0], 1)), A])
+
+
+def _row_blocks(n: int, width: int):
+    step = max(1, _BLOCK_ELEMENTS // max(width, 1))
+    for start in range(0, n, step):
+        yield slice(start, min(start + step, n))
+
+
+def fourth_moments(At: np.ndarray) -> np.ndarray:
+    """F[(j j'), (l l')] = sum_s At_sj At_sj' At_sl At_sl' for At (n, q), shape (q^2, q^2)."""
+    n, q = At.shape
+    F = np.zeros((q * q, q * q))
+    for rows in _row_blocks(n, q * q):
+        W = (At[rows, :, None] * At[rows, None, :]).reshape(-1, q * q)
+        F += W.T @ W
+    return (F + F.T) / 2.0
+
+
+def diagonal_moments(At: np.ndarray, Bt: np.ndarray) -> np.ndarray:
+    """D = sum_i (At_i At_i^T) (x) (Bt_i Bt_i^T), shape (p, p), p = q_X q_Y."""
+    n, qx = At.shape
+    qy = Bt.shape[1]
+    p = qx * qy
+    D = np.zeros((p, p))
+    for rows in _row_blocks(n, p):
+        Phi = (At[rows, :, None] * Bt[rows, None, :]).reshape(-1, p)
+        D += Phi.T @ Phi
+    return (D + D.T) / 2.0
+
+
+def _to_pairs(M: np.ndarray, qx: int, qy: int) -> np.ndarray:
+    """M (p, p) -> Mr (q_X^2, q_Y^2), Mr[(j j'), (k k')] = M[(j k), (j' k')]."""
+    return M.reshape(qx, qy, qx, qy).transpose(0, 2, 1, 3).reshape(qx * qx, qy * qy)
+
+
+def _from_pairs(Mr: np.ndarray, qx: int, qy: int) -> np.ndarray:
+    """Inverse of ``_to_pairs``."""
+    return Mr.reshape(qx, qx, qy, qy).transpose(0, 2, 1, 3).reshape(qx * qy, qx * qy)
+
+
+def apply_T(M: np.ndarray, F_x: np.ndarray, F_y: np.ndarray) -> np.ndarray:
+    """T(M) (p, p) with <M, T(M)> = sum_{s,t} g(x_s, y_t)^2 (and gradient 2 T(M) of that sum)."""
+    qx = math.isqrt(F_x.shape[0])
+    qy = math.isqrt(F_y.shape[0])
+    return _from_pairs(F_x @ _to_pairs(M, qx, qy) @ F_y.T, qx, qy)
+
+
+def psd_jdl_objective(M: np.ndarray, F_x: np.ndarray, F_y: np.ndarray, D: np.ndarray, n: int, reg: float) -> float:
+    """R(M) = <M, T(M)> / n^2 - 2 <M, D> / n + reg |M - E0|_F^2."""
+    E0 = np.zeros_like(M)
+    E0[0, 0] = 1.0
+    return float(np.sum(M * apply_T(M, F_x, F_y)) / n**2 - 2.0 * np.sum(M * D) / n + reg * np.sum((M - E0) ** 2))
+
+
+def _psd_factor(M: np.ndarray) -> np.ndarray:
+    """R (p, r) with R R^T = the PSD part of symmetric M (eigenvalues <= 0 dropped)."""
+    lam, U = np.linalg.eigh((M + M.T) / 2.0)
+    keep = lam > 0
+    return U[:, keep] * np.sqrt(lam[keep])
+
+
+class PSDJDL(Estimator):
+    """JDL with 1 + h = phi^T M phi, M PSD: a conditional law that is non-negative everywhere.
+
+    Parameters
+    ----------
+    kernel_x, kernel_y: kernels on X and Y (default Gaussian with lengthscale 1).
+    reg: weight of reg |M - E0|_F^2, >= 0.
+    tol, pivoting, max_rank, seed, block_size: the pivoted Cholesky factorisations (as ``JDL``).
+    solver_tol: FISTA stops when |M_new - M|_F <= solver_tol * max(1, |M|_F).
+    max_iter: FISTA iteration cap.
+    max_features: refuse p = (m_X + 1)(m_Y + 1) above this (M is p x p, each iteration O(p^3)).
+
+    Fitted attributes: coef_ (M, p x p), factor_ (R with M = R R^T), basis_x_, basis_y_, y_atoms_,
+    n_samples_, diagnostics_ (objective, iterations, converged, min_eigenvalue, normalization_defect,
+    solve_seconds, rank_x, rank_y, ...).
+    """
+
+    _PARAMS = ("reg", "tol", "pivoting", "max_rank", "seed", "block_size", "solver_tol", "max_iter", "max_features")
+
+    def __init__(
+        self,
+        kernel_x: Kernel | None = None,
+        kernel_y: Kernel | None = None,
+        reg: float = 1e-3,
+        tol: float = 1e-3,
+        pivoting: str = "random",
+        max_rank: int | None = None,
+        seed: int | None = 0,
+        block_size: int | None = None,
+        solver_tol: float = 1e-9,
+        max_iter: int = 3000,
+        max_features: int = 400,
+    ):
+        self.kernel_x = kernel_x
+        self.kernel_y = kernel_y
+        self.reg = reg
+        self.tol = tol
+        self.pivoting = pivoting
+        self.max_rank = max_rank
+        self.seed = seed
+        self.block_size = block_size
+        self.solver_tol = solver_tol
+        self.max_iter = max_iter
+        self.max_features = max_features
+
+    # -- fitting ----------------------------------------------------------------------------------
+    def _check_params(self) -> None:
+        check_nonnegative(self.reg, "reg")
+        check_nonnegative(self.solver_tol, "solver_tol")
+        if int(self.max_iter) < 1:
+            raise ValueError(f"max_iter: must be >= 1, got {self.max_iter!r}")
+        if int(self.max_features) < 1:
+            raise ValueError(f"max_features: must be >= 1, got {self.max_features!r}")
+        self._check_factorisation()
+
+    def fit(self, X: Any, Y: Any) -> "PSDJDL":
+        """Fit on paired samples X (n, d_X) and Y (n, d_Y); returns self."""
+        self._check_params()
+        problem, X, Y = self._kernel_problem(X, Y)
+        n = X.shape[0]
+        qx, qy = problem.basis_x.size + 1, problem.basis_y.size + 1
+        p = qx * qy
+        if p > int(self.max_features):
+            raise ValueError(
+                f"max_features: p = (m_X + 1)(m_Y + 1) = {qx} x {qy} = {p} exceeds max_features = {self.max_features}; "
+                f"M is p x p and every solver iteration costs O(p^3). Raise tol, set max_rank, or raise "
+                f"max_features deliberately."
+            )
+        started = time.perf_counter()
+        At, Bt = _augment(problem.A_x), _augment(problem.A_y)
+        F_x, F_y = fourth_moments(At), fourth_moments(Bt)
+        D = diagonal_moments(At, Bt)
+        G_x, G_y = At.T @ At, Bt.T @ Bt
+        N = np.kron(G_x / n, G_y / n)
+        N = (N + N.T) / 2.0
+        M, info = _fista(F_x, F_y, D, N, n, float(self.reg), float(self.solver_tol), int(self.max_iter))
+        self.basis_x_, self.basis_y_ = problem.basis_x, problem.basis_y
+        self.y_atoms_ = np.ascontiguousarray(Y)
+        self._bt = Bt
+        self.gram_y_ = G_y
+        self.n_samples_ = n
+        self._set_coef(M)
+        factors = problem.factors
+        self.diagnostics_ = {
+            "rank_x": factors["rank_x"], "rank_y": factors["rank_y"], "features": p,
+            "factor_seconds": factors["factor_seconds"],
+            "objective": psd_jdl_objective(self.coef_, F_x, F_y, D, n, float(self.reg)),
+            "min_eigenvalue": float(np.linalg.eigvalsh(self.coef_)[0]),
+            "normalization_defect": float(np.sum(N * self.coef_) - 1.0),
+            "solve_seconds": time.perf_counter() - started,
+            **info,
+        }
+        self._registered: dict[str, tuple[np.ndarray, tuple]] = {}
+        return self
+
+    def _set_coef(self, M: np.ndarray) -> None:
+        """Set M (p, p), symmetric PSD; stores its factor R (M = R R^T) used by every query."""
+        qx, qy = self.basis_x_.size + 1, self.basis_y_.size + 1
+        M = np.asarray(M, dtype=np.float64)
+        if M.shape != (qx * qy, qx * qy):
+            raise ValueError(f"M: must have shape ({qx * qy}, {qx * qy}), got {M.shape}")
+        R = _psd_factor(M)
+        self.factor_ = R
+        self.coef_ = R @ R.T
+        self._factor3 = R.reshape(qx, qy, R.shape[1])  # (j, k, r)
+
+    # -- queries ----------------------------------------------------------------------------------
+    def _fitted(self) -> None:
+        if not hasattr(self, "coef_"):
+            raise RuntimeError("PSDJDL: call fit(X, Y) before querying the model")
+
+    def _points(self, Z: Any, name: str, side: str) -> np.ndarray:
+        self._fitted()
+        basis = self.basis_x_ if side == "x" else self.basis_y_
+        Z = as_samples(Z, name)
+        if Z.shape[1] != basis.width:
+            raise ValueError(f"{name}: has {Z.shape[1]} features, the model was fitted on {basis.width}")
+        return Z
+
+    def _x_factors(self, Xq: np.ndarray) -> np.ndarray:
+        """C_x (q, q_Y, r) with M_x = C_x C_x^T."""
+        at = _augment(self.basis_x_.features(Xq))
+        return np.einsum("qj,jkr->qkr", at, self._factor3, optimize=True)
+
+    def _x_forms(self, Xq: np.ndarray) -> np.ndarray:
+        """M_x (q, q_Y, q_Y), PSD."""
+        C = self._x_factors(Xq)
+        return np.einsum("qkr,qlr->qkl", C, C, optimize=True)
+
+    def _form_batches(self, q: int) -> list[slice]:
+        """Query slices whose (queries, q_Y, r) temporaries stay near ``_QUERY_ELEMENTS`` entries."""
+        step = max(1, _QUERY_ELEMENTS // max(self._factor3.shape[1] * max(self.factor_.shape[1], 1), 1))
+        return [slice(a, min(a + step, q)) for a in range(0, q, step)]
+
+    def _batches(self, q: int) -> list[slice]:
+        step = max(1, _QUERY_ELEMENTS // max(self.n_samples_ * max(self.factor_.shape[1], 1), 1))
+        return [slice(a, min(a + step, q)) for a in range(0, q, step)]
+
+    def radon_nikodym(self, Xq: Any) -> np.ndarray:
+        """g(x_q, y_t) = 1 + h for queries x_q and every training atom y_t, shape (q, n); >= 0."""
+        Xq = self._points(Xq, "Xq", "x")
+        out = np.empty((Xq.shape[0], self.n_samples_))
+        for sl in self._batches(Xq.shape[0]):
+            C = self._x_factors(Xq[sl])  # (b, q_Y, r)
+            V = np.einsum("tk,bkr->btr", self._bt, C, optimize=True)
+            out[sl] = np.einsum("btr,btr->bt", V, V)
+        return out
+
+    def density_ratio(self, Xq: Any, Yq: Any) -> np.ndarray:
+        """g(x_i, y_i) = 1 + h at arbitrary pairs (x_i, y_i), shape (q,); >= 0 everywhere."""
+        Xq = self._points(Xq, "Xq", "x")
+        Yq = self._points(Yq, "Yq", "y")
+        if Xq.shape[0] != Yq.shape[0]:
+            raise ValueError(f"Xq and Yq: must have the same number of rows, got {Xq.shape[0]} and {Yq.shape[0]}")
+        out = np.empty(Xq.shape[0])
+        for sl in self._form_batches(Xq.shape[0]):
+            C = self._x_factors(Xq[sl])  # (b, q_Y, r)
+            V = np.einsum("qk,qkr->qr", _augment(self.basis_y_.features(Yq[sl])), C)
+            out[sl] = np.einsum("qr,qr->q", V, V)
+        return out
+
+    def conditional_weights(self, Xq: Any) -> np.ndarray:
+        """Weights of Q(Y | X = x_q) on the training atoms, shape (q, n): >= 0, rows sum to 1."""
+        values = self.radon_nikodym(Xq)
+        values /= values.sum(axis=1, keepdims=True)
+        return values
+
+    def negative_mass(self, Xq: Any) -> np.ndarray:
+        """Total negative weight of Q(Y | X = x_q), computed from the values g(x_q, y_t), shape (q,)."""
+        values = self.radon_nikodym(Xq)
+        return np.minimum(values, 0.0).sum(axis=1) / -values.sum(axis=1) + 0.0  # + 0.0: no -0.0
+
+    def _function_moments(self, f: Callable | None) -> tuple[np.ndarray, tuple]:
+        """R_f as (q_Y^2, P): sum_t f(y_t) b~_t b~_t^T flattened, and the shape of one value f(y)."""
+        values, shape = evaluate_function(f, self.y_atoms_)
+        qy = self._bt.shape[1]
+        Rf = np.zeros((qy * qy, values.shape[1]))
+        for rows in _row_blocks(self.n_samples_, qy * qy + values.shape[1]):
+            W = (self._bt[rows, :, None] * self._bt[rows, None, :]).reshape(-1, qy * qy)
+            Rf += W.T @ values[rows]
+        return Rf, shape
+
+    def _expect(self, Xq: np.ndarray, Rf: np.ndarray, shape: tuple) -> np.ndarray:
+        out = np.empty((Xq.shape[0], Rf.shape[1]))
+        for sl in self._form_batches(Xq.shape[0]):
+            forms = self._x_forms(Xq[sl]).reshape(sl.stop - sl.start, -1)  # (b, q_Y^2)
+            out[sl] = forms @ Rf
+            out[sl] /= (forms @ self.gram_y_.ravel())[:, None]
+        return out.reshape((Xq.shape[0],) + shape)
+
+    def conditional_expectation(self, Xq: Any, f: Callable[[np.ndarray], np.ndarray] | None = None) -> np.ndarray:
+        """E_Q[f(Y) | X = x_q], shape (q, ...); f maps atoms (b, d_y) row by row, default the identity."""
+        Xq = self._points(Xq, "Xq", "x")
+        Rf, shape = self._function_moments(f)
+        return self._expect(Xq, Rf, shape)
+
+    def register(self, name: str, f: Callable[[np.ndarray], np.ndarray]) -> None:
+        """Precompute R_f so ``expectation(name, Xq)`` costs O(p q_Y) per query, independent of n."""
+        self._fitted()
+        self._registered[name] = self._function_moments(f)
+
+    def expectation(self, name: str, Xq: Any) -> np.ndarray:
+        """E_Q[f(Y) | X = x_q] for a registered test function."""
+        Xq = self._points(Xq, "Xq", "x")
+        if name not in self._registered:
+            raise ValueError(f"name: no test function {name!r} registered; have {sorted(self._registered)}")
+        return self._expect(Xq, *self._registered[name])
+
+    def conditional_cdf(self, Xq: Any, thresholds: Any) -> np.ndarray:
+        """Q(Y <= t | X = x_q), shape (q, T); thresholds (T,) for scalar Y or (T, d_y)."""
+        self._fitted()
+        return self.conditional_expectation(Xq, below_thresholds(thresholds, self.y_atoms_.shape[1]))
+
+    def conditional_quantile(self, Xq: Any, levels: Any, component: int = 0) -> np.ndarray:
+        """Quantiles of Q(Y_component | X = x_q) at levels in (0, 1], shape (q, len(levels))."""
+        Xq = self._points(Xq, "Xq", "x")
+        levels = check_levels(levels)
+        d_y = self.y_atoms_.shape[1]
+        if not 0 <= component < d_y:
+            raise ValueError(f"component: must be in [0, {d_y}), got {component}")
+        column = self.y_atoms_[:, component]
+        order = np.argsort(column, kind="stable")
+        out = np.empty((Xq.shape[0], levels.size))
+        for sl in self._batches(Xq.shape[0]):
+            out[sl] = quantiles_from_weights(self.conditional_weights(Xq[sl])[:, order], column[order], levels)
+        return out
+
+    def predict_proba(self, Xq: Any, classes: Any | None = None) -> np.ndarray:
+        """Q(Y = c | X = x_q) for each class c of a discrete scalar Y, shape (q, C)."""
+        self._fitted()
+        if self.y_atoms_.shape[1] != 1:
+            raise ValueError("predict_proba: needs a scalar (discrete) Y")
+        classes = self.classes_ if classes is None else np.asarray(classes, dtype=np.float64).ravel()
+        return self.conditional_expectation(Xq, class_indicator(classes))
+
+    @property
+    def classes_(self) -> np.ndarray:
+        self._fitted()
+        return np.unique(self.y_atoms_[:, 0])
+
+
+def _fista(F_x: np.ndarray, F_y: np.ndarray, D: np.ndarray, N: np.ndarray, n: int, reg: float, tol: float,
+           max_iter: int) -> tuple[np.ndarray, dict[str, Any]]:
+    """FISTA with adaptive restart on {M PSD, <N, M> = 1}, started at E0."""
+    p = D.shape[0]
+    E0 = np.zeros((p, p))
+    E0[0, 0] = 1.0
+    L = 2.0 * float(np.linalg.eigvalsh(F_x)[-1]) * float(np.linalg.eigvalsh(F_y)[-1]) / n**2 + 2.0 * reg
+    if not L > 0:
+        raise RuntimeError("PSDJDL: zero curvature, cannot choose a step size")
+    linear = (2.0 / n) * D + 2.0 * reg * E0
+    scale_mu = 1.0 / max(float(np.linalg.norm(N)), 1e-300)
+    mu, eigs = 0.0, 0
+
+    def grad(M: np.ndarray) -> np.ndarray:
+        G = (2.0 / n**2) * apply_T(M, F_x, F_y) + 2.0 * reg * M - linear
+        return (G + G.T) / 2.0
+
+    def project(B: np.ndarray) -> np.ndarray:
+        nonlocal mu, eigs
+        A, mu, e = _project_psd_affine(B, N, mu, scale_mu * max(1.0, float(np.linalg.norm(B))))
+        eigs += e
+        return A / float(np.sum(N * A))
+
+    M = E0.copy()
+    Z = M.copy()
+    t, restarts, converged, it = 1.0, 0, False, 0
+    for it in range(1, max_iter + 1):
+        M_new = project(Z - grad(Z) / L)
+        diff = M_new - M
+        if np.sum((Z - M_new) * diff) > 0:  # gradient-based adaptive restart
+            t = 1.0
+            restarts += 1
+        t_new = 0.5 * (1.0 + math.sqrt(1.0 + 4.0 * t * t))
+        Z = M_new + ((t - 1.0) / t_new) * diff
+        t, M = t_new, M_new
+        if np.linalg.norm(diff) <= tol * max(1.0, float(np.linalg.norm(M))):
+            converged = True
+            break
+    return M, {"iterations": it, "converged": converged, "lipschitz": L, "restarts": restarts,
+               "eigendecompositions": eigs}
