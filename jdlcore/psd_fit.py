@@ -75,7 +75,7 @@ import numpy as np
 from .psd import GaussianPSDModel, eta_from_lengthscale, gaussian_block, gaussian_mass
 from .validation import as_samples, check_choice, check_nonnegative
 
-__all__ = ["fit_psd_density", "psd_objective_terms", "psd_l2_gram", "held_out_loss"]
+__all__ = ["fit_psd_density", "psd_objective_terms", "psd_l2_gram", "held_out_loss", "project_psd_affine"]
 
 _AUTO_CVXPY_MAX_M = 40
 _WHITEN_FLOOR = 1e-12  # K eigenvalues below this * max are floored in the whitening R = K^{-1/2}
@@ -422,7 +422,7 @@ def _project_psd(B: np.ndarray) -> np.ndarray:
     return (U * np.clip(lam, 0.0, None)) @ U.T
 
 
-def _project_psd_affine(B: np.ndarray, N: np.ndarray, mu0: float, scale: float) -> tuple[np.ndarray, float, int]:
+def project_psd_affine(B: np.ndarray, N: np.ndarray, mu0: float, scale: float) -> tuple[np.ndarray, float, int]:
     """Euclidean projection of symmetric B onto {A PSD, <N, A> = 1} (N positive definite).
 
     Returns (A, mu, eigen-decompositions used). A = Pi_+(B + mu N) with phi(mu) = <N, A> = 1.
@@ -517,7 +517,7 @@ def _solve_pgd(p: _Problem, normalize: bool, max_iter: int, tol: float, seed: in
     def project(B: np.ndarray) -> np.ndarray:
         nonlocal mu, eig_count
         if normalize:
-            A, mu, e = _project_psd_affine(B, N, mu, scale_mu * max(1.0, float(np.linalg.norm(B))))
+            A, mu, e = project_psd_affine(B, N, mu, scale_mu * max(1.0, float(np.linalg.norm(B))))
             eig_count += e
             return A
         eig_count += 1

@@ -22,7 +22,7 @@ N = (G~_X / n) (x) (G~_Y / n), G~_X = sum_s a~_s a~_s^T. Closed forms (no p^2 x 
   sum_s a~_sj a~_sj' a~_sl a~_sl' (q_X^2 x q_X^2, likewise F_Y) are the fourth-moment matrices.
 
 The solver is FISTA with gradient-based adaptive restart and the exact Euclidean projection onto
-{M PSD, <N, M> = 1} (``psd_fit._project_psd_affine``), step 1/L with L = 2 lambda_max(F_X)
+{M PSD, <N, M> = 1} (``psd_fit.project_psd_affine``), step 1/L with L = 2 lambda_max(F_X)
 lambda_max(F_Y) / n^2 + 2 reg, started at E0 (feasible). Every iteration costs one to a few
 eigendecompositions of a p x p matrix and O(q_X^4 q_Y^2 + q_X^2 q_Y^4) for T, so p is limited
 (``max_features``, default 400).
@@ -43,7 +43,7 @@ import numpy as np
 from .atoms import evaluate_function
 from .estimator import Estimator
 from .kernels import Kernel
-from .psd_fit import _project_psd_affine
+from .psd_fit import project_psd_affine
 from .queries import below_thresholds, check_levels, class_indicator, quantiles_from_weights
 from .validation import as_samples, check_nonnegative
 
@@ -377,7 +377,7 @@ def _fista(F_x: np.ndarray, F_y: np.ndarray, D: np.ndarray, N: np.ndarray, n: in
 
     def project(B: np.ndarray) -> np.ndarray:
         nonlocal mu, eigs
-        A, mu, e = _project_psd_affine(B, N, mu, scale_mu * max(1.0, float(np.linalg.norm(B))))
+        A, mu, e = project_psd_affine(B, N, mu, scale_mu * max(1.0, float(np.linalg.norm(B))))
         eigs += e
         return A / float(np.sum(N * A))
 

@@ -12,7 +12,7 @@ import pytest
 
 from jdlcore.psd import GaussianPSDModel
 from jdlcore.psd_fit import (
-    _project_psd_affine,
+    project_psd_affine,
     fit_psd_density,
     held_out_loss,
     psd_l2_gram,
@@ -136,7 +136,7 @@ def test_affine_psd_projection_is_the_nearest_feasible_point():
     N = random_psd(m, rng) + 0.5 * np.eye(m)
     B = rng.normal(size=(m, m))
     B = (B + B.T) / 2.0
-    A, mu, _ = _project_psd_affine(B, N, 0.0, 1.0)
+    A, mu, _ = project_psd_affine(B, N, 0.0, 1.0)
     assert np.linalg.eigvalsh(A)[0] >= -1e-12
     assert np.sum(N * A) == pytest.approx(1.0, abs=1e-10)
     dist = np.linalg.norm(A - B)
