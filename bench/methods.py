@@ -62,6 +62,13 @@ def negative_share(model, X: np.ndarray) -> float:
     return float(np.mean(values < NEGATIVE))
 
 
+def total_mass(model, X: np.ndarray) -> np.ndarray:
+    """E[1 | x]: CME reports it; JDL-type laws are normalized by construction, so measure it."""
+    if isinstance(model, CME):
+        return model.total_mass(X)
+    return model.conditional_expectation(X, lambda y: np.ones((y.shape[0], 1)))[:, 0]
+
+
 def evaluate(name: str, model, fit_seconds: float, test: tuple, q: float) -> dict:
     Xt, Yt = test
     truth2 = (RHO * Xt[:, 0]) ** 2 + SIGMA**2
@@ -72,9 +79,7 @@ def evaluate(name: str, model, fit_seconds: float, test: tuple, q: float) -> dic
         probability = model.event_probability(Xt)
     else:
         m2, query = timed(lambda: second_moments(model, Xt))
-        mass = model.total_mass(Xt) if isinstance(model, CME) else np.ones(Xt.shape[0])
-        if not isinstance(model, CME):  # JDL-type laws are normalized by construction: measure it
-            mass = model.conditional_expectation(Xt, lambda y: np.ones((y.shape[0], 1)))[:, 0]
+        mass = total_mass(model, Xt)
         row.update({
             "loss_40": relative_second_moment_loss(m2[:, None, None], truth2[:, None, None]),
             "mean_rmse": float(np.sqrt(np.mean((model.conditional_expectation(Xt)[:, 0] - RHO * Xt[:, 0]) ** 2))),
@@ -175,8 +180,7 @@ def discrete_block(n: int, reg: float) -> list[dict]:
     for name, make in candidates:
         model, seconds = timed(lambda: make().fit(labels, Y))
         cdf = model.conditional_cdf(classes, thresholds)
-        mass = model.total_mass(classes) if isinstance(model, CME) else model.conditional_expectation(
-            classes, lambda y: np.ones((y.shape[0], 1)))[:, 0]
+        mass = total_mass(model, classes)
         rows.append({"method": name, "fit_seconds": seconds, "cdf_max_error": float(np.max(np.abs(cdf - truth))),
                      "cdf_mean_error": float(np.mean(np.abs(cdf - truth))),
                      "normalization_error": float(np.max(np.abs(mass - 1))),

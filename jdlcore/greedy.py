@@ -404,21 +404,10 @@ class GreedyJDL(JDL):
         self.seed = seed
         self.block_size = block_size
 
-    # The X side is the delta kernel's class basis; JDL's constraint switches do not apply.
+    # The X side is the delta kernel's class basis. JDL's switches (clips, uses_grid, uses_tightening)
+    # are False for the greedy positivity rules "atoms" and "cube".
     kernel_x = None
     constraints = "positivity"
-
-    @property
-    def clips(self) -> bool:
-        return False
-
-    @property
-    def uses_grid(self) -> bool:
-        return False
-
-    @property
-    def uses_tightening(self) -> bool:
-        return False
 
     def _check_params(self) -> None:
         try:

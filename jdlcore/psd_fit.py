@@ -64,7 +64,6 @@ fit_info_["objective_unnormalized"] and ["integral_before_normalization"] descri
 """
 from __future__ import annotations
 
-import math
 import time
 import warnings
 from dataclasses import dataclass
@@ -73,6 +72,7 @@ from typing import Any
 import numpy as np
 
 from .psd import GaussianPSDModel, eta_from_lengthscale, gaussian_block, gaussian_mass
+from .solvers.fista import fista
 from .validation import as_samples, check_choice, check_nonnegative
 
 __all__ = ["fit_psd_density", "psd_objective_terms", "psd_l2_gram", "held_out_loss", "project_psd_affine"]
@@ -523,34 +523,7 @@ def _solve_pgd(p: _Problem, normalize: bool, max_iter: int, tol: float, seed: in
         eig_count += 1
         return _project_psd(B)
 
-    B = np.eye(m) / np.trace(N) if normalize else np.zeros((m, m))
-    Y = B.copy()
-    t = 1.0
-    converged = False
-    it = 0
-    restarts = 0
-    for it in range(1, max_iter + 1):
-        grad = 2.0 * (hess(Y) - S)
-        B_new = project(Y - grad / L)
-        diff = B_new - B
-        # gradient-based adaptive restart (O'Donoghue & Candes 2015)
-        if np.sum((Y - B_new) * diff) > 0:
-            t = 1.0
-            restarts += 1
-        t_new = 0.5 * (1.0 + math.sqrt(1.0 + 4.0 * t * t))
-        Y = B_new + ((t - 1.0) / t_new) * diff
-        t = t_new
-        B = B_new
-        if np.linalg.norm(diff) <= tol * max(1.0, float(np.linalg.norm(B))):
-            converged = True
-            break
-    A = R @ B @ R
-    return A, {
-        "solver": "pgd",
-        "iterations": it,
-        "converged": converged,
-        "lipschitz": L,
-        "restarts": restarts,
-        "eigendecompositions": eig_count,
-    }
+    start = np.eye(m) / np.trace(N) if normalize else np.zeros((m, m))
+    B, info = fista(lambda Y: 2.0 * (hess(Y) - S), project, start, L, tol=tol, max_iter=max_iter)
+    return R @ B @ R, {"solver": "pgd", **info, "lipschitz": L, "eigendecompositions": eig_count}
 

@@ -44,6 +44,7 @@ from .atoms import evaluate_function
 from .estimator import Estimator
 from .kernels import Kernel
 from .psd_fit import project_psd_affine
+from .solvers.fista import fista
 from .queries import below_thresholds, check_levels, class_indicator, quantiles_from_weights
 from .validation import as_samples, check_nonnegative
 
@@ -381,20 +382,5 @@ def _fista(F_x: np.ndarray, F_y: np.ndarray, D: np.ndarray, N: np.ndarray, n: in
         eigs += e
         return A / float(np.sum(N * A))
 
-    M = E0.copy()
-    Z = M.copy()
-    t, restarts, converged, it = 1.0, 0, False, 0
-    for it in range(1, max_iter + 1):
-        M_new = project(Z - grad(Z) / L)
-        diff = M_new - M
-        if np.sum((Z - M_new) * diff) > 0:  # gradient-based adaptive restart
-            t = 1.0
-            restarts += 1
-        t_new = 0.5 * (1.0 + math.sqrt(1.0 + 4.0 * t * t))
-        Z = M_new + ((t - 1.0) / t_new) * diff
-        t, M = t_new, M_new
-        if np.linalg.norm(diff) <= tol * max(1.0, float(np.linalg.norm(M))):
-            converged = True
-            break
-    return M, {"iterations": it, "converged": converged, "lipschitz": L, "restarts": restarts,
-               "eigendecompositions": eigs}
+    M, info = fista(grad, project, E0, L, tol=tol, max_iter=max_iter)
+    return M, {**info, "lipschitz": L, "eigendecompositions": eigs}

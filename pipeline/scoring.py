@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 import os
-from functools import partial
 from pathlib import Path
 from typing import Any, Callable
 
@@ -25,6 +24,7 @@ import zarr
 from data_schemas.scores import SCHEMA_NAME, SCHEMA_VERSION, function_dims, validate_scores_group
 from jdlcore import KLR
 from jdlcore.atoms import STANDARD_FUNCTIONS
+from jdlcore.queries import below_thresholds, class_indicator
 
 from .atomic import atomic_store, refuse_existing
 from .cluster import dask_client, resolve_scheduler
@@ -169,18 +169,11 @@ def score_chunk(model: Any, data: str, out: str, specs: dict, start: int, stop: 
 
 
 def scoring_function(kind: str, parameters: np.ndarray | None) -> Callable[[np.ndarray], np.ndarray]:
-    """The test function f(y) (b, d_y) -> (b, ...) behind 'mean', 'second_moment', 'cdf:...' and 'proba'."""
+    """The test function f(y) (b, d_y) -> (b, ...) behind 'mean', 'second_moment', 'cdf:...' and 'proba'
+    (the last two for a scalar y: indicators below the thresholds, of each class)."""
     if kind in STANDARD_FUNCTIONS:
         return STANDARD_FUNCTIONS[kind]
-    return partial(_below if kind == "cdf" else _equal, parameters=parameters)
-
-
-def _below(y: np.ndarray, parameters: np.ndarray) -> np.ndarray:
-    return (y[:, :1] <= parameters[None, :]).astype(np.float64)
-
-
-def _equal(y: np.ndarray, parameters: np.ndarray) -> np.ndarray:
-    return (y[:, :1] == parameters[None, :]).astype(np.float64)
+    return below_thresholds(parameters, 1) if kind == "cdf" else class_indicator(parameters)
 
 
 def open_scores(path: str | os.PathLike) -> zarr.Group:
