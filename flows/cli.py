@@ -1,6 +1,6 @@
 """The ``jdl`` command line. Errors print as one line on stderr with a non-zero exit code.
 
-``stage``, ``tune``, ``fit`` and ``score`` run the Prefect flows of ``flows.jdl_flows`` (on the
+``stage``, ``tune``, ``fit``, ``score`` and ``compress`` run the Prefect flows of ``flows.jdl_flows`` (on the
 Prefect API configured, or a temporary local one), so a command re-run with the same inputs
 reuses its output store instead of recomputing it, and a store from other inputs is replaced.
 Parameters are validated before any flow starts.
@@ -156,6 +156,25 @@ def _score(args: argparse.Namespace) -> int:
     return 0
 
 
+def _compress(args: argparse.Namespace) -> int:
+    from pipeline.compression import open_compressed
+
+    from .jdl_flows import compress_flow
+    from .settings import CompressSettings
+
+    result = _run_flow(args, compress_flow, CompressSettings, "compress", data=args.data, out=args.out, m=args.m,
+                       method=args.method, lengthscale_x=args.lengthscale_x, lengthscale_y=args.lengthscale_y,
+                       kernel_y=args.kernel_y, reg=args.reg, seed=args.seed, steps=args.steps,
+                       optimizer=args.optimizer, learning_rate=args.learning_rate, n_init=args.n_init,
+                       amcmd_tol=args.amcmd_tol, scheduler=args.scheduler)
+    c = open_compressed(result["path"]).attrs["compression"]
+    print(f"compressed n = {c['n_data']:,} to m = {c['m']} with {c['method']}: {c['objective']} objective "
+          f"{c['initial_value']:.6g} -> {c['value']:.6g} (reg {c['reg']:.3g}, {c['reg_from']}), AMCMD "
+          f"{c['amcmd']:.4g} (random subsample "
+          f"{c['amcmd_random']:.4g}), {c['seconds']:.1f}s -> {result['path']}{_reused(result)}")
+    return 0
+
+
 def _inspect(args: argparse.Namespace) -> int:
     from .model_card import model_card, write_plots
 
@@ -258,6 +277,35 @@ def build_parser() -> argparse.ArgumentParser:
                        help="mean | second_moment | cdf:t1,t2,... | quantile:l1,l2,... (repeatable)")
     _add_scheduler(score)
     score.set_defaults(run=_score)
+
+    compress = commands.add_parser("compress", help="compress a staged data store to m points whose conditional "
+                                                    "mean embedding matches the data's (ACKIP and friends); the "
+                                                    "result is a staged data store", epilog=_REUSE_NOTE)
+    compress.add_argument("data", help="staged data store (from jdl stage)")
+    compress.add_argument("--out", required=True, help="the compressed set to write (a staged data store)")
+    compress.add_argument("--m", type=int, default=100, help="points in the compressed set (default 100)")
+    compress.add_argument("--method", default="ackip",
+                          help="ackip (default: average conditional kernel inducing points) | ackh (herding) | "
+                               "jkip | jkh (joint kernel) | random (a uniform subsample)")
+    compress.add_argument("--lengthscale-x", type=float, help="Gaussian kernel lengthscale on x (default: median "
+                                                              "heuristic)")
+    compress.add_argument("--lengthscale-y", type=float, help="Gaussian kernel lengthscale on y (default: median "
+                                                              "heuristic)")
+    compress.add_argument("--kernel-y", default="gaussian",
+                          help="gaussian (default) | delta (y is a class label)")
+    compress.add_argument("--reg", type=float, help="the compressed KCME's lambda (default: chosen by validation "
+                          "for KCMEs of m points)")
+    compress.add_argument("--seed", type=int, default=0)
+    compress.add_argument("--steps", type=int, help="Adam steps or L-BFGS iterations (default 500 for the set, 50 "
+                                                    "per point for herding)")
+    compress.add_argument("--optimizer", default="adam", help="adam (default) | lbfgs")
+    compress.add_argument("--learning-rate", type=float, default=0.01,
+                          help="Adam's, in column standard deviations (default 0.01)")
+    compress.add_argument("--n-init", type=int, default=10, help="random starts compared (default 10)")
+    compress.add_argument("--amcmd-tol", type=float, default=1e-3,
+                          help="pivoted-Cholesky tolerance of the data's KCME in the reported AMCMD (default 1e-3)")
+    _add_scheduler(compress)
+    compress.set_defaults(run=_compress)
 
     inspect = commands.add_parser("inspect", help="print a model store's card; optionally write diagnostic plots")
     inspect.add_argument("model", help="model store")

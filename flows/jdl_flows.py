@@ -1,4 +1,4 @@
-"""The Prefect flows of jdl: stage, tune, fit, score, and train-and-score chaining them.
+"""The Prefect flows of jdl: stage, tune, fit, score, train-and-score chaining them, and compress.
 
 Flows validate their parameters first (``flows.settings``: one ``ValueError`` naming the parameter,
 the rule and the value), then run tasks that pass store paths. Each task reuses its output when
@@ -17,10 +17,10 @@ from prefect import flow, get_run_logger
 
 from pipeline.cluster import shared_scheduler
 
-from .settings import FitSettings, ScoreSettings, StageSettings, TuneSettings, validated
-from .tasks import StageResult, fit_task, score_task, stage_task, tune_task
+from .settings import CompressSettings, FitSettings, ScoreSettings, StageSettings, TuneSettings, validated
+from .tasks import StageResult, compress_task, fit_task, score_task, stage_task, tune_task
 
-__all__ = ["stage_flow", "tune_flow", "fit_flow", "score_flow", "train_and_score_flow"]
+__all__ = ["stage_flow", "tune_flow", "fit_flow", "score_flow", "train_and_score_flow", "compress_flow"]
 
 
 @flow(name="jdl-stage", validate_parameters=False)
@@ -108,6 +108,19 @@ def train_and_score_flow(
         results["fit"] = fit_task({**fit_settings.model_dump(), **where})
         results["score"] = score_task({**score_settings.model_dump(), **where})
     return results
+
+
+@flow(name="jdl-compress", validate_parameters=False)
+def compress_flow(
+    data: str, out: str, m: int = 100, method: str = "ackip", lengthscale_x: float | None = None,
+    lengthscale_y: float | None = None, kernel_y: str = "gaussian", reg: float | None = None, seed: int = 0,
+    steps: int | None = None, optimizer: str = "adam", learning_rate: float = 0.01, n_init: int = 10,
+    amcmd_tol: float = 1e-3, scheduler: str | None = None,
+) -> StageResult:
+    """Compress the staged store ``data`` to ``m`` points (``method``: ackip, ackh, jkip, jkh or random)
+    into the compressed set ``out``, a staged store that ``fit_flow`` takes as its data."""
+    settings = validated(CompressSettings, "compress", **_given(locals()))
+    return compress_task(settings.model_dump())
 
 
 def _tuned_on(tuning: str, data: str) -> bool:

@@ -15,7 +15,8 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationErr
 
 from pipeline.scoring import parse_function
 
-__all__ = ["StageSettings", "TuneSettings", "FitSettings", "ScoreSettings", "validated", "expand_path"]
+__all__ = ["StageSettings", "TuneSettings", "FitSettings", "ScoreSettings", "CompressSettings", "validated",
+           "expand_path"]
 
 _UNSET = re.compile(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)\}?")
 
@@ -129,6 +130,30 @@ class ScoreSettings(_Settings):
         if len(set(functions)) != len(functions):
             raise ValueError(f"functions must be distinct, got {functions}")
         return functions
+
+
+class CompressSettings(_Settings):
+    data: Path_
+    out: Path_
+    m: int = Field(100, ge=1)
+    method: Literal["ackip", "ackh", "jkip", "jkh", "random"] = "ackip"
+    lengthscale_x: Positive | None = None
+    lengthscale_y: Positive | None = None
+    kernel_y: Literal["gaussian", "delta"] = "gaussian"
+    reg: Positive | None = None
+    seed: int = 0
+    steps: int | None = Field(None, ge=0)
+    optimizer: Literal["adam", "lbfgs"] = "adam"
+    learning_rate: Positive = 0.01
+    n_init: int = Field(10, ge=1)
+    amcmd_tol: float = Field(1e-3, gt=0, lt=1)
+    scheduler: Scheduler = Field(None, validate_default=True)
+
+    def check(self) -> None:
+        if self.kernel_y == "delta" and self.lengthscale_y is not None:
+            raise ValueError("parameter lengthscale_y: the delta kernel of a class label has no lengthscale")
+        if os.path.abspath(self.out) == os.path.abspath(self.data):
+            raise ValueError(f"parameter out: must differ from data (got {self.out!r})")
 
 
 def validated(settings: type[_Settings], flow: str, **parameters) -> _Settings:

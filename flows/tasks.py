@@ -19,6 +19,7 @@ from data_schemas.data import SCHEMA_NAME as DATA_SCHEMA
 from data_schemas.model import SCHEMA_NAME as MODEL_SCHEMA
 from data_schemas.scores import SCHEMA_NAME as SCORES_SCHEMA
 from data_schemas.tuning import SCHEMA_NAME as TUNING_SCHEMA
+from pipeline.compression import compress_store, open_compressed
 from pipeline.fitting import fit_store
 from pipeline.model_store import load_model
 from pipeline.scoring import open_scores, score_store
@@ -28,9 +29,9 @@ from pipeline.tuning import load_tuning, tune_store
 from .artifacts import publish_fit
 from .progress import report
 from .resume import Decision, decide, run_key, source_fingerprint
-from .settings import FitSettings, ScoreSettings, StageSettings, TuneSettings
+from .settings import CompressSettings, FitSettings, ScoreSettings, StageSettings, TuneSettings
 
-__all__ = ["StageResult", "stage_task", "tune_task", "fit_task", "score_task", "is_transient"]
+__all__ = ["StageResult", "stage_task", "tune_task", "fit_task", "score_task", "compress_task", "is_transient"]
 
 _NOT_TRANSIENT = (FileNotFoundError, FileExistsError, PermissionError, IsADirectoryError, NotADirectoryError)
 
@@ -143,3 +144,25 @@ def _model_identity(path: str) -> str:
     except Exception:  # absent, foreign or damaged: let the loader name the reason
         load_model(path)
         raise ValueError(f"model {path}: attribute 'checksums' is missing") from None
+
+
+@task(name="compress", **_TASK)
+def compress_task(settings: dict[str, Any]) -> StageResult:
+    """Compress a staged store to m points (ACKIP and friends) into a compressed set, itself a staged store."""
+    s = CompressSettings(**settings)
+    key = run_key("compress", data=data_fingerprint(open_staged(s.data)),
+                  **s.model_dump(exclude={"data", "out", "scheduler"}))
+    _refuse_plain_data(s.out)
+    options = s.model_dump(exclude={"data", "out"})
+    return _run("compress", s.out, DATA_SCHEMA, key, open_compressed, lambda overwrite: compress_store(
+        s.data, s.out, **options, overwrite=overwrite, run_key=key, progress=report))
+
+
+def _refuse_plain_data(path: str) -> None:
+    """A staged data store that is not a compressed set (the data itself, say) is never replaced."""
+    try:
+        attrs = dict(zarr.open_group(path, mode="r", zarr_format=3).attrs)
+    except Exception:  # absent or not zarr: ``decide`` handles it
+        return
+    if attrs.get("schema") == DATA_SCHEMA and "compression" not in attrs:
+        raise ValueError(f"out: {path} is a staged data store, not a compressed set; refusing to replace it")

@@ -4,6 +4,7 @@ No Dask, no Prefect, no I/O: the pipeline feeds these functions.
 """
 from .basis import JDLReductions, SpectralBasis, spectral_basis
 from .cme import CME
+from .compression import amcmd, compress, jmmd, run_compression
 from .greedy import ClassBasis, GreedyJDL
 from .klr import KLR
 from .polynomial import PolynomialBasis, PolynomialJDL
@@ -33,5 +34,6 @@ __all__ = [
     "FactorStorage", "InMemoryFactorStorage", "JDL", "JDLProblem", "build_problem", "JDLReductions",
     "SpectralBasis", "spectral_basis", "tune", "TuneResult", "SecondMomentLoss", "ClippedLogisticLoss",
     "relative_second_moment_loss", "clipped_logistic_loss", "CME", "KLR", "PolynomialJDL", "PolynomialBasis",
-    "GreedyJDL", "ClassBasis", "GaussianPSDModel", "fit_psd_density", "PSDJDL",
+    "GreedyJDL", "ClassBasis", "GaussianPSDModel", "fit_psd_density", "PSDJDL", "amcmd", "jmmd", "compress",
+    "run_compression",
 ]

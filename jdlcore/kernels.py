@@ -69,20 +69,47 @@ class Kernel:
 
     def block(self, A: np.ndarray, B: np.ndarray) -> np.ndarray:
         """Unchecked k(A, B) for float64 arrays of matching width, threaded over row slabs."""
-        p, q = A.shape[0], B.shape[0]
         Bs = self._scale(B)
-        rows = max(1, _SLAB_ELEMENTS // max(q, 1))
-        if p <= rows or _THREADS == 1:
+        if A.shape[0] * B.shape[0] <= _SLAB_ELEMENTS:
             return self._block(self._scale(A), Bs)
-        out = np.empty((p, q))
-        starts = range(0, p, rows)
+        out = np.empty((A.shape[0], B.shape[0]))
 
-        def work(start: int) -> None:
-            stop = min(start + rows, p)
-            out[start:stop] = self._block(self._scale(A[start:stop]), Bs)
+        def work(rows: slice) -> None:
+            out[rows] = self._block(self._scale(A[rows]), Bs)
 
-        list(_pool().map(work, starts))
+        _over_slabs(A.shape[0], B.shape[0], work)
         return out
+
+    def value_and_slope(self, A: np.ndarray, B: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Unchecked k(A, B) and its slope dk/ds in the squared scaled distance s = |(a - b) / l|^2,
+        both (p, q), threaded over row slabs. The slope feeds ``distance_gradient``: by the chain
+        rule the gradient of sum_ij S_ij k(a_i, b_j) with respect to A is
+        ``distance_gradient(A, B, S * slope)``. ``ValueError`` for kernels without a gradient.
+        """
+        if not self.differentiable:
+            raise ValueError(f"kernel: {self.name} is not differentiable; use gaussian, matern32 or matern52")
+        Bs = self._scale(B)
+        values, slopes = np.empty((A.shape[0], B.shape[0])), np.empty((A.shape[0], B.shape[0]))
+
+        def work(rows: slice) -> None:
+            values[rows], slopes[rows] = self._value_and_slope(_squared_distances(self._scale(A[rows]), Bs))
+
+        _over_slabs(A.shape[0], B.shape[0], work)
+        return values, slopes
+
+    def distance_gradient(self, A: np.ndarray, B: np.ndarray, weights: np.ndarray) -> np.ndarray:
+        """Gradient with respect to A (p, d) of sum_ij weights_ij |(a_i - b_j) / l|^2, B held fixed:
+        row i is 2 (a_i sum_j weights_ij - sum_j weights_ij b_j) / l^2, shape (p, d)."""
+        return 2.0 * (weights.sum(axis=1)[:, None] * A - weights @ B) / np.square(self.lengthscale)
+
+    differentiable: ClassVar[bool] = False
+
+    def _slope_from_sqdist(self, sq: np.ndarray) -> np.ndarray:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def _value_and_slope(self, sq: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        slope = self._slope_from_sqdist(sq)
+        return self._from_sqdist(sq), slope  # _from_sqdist may overwrite sq
 
     def diag(self, A: Any) -> np.ndarray:
         """Diagonal k(a_i, a_i), shape (p,). Stationary kernels: all ones."""
@@ -133,6 +160,17 @@ class Kernel:
         raise NotImplementedError
 
 
+def _over_slabs(p: int, q: int, work) -> None:
+    """Call ``work(rows)`` for slices of range(p) of about _SLAB_ELEMENTS / q rows, on the pool."""
+    rows = max(1, _SLAB_ELEMENTS // max(q, 1))
+    slabs = [slice(start, min(start + rows, p)) for start in range(0, p, rows)]
+    if len(slabs) <= 1 or _THREADS == 1:
+        for slab in slabs:
+            work(slab)
+    else:
+        list(_pool().map(work, slabs))
+
+
 def _squared_distances(As: np.ndarray, Bs: np.ndarray) -> np.ndarray:
     """|a - b|^2 for all pairs, shape (p, q), clipped at 0 against rounding."""
     out = As @ (-2.0 * Bs.T)
@@ -146,10 +184,18 @@ class GaussianKernel(Kernel):
     """k(x, x') = exp(-|x - x'|^2 / (2 lengthscale^2))."""
 
     name = "gaussian"
+    differentiable = True
 
     def _from_sqdist(self, sq: np.ndarray) -> np.ndarray:
         sq *= -0.5
         return np.exp(sq, out=sq)
+
+    def _slope_from_sqdist(self, sq: np.ndarray) -> np.ndarray:
+        return -0.5 * np.exp(-0.5 * sq)
+
+    def _value_and_slope(self, sq: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        values = self._from_sqdist(sq)
+        return values, -0.5 * values
 
 
 class LaplaceKernel(Kernel):
@@ -167,17 +213,23 @@ class Matern32Kernel(Kernel):
     """k(x, x') = (1 + sqrt(3) r) exp(-sqrt(3) r), r = |x - x'| / lengthscale."""
 
     name = "matern32"
+    differentiable = True
 
     def _from_sqdist(self, sq: np.ndarray) -> np.ndarray:
         r = np.sqrt(sq, out=sq)
         r *= np.sqrt(3.0)
         return (1.0 + r) * np.exp(-r)
 
+    def _slope_from_sqdist(self, sq: np.ndarray) -> np.ndarray:
+        # dk/dr = -3 r exp(-sqrt(3) r) and ds/dr = 2 r: finite at r = 0
+        return -1.5 * np.exp(-np.sqrt(3.0 * sq))
+
 
 class Matern52Kernel(Kernel):
     """k(x, x') = (1 + sqrt(5) r + 5 r^2 / 3) exp(-sqrt(5) r), r = |x - x'| / lengthscale."""
 
     name = "matern52"
+    differentiable = True
 
     def _from_sqdist(self, sq: np.ndarray) -> np.ndarray:
         r = np.sqrt(sq)
@@ -189,6 +241,11 @@ class Matern52Kernel(Kernel):
         np.exp(r, out=r)
         sq *= r
         return sq
+
+    def _slope_from_sqdist(self, sq: np.ndarray) -> np.ndarray:
+        # dk/dr = -(5/3) r (1 + sqrt(5) r) exp(-sqrt(5) r) and ds/dr = 2 r
+        r5 = np.sqrt(5.0 * sq)
+        return -(5.0 / 6.0) * (1.0 + r5) * np.exp(-r5)
 
 
 class DeltaKernel(Kernel):

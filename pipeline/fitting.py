@@ -25,12 +25,22 @@ from .cluster import dask_client, resolve_scheduler
 from .model_store import save_model
 from .staging import data_fingerprint, open_staged
 
-__all__ = ["fit_store", "choose_positivity", "make_estimator", "read_rows", "METHODS", "GRID_ROWS", "GRID_LIMIT"]
+__all__ = ["fit_store", "choose_positivity", "make_estimator", "read_rows", "store_chunks", "METHODS", "GRID_ROWS",
+           "GRID_LIMIT"]
 
 
 def read_rows(path: str, role: str, start: int, stop: int) -> np.ndarray:
     """Rows [start, stop) of array ``role`` of a staged store (a Dask task)."""
     return zarr.open_group(path, mode="r", zarr_format=3)[role][start:stop]
+
+
+def store_chunks(client, data: str | os.PathLike, group: zarr.Group) -> dict[str, list]:
+    """Futures of the row chunks of a staged store on Dask, {"x": [(n_c, d_x)], "y": [(n_c, d_y)]}
+    paired row for row; each is a task reading its own rows (``read_rows``), so it can be recomputed."""
+    n, step = int(group.attrs["n_samples"]), group["x"].chunks[0]
+    bounds = [(start, min(start + step, n)) for start in range(0, n, step)]
+    path = str(Path(data).resolve())
+    return {role: [client.submit(read_rows, path, role, a, b, pure=False) for a, b in bounds] for role in ("x", "y")}
 
 
 NEGATIVE_MASS_PROBES = 16  # first rows of x at which the stored model reports its negative mass
@@ -185,7 +195,6 @@ def _fit_from_reductions(estimator: Any, data: str | os.PathLike, group: zarr.Gr
                          scheduler: str | None, progress: Callable[[str], None] | None) -> Any:
     """JDL and CME from the factorisations and m x m reductions: in this process (``scheduler`` None)
     or chunk by chunk on Dask, where each chunk is a task reading its own rows of the store."""
-    n = int(group.attrs["n_samples"])
     options = dict(tol=estimator.tol, pivoting=estimator.pivoting, seed=estimator.seed,
                    test_functions=STANDARD_FUNCTIONS if method == "jdl" else None)
     if scheduler is None:
@@ -195,14 +204,10 @@ def _fit_from_reductions(estimator: Any, data: str | os.PathLike, group: zarr.Gr
         from .chunked_fit import chunked_problem
 
         Y = group["y"]  # read lazily: the model store copies the atoms block by block
-        step = group["x"].chunks[0]
-        bounds = [(start, min(start + step, n)) for start in range(0, n, step)]
-        path = str(Path(data).resolve())
         grid = method == "jdl" and estimator.uses_grid
         tightening = method == "jdl" and estimator.uses_tightening
         with dask_client(scheduler) as client:
-            chunks = {role: [client.submit(read_rows, path, role, a, b, pure=False) for a, b in bounds]
-                      for role in ("x", "y")}
+            chunks = store_chunks(client, data, group)
             problem = chunked_problem(client, chunks["x"], chunks["y"], estimator.kernel_x, estimator.kernel_y,
                                       keep_values=grid, extremes=tightening, progress=progress, **options)
     return estimator.fit_problem(problem, Y) if method == "jdl" else estimator.fit_problem(problem)

@@ -20,7 +20,8 @@ from data_schemas.data import SCHEMA_NAME, SCHEMA_VERSION, ColumnStats, validate
 
 from .atomic import atomic_store
 
-__all__ = ["stage", "open_staged", "combined_fingerprint", "data_fingerprint", "FORMATS"]
+__all__ = ["stage", "open_staged", "combined_fingerprint", "data_fingerprint", "arrays_fingerprint",
+           "create_data_arrays", "data_attrs", "FORMATS"]
 
 FORMATS = {".csv": "csv", ".parquet": "parquet", ".pq": "parquet", ".npy": "npy", ".npz": "npz",
            ".nc": "netcdf", ".nc4": "netcdf", ".zarr": "zarr"}
@@ -118,11 +119,7 @@ def stage(
         raise ValueError(f"chunk_size: must be >= 1, got {chunk_size}")
     with atomic_store(target, overwrite=overwrite) as staging:
         group = zarr.open_group(staging, mode="w", zarr_format=3)
-        arrays = {
-            role: group.create_array(role, shape=(0, len(names)), chunks=(chunk_size, len(names)), dtype="float64",
-                                     dimension_names=("sample", f"{role}_feature"))
-            for role, names in (("x", x), ("y", y))
-        }
+        arrays = create_data_arrays(group, len(x), len(y), chunk_size)
         stats = {"x": ColumnStats(list(x)), "y": ColumnStats(list(y))}
         digests = {"x": hashlib.sha256(), "y": hashlib.sha256()}
         rows = 0
@@ -138,13 +135,29 @@ def stage(
             raise ValueError(f"source: {source.name} has {rows} row(s); at least 2 are needed")
         stats["x"].check_not_constant("x")
         stats["y"].check_not_constant("y")
-        group.attrs.update({
-            "schema": SCHEMA_NAME, "schema_version": SCHEMA_VERSION, "x_features": list(map(str, x)),
-            "y_features": list(map(str, y)), "n_samples": rows, "source": str(source.resolve()),
-            "fingerprint": combined_fingerprint(digests["x"].hexdigest(), digests["y"].hexdigest()),
-            **({"run_key": run_key} if run_key else {}),
-        })
+        group.attrs.update(data_attrs(x, y, rows, source.resolve(),
+                                      combined_fingerprint(digests["x"].hexdigest(), digests["y"].hexdigest()),
+                                      run_key))
     return target
+
+
+def create_data_arrays(group: zarr.Group, x_width: int, y_width: int, chunk_size: int,
+                       rows: int = 0) -> dict[str, zarr.Array]:
+    """The float64 arrays x (rows, x_width) and y (rows, y_width) of a staged store, chunked by
+    ``chunk_size`` samples, with dimension names (sample, x_feature) and (sample, y_feature)."""
+    return {role: group.create_array(role, shape=(rows, width), chunks=(chunk_size, width), dtype="float64",
+                                     dimension_names=("sample", f"{role}_feature"))
+            for role, width in (("x", x_width), ("y", y_width))}
+
+
+def data_attrs(x_features: list, y_features: list, n_samples: int, source: str | os.PathLike, fingerprint: str,
+               run_key: str | None = None) -> dict:
+    """The group attributes of a staged store (the ``data_schemas.data`` contract)."""
+    return {
+        "schema": SCHEMA_NAME, "schema_version": SCHEMA_VERSION, "x_features": list(map(str, x_features)),
+        "y_features": list(map(str, y_features)), "n_samples": int(n_samples), "source": str(source),
+        "fingerprint": fingerprint, **({"run_key": run_key} if run_key else {}),
+    }
 
 
 def _fingerprint_bytes(values: np.ndarray) -> bytes:
@@ -154,6 +167,11 @@ def _fingerprint_bytes(values: np.ndarray) -> bytes:
 def combined_fingerprint(x_digest: str, y_digest: str) -> str:
     """The data fingerprint: SHA-256 of the hex SHA-256 digests of x's and y's float64 C-order bytes."""
     return hashlib.sha256(f"{x_digest}:{y_digest}".encode()).hexdigest()
+
+
+def arrays_fingerprint(X: np.ndarray, Y: np.ndarray) -> str:
+    """``combined_fingerprint`` of in-memory arrays X (n, d_x), Y (n, d_y): what staging records for them."""
+    return combined_fingerprint(*(hashlib.sha256(_fingerprint_bytes(values)).hexdigest() for values in (X, Y)))
 
 
 def data_fingerprint(group: zarr.Group) -> str:
