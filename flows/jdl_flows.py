@@ -13,14 +13,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from prefect import flow, get_run_logger
+from prefect import flow, get_run_logger, task
+from prefect.cache_policies import NO_CACHE
 
 from pipeline.cluster import shared_scheduler
 
 from .settings import CompressSettings, FitSettings, ScoreSettings, StageSettings, TuneSettings, validated
 from .tasks import StageResult, compress_task, fit_task, score_task, stage_task, tune_task
 
-__all__ = ["stage_flow", "tune_flow", "fit_flow", "score_flow", "train_and_score_flow", "compress_flow"]
+__all__ = ["stage_flow", "tune_flow", "fit_flow", "score_flow", "train_and_score_flow", "reproduce_flow", "compress_flow"]
 
 
 @flow(name="jdl-stage", validate_parameters=False)
@@ -121,6 +122,36 @@ def compress_flow(
     into the compressed set ``out``, a staged store that ``fit_flow`` takes as its data."""
     settings = validated(CompressSettings, "compress", **_given(locals()))
     return compress_task(settings.model_dump())
+
+
+@task(name="reproduce-cell", cache_policy=NO_CACHE)
+def reproduce_cell_task(kind: str, part: str, d: int, n: int, replicate: int, quick: bool) -> dict:
+    """One cell of the paper's experiments (``pipeline.reproduce``): its metrics per method."""
+    from pipeline.reproduce.runner import Cell, run_cell
+
+    from .progress import report
+
+    result = run_cell(Cell(kind, part, d, n, replicate, quick))
+    report(f"{kind} {part} d={d} n={n} replicate {replicate}: {result['_meta']['cell_seconds']:.1f} s")
+    return result
+
+
+@flow(name="jdl-reproduce", validate_parameters=False)
+def reproduce_flow(kind: str, out: str, quick: bool = False, report: str | None = None,
+                   max_n: int = 1_000_000) -> dict:
+    """Run the paper's experiment ``kind`` ("moments" or "classification"; ``quick``: the smoke run),
+    write its result Datasets to ``out`` (zarr, dims method, n, d, replicate) and regenerate the report
+    (default ``out``/results.md) from every result in ``out``."""
+    from pipeline.reproduce.report import write_report
+    from pipeline.reproduce.runner import load, plan, save, to_datasets
+
+    cells = plan(kind, quick, max_n)
+    results = [(cell, reproduce_cell_task(cell.kind, cell.part, cell.d, cell.n, cell.replicate, cell.quick))
+               for cell in cells]
+    paths = save(to_datasets(results), out)
+    command = f"jdl reproduce {kind}{' --quick' if quick else ''} --out {out}" + (f" --report {report}" if report else "")
+    written = write_report(load(out), Path(report) if report else Path(out) / "results.md", command=command)
+    return {"datasets": [str(p) for p in paths], "report": str(written), "cells": len(cells)}
 
 
 def _tuned_on(tuning: str, data: str) -> bool:

@@ -385,6 +385,17 @@ class JDL(Estimator):
                 totals[sl] += values.sum(axis=1)
         return negative / -totals
 
+    def negative_share(self, Xq: Any, tol: float = 1e-12) -> np.ndarray:
+        """Share of training atoms y_j with 1 + h(x_q, y_j) < -tol (a negative Radon-Nikodym value, before
+        any clipping), shape (q,); computed block by block, so never (q, n) in memory."""
+        Xq = self._queries(Xq)
+        counts = np.zeros(Xq.shape[0])
+        g = self._directions(Xq)
+        for _, _, A in self.atoms_.blocks():
+            for sl in _batches(Xq.shape[0], A.shape[0]):
+                counts[sl] += np.count_nonzero(g[sl] @ A.T < -1.0 - tol, axis=1)
+        return counts / self.n_samples_
+
     def conditional_expectation(self, Xq: Any, f: Callable[[np.ndarray], np.ndarray] | None = None) -> np.ndarray:
         """E_Q[f(Y) | X = x_q] for each query; f maps atoms (b, d_y) row by row to (b, ...).
 

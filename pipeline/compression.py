@@ -19,8 +19,9 @@ import numpy as np
 import zarr
 
 from jdlcore import CME
-from jdlcore.compression import METHODS, ArraySource, CompressionResult, SampleSource, run_compression
+from jdlcore.compression import ArraySource, CompressionResult, SampleSource, run_compression
 from jdlcore.compression.amcmd import LinearEmbedding, amcmd_between, cme_embedding, kcme_embedding
+from jdlcore.compression.compress import check_settings
 from jdlcore.compression.sources import Partial, add_partials, chunk_rows_for
 from jdlcore.kernels import DeltaKernel, GaussianKernel, Kernel, kernel_from_dict
 from jdlcore.validation import check_choice, check_positive
@@ -149,13 +150,10 @@ def _kernels(lengthscale_x: float | None, lengthscale_y: float | None,
     return k_x, None if lengthscale_y is None else GaussianKernel(float(lengthscale_y))
 
 
-def _check(m: Any, method: str, reg: float | None, amcmd_tol: float, n: int) -> None:
-    """The cheap checks, before any cluster starts (``run_compression`` repeats them)."""
-    check_choice(method, "method", METHODS)
-    if reg is not None:
-        check_positive(reg, "reg")
-    if isinstance(m, bool) or not isinstance(m, (int, np.integer)) or not 1 <= m <= n:
-        raise ValueError(f"m: must be an integer in [1, n = {n}], got {m!r}")
+def _check(options: dict, amcmd_tol: float, n: int) -> None:
+    """The settings' checks, before any cluster starts (``run_compression`` repeats them)."""
+    check_settings(options["m"], options["method"], options["optimizer"], options["reg"], options["steps"],
+                   options["learning_rate"], options["n_init"], n)
     check_positive(amcmd_tol, "amcmd_tol")
     if amcmd_tol >= 1:
         raise ValueError(f"amcmd_tol: must be < 1, got {amcmd_tol!r}")
@@ -247,12 +245,12 @@ def compress_store(
         raise ValueError(f"out: {target} is the data store itself")
     group = open_staged(data)
     n = int(group.attrs["n_samples"])
-    _check(m, method, reg, amcmd_tol, n)
     kernel_x, kernel_y_ = _kernels(lengthscale_x, lengthscale_y, kernel_y)
-    scheduler = resolve_scheduler(scheduler, n)
-    say = progress or (lambda line: None)
     options = dict(m=m, method=method, kernel_x=kernel_x, kernel_y=kernel_y_, reg=reg, seed=seed, steps=steps,
                    optimizer=optimizer, learning_rate=learning_rate, n_init=n_init)
+    _check(options, amcmd_tol, n)
+    scheduler = resolve_scheduler(scheduler, n)
+    say = progress or (lambda line: None)
     with atomic_store(target, overwrite=overwrite) as staging:
         if scheduler is None:
             source = ArraySource(group["x"][:], group["y"][:])

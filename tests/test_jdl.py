@@ -221,3 +221,12 @@ def test_clipped_and_streamed_queries_equal_cached_ones():
     np.testing.assert_array_equal(streamed[3], cached[3])
     weights = cached[1]
     np.testing.assert_allclose(cached[0], weights @ f(Y), rtol=0, atol=1e-12)  # against the explicit weights
+
+
+def test_negative_share_counts_negative_radon_nikodym_values_block_by_block():
+    X, Y = bivariate_gaussian(3000)
+    model = JDL(GaussianKernel(0.3), GaussianKernel(0.3), reg=1e-7, constraints="normalization").fit(X, Y)
+    Xq = np.linspace(-4, 4, 40)[:, None]
+    share = model.negative_share(Xq)
+    np.testing.assert_array_equal(share, np.mean(model.radon_nikodym(Xq) < -1e-12, axis=1))
+    assert share.max() > 0  # far queries of an unconstrained fit do go negative

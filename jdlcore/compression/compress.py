@@ -34,7 +34,8 @@ from .optimizers import Adam, minimise_lbfgs
 from .regularisation import select_reg
 from .sources import ArraySource, SampleSource
 
-__all__ = ["METHODS", "OPTIMIZERS", "CompressionResult", "compress", "run_compression", "default_kernel"]
+__all__ = ["METHODS", "OPTIMIZERS", "CompressionResult", "compress", "run_compression", "default_kernel",
+           "check_settings"]
 
 METHODS = ("ackip", "ackh", "jkip", "jkh", "random")
 OPTIMIZERS = ("adam", "lbfgs")
@@ -150,8 +151,10 @@ class _Problem:
         return local.X, local.Y, local.value
 
 
-def _check(m: Any, method: str, optimizer: str, reg: float | None, steps: int | None, learning_rate: float,
-           n_init: int, n: int) -> tuple[int, int]:
+def check_settings(m: Any, method: str, optimizer: str, reg: float | None, steps: int | None, learning_rate: float,
+                   n_init: int, n: int) -> tuple[int, int]:
+    """One ``ValueError`` per broken rule of a compression's settings; returns (m, steps) with the
+    method's default steps filled in."""
     check_choice(method, "method", METHODS)
     check_choice(optimizer, "optimizer", OPTIMIZERS)
     if reg is not None:
@@ -207,7 +210,7 @@ def run_compression(source: SampleSource, *, m: int, method: str = "ackip", kern
                     n_init: int = 10) -> CompressionResult:
     """Compress the samples of ``source`` to m points; see the module docstring and ``compress``."""
     started = time.perf_counter()
-    m, steps = _check(m, method, optimizer, reg, steps, learning_rate, n_init, source.n)
+    m, steps = check_settings(m, method, optimizer, reg, steps, learning_rate, n_init, source.n)
     rng = np.random.default_rng(seed)
     kernel_x, kernel_y = _kernels(source, kernel_x, kernel_y, rng)
     reg_given = reg is not None

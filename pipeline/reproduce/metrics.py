@@ -1,0 +1,59 @@
+"""The paper's evaluation metrics (Sec. 5), for any fitted jdlcore estimator.
+
+- ``second_moments``: E[Y Y^T | x] (q, d, d), the conditional expectation of T(y) = y y^T.
+- ``normalization_error``: max over queries of |E[1 | x] - 1|. JDL-type laws are normalized by
+  construction (their expectation divides by the conditional mass); the CME's weights are not.
+- ``psd_failure``: share of second-moment matrices with an eigenvalue below -1e-12 max(1, ||M||).
+- ``negative_share``: share of negative Radon-Nikodym values 1 + h(x_q, y_j) over queries and
+  training atoms (JDL, JPDL), or of negative weights on the y pivots (CME), below -1e-12.
+- ``negative_probability_share``: share of queries whose event probability is below -1e-12.
+Values above -1e-12 are rounding: the solvers meet their constraints to about 1e-14.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from jdlcore import CME
+from jdlcore.losses import second_moment
+
+__all__ = ["TOL", "second_moments", "total_mass", "normalization_error", "psd_failure", "negative_share",
+           "negative_probability_share"]
+
+TOL = 1e-12
+
+
+def second_moments(model: Any, X: np.ndarray) -> np.ndarray:
+    """E[Y Y^T | x_q] for queries X (q, d_x), shape (q, d_y, d_y)."""
+    return model.conditional_expectation(X, second_moment)
+
+
+def total_mass(model: Any, X: np.ndarray) -> np.ndarray:
+    """E[1 | x_q], shape (q,): the CME reports it; for JDL-type laws it is measured."""
+    if isinstance(model, CME):
+        return model.total_mass(X)
+    return model.conditional_expectation(X, lambda y: np.ones((y.shape[0], 1)))[:, 0]
+
+
+def normalization_error(model: Any, X: np.ndarray) -> float:
+    return float(np.max(np.abs(total_mass(model, X) - 1.0)))
+
+
+def psd_failure(moments: np.ndarray) -> float:
+    """Share of symmetric matrices moments (q, d, d) that are not positive semi-definite."""
+    symmetric = 0.5 * (moments + np.swapaxes(moments, 1, 2))
+    eigenvalues = np.linalg.eigvalsh(symmetric)
+    scale = np.maximum(1.0, np.abs(eigenvalues).max(axis=1))
+    return float(np.mean(eigenvalues[:, 0] < -TOL * scale))
+
+
+def negative_share(model: Any, X: np.ndarray) -> float:
+    """Share of negative Radon-Nikodym values (JDL, JPDL) or CME weights at the queries X (q, d_x)."""
+    if isinstance(model, CME):
+        return float(np.mean(model.conditional_weights(X) < -TOL))
+    return float(np.mean(model.negative_share(X, tol=TOL)))
+
+
+def negative_probability_share(probabilities: np.ndarray) -> float:
+    return float(np.mean(np.asarray(probabilities) < -TOL))

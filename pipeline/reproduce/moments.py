@@ -1,0 +1,174 @@
+"""Sec. 5.1 of the paper: conditional second moments E[Y Y^T | x], one experiment cell at a time.
+
+A cell is (case, d, n, replicate): n samples of a case (``data``: Gaussian with a random
+Archakov-Hansen correlation, the later version's uniform small-n case, or Cauchy heavy tails), split
+4:1 into training and validation, plus 5,000 fresh test points with their exact conditional second
+moments (none exist for Cauchy: its loss is NaN, the structural metrics still apply).
+
+Hyperparameters, per cell: the kernel lengthscales (median heuristic of the training x and y times
+``lengthscale_factors``) are chosen by the pooled validation loss (40) of the normalized JDL on at
+most ``tune_rows`` rows; then each method picks its own reg from ``regs`` by the same validation loss
+(on at most ``validation_rows`` validation points) with the full training set. Low-rank tolerance as
+in the paper: 1e-3 for n <= 1e5, 1e-2 up to 1e6, 1e-1 beyond.
+
+Methods: JDL unconstrained (normalization holds by construction of its conditional law), JDL with
+the paper's positivity tightening (33), JDL with exact positivity on the training grid (n^2 pairs,
+an active-set QP whose cost grows fast with n and with heavy tails: only up to ``grid_rows``
+training rows, NaN beyond, and at the reg validated for the unconstrained JDL), JPDL (degree 4, or lower where the training rows cannot determine every monomial: ``jpdl_degree``), CME (45) and CME
+with the unconditional constraints (53)+(54). Fit time is the factorisations plus the solve (the
+factorisations are shared by the kernel methods, as in the paper's timings); query time is the
+conditional second moments at the 5,000 test points.
+"""
+from __future__ import annotations
+
+import itertools
+import time
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import numpy as np
+
+from jdlcore import CME, JDL, GaussianKernel, PolynomialJDL, build_problem, median_heuristic
+from jdlcore.losses import SecondMomentLoss, relative_second_moment_loss
+
+from .data import CauchyCase, GaussianCase, UniformCase
+from .metrics import negative_share, normalization_error, psd_failure, second_moments
+
+__all__ = ["CASES", "MOMENT_METHODS", "METRICS", "MomentSettings", "tolerance", "make_case", "moments_cell"]
+
+CASES = ("gaussian", "uniform", "cauchy")
+MOMENT_METHODS = ("jdl", "jdl_tightening", "jdl_grid", "jpdl", "cme", "cme_constrained")
+METRICS = ("loss", "normalization_error", "psd_failure", "negative_share", "fit_time", "query_time")
+
+
+@dataclass(frozen=True)
+class MomentSettings:
+    """Knobs of a cell; the defaults are the full run's."""
+
+    lengthscale_factors: tuple[float, ...] = (0.5, 1.0, 2.0)
+    regs: tuple[float, ...] = (1e-8, 1e-7, 1e-6, 1e-5, 1e-4, 1e-3)
+    jpdl_degree: int = 4
+    tune_rows: int = 20_000
+    validation_rows: int = 20_000
+    grid_rows: int = 1_000
+    test_points: int = 5_000
+    negative_points: int = 500
+
+
+def tolerance(n: int) -> float:
+    """The paper's relative pivoted-Cholesky tolerance for n samples."""
+    return 1e-3 if n <= 100_000 else 1e-2 if n <= 1_000_000 else 1e-1
+
+
+def make_case(case: str, d: int, rng: np.random.Generator):
+    if case == "gaussian":
+        return GaussianCase.random(d, rng)
+    if case == "uniform":
+        return UniformCase(d)
+    if case == "cauchy":
+        return CauchyCase.random(d, rng)
+    raise ValueError(f"case: unknown {case!r}; choose one of {', '.join(CASES)}")
+
+
+def _timed(run: Callable[[], Any]) -> tuple[Any, float]:
+    started = time.perf_counter()
+    result = run()
+    return result, time.perf_counter() - started
+
+
+def _kernels(X: np.ndarray, Y: np.ndarray, fx: float, fy: float) -> tuple[GaussianKernel, GaussianKernel]:
+    return GaussianKernel(fx * median_heuristic(X)), GaussianKernel(fy * median_heuristic(Y))
+
+
+def _choose_lengthscales(train: tuple, validation: tuple, settings: MomentSettings, tol: float,
+                         rows: tuple[int, int]) -> tuple[GaussianKernel, GaussianKernel]:
+    """The (k_x, k_y) whose best normalized JDL has the smallest pooled validation loss (40)."""
+    (X, Y), (Xv, Yv) = (train[0][:rows[0]], train[1][:rows[0]]), (validation[0][:rows[1]], validation[1][:rows[1]])
+    loss = SecondMomentLoss()
+    best, chosen = np.inf, None
+    for fx, fy in itertools.product(settings.lengthscale_factors, repeat=2):
+        kernels = _kernels(X, Y, fx, fy)
+        problem = build_problem(X, Y, *kernels, tol=tol)
+        for reg in settings.regs:
+            value = loss(JDL(*kernels, reg=reg, tol=tol, constraints="normalization").fit_problem(problem, Y), Xv, Yv)
+            if np.isfinite(value) and value < best:
+                best, chosen = value, kernels
+    return chosen or _kernels(X, Y, 1.0, 1.0)
+
+
+def jpdl_degree(d: int, rows: int, largest: int) -> int:
+    """The largest polynomial degree <= ``largest`` whose comb(d + q, q) monomials per side do not
+    exceed the training rows (the monomial matrix needs full column rank), at least 1."""
+    from math import comb
+
+    return max([1] + [q for q in range(1, largest + 1) if comb(d + q, q) <= rows])
+
+
+def _fitters(kernels: tuple, problem, train: tuple, tol: float, degree: int) -> dict[str, Callable[[float], Any]]:
+    """method -> reg -> fitted model (the kernel methods on the shared factorisations)."""
+    X, Y = train
+    jdl = {"jdl": ("none", "grid"), "jdl_tightening": ("positivity", "tightening"), "jdl_grid": ("positivity", "grid")}
+    cme = {"cme": "none", "cme_constrained": "positivity"}
+    fitters: dict[str, Callable[[float], Any]] = {}
+    for name, (constraints, positivity) in jdl.items():
+        fitters[name] = (lambda c, p: lambda reg: JDL(*kernels, reg=reg, tol=tol, constraints=c, positivity=p)
+                         .fit_problem(problem, Y))(constraints, positivity)
+    for name, constraints in cme.items():
+        fitters[name] = (lambda c: lambda reg: CME(*kernels, reg=reg, tol=tol, constraints=c)
+                         .fit_problem(problem))(constraints)
+    fitters["jpdl"] = lambda reg: PolynomialJDL(degree=degree, reg=reg, constraints="normalization").fit(X, Y)
+    return fitters
+
+
+def moments_cell(case: str, d: int, n: int, replicate: int, settings: MomentSettings = MomentSettings(),
+                 methods: tuple[str, ...] = MOMENT_METHODS, seed: int = 0) -> dict[str, Any]:
+    """Run one cell; returns {method: {metric: value}} for ``METRICS`` (NaN where a method or metric
+    does not apply) and "_meta" (tolerance, ranks, lengthscales, chosen regs). Deterministic in
+    (seed, case, d, n, replicate)."""
+    rng = np.random.default_rng([seed, CASES.index(case), d, n, replicate])
+    model = make_case(case, d, rng)
+    X, Y = model.sample(n, rng)
+    split = max(2, (4 * n) // 5)
+    train, validation = (X[:split], Y[:split]), (X[split:], Y[split:])
+    X_test, _ = model.sample(settings.test_points, rng)
+    truth = None if case == "cauchy" else model.conditional_second_moment(X_test)
+    tol = tolerance(n)
+    tune = (min(split, (4 * settings.tune_rows) // 5), min(n - split, settings.tune_rows // 5))
+    kernels = _choose_lengthscales(train, validation, settings, tol, tune)
+    problem, factor_time = _timed(lambda: build_problem(*train, *kernels, tol=tol))
+    degree = jpdl_degree(d, split, settings.jpdl_degree)
+    fitters = _fitters(kernels, problem, train, tol, degree)
+    Xv, Yv = validation[0][:settings.validation_rows], validation[1][:settings.validation_rows]
+    loss = SecondMomentLoss()
+    results: dict[str, Any] = {}
+    chosen: dict[str, float] = {}
+    grid_minimum = grid_train_psd = np.nan
+    for method in methods:
+        if method == "jdl_grid" and split > settings.grid_rows:
+            results[method] = {metric: np.nan for metric in METRICS}
+            continue
+        fits = {}
+        candidates = (chosen["jdl"],) if method == "jdl_grid" and "jdl" in chosen else settings.regs
+        for reg in candidates:
+            fitted, seconds = _timed(lambda: fitters[method](reg))
+            fits[reg] = (loss(fitted, Xv, Yv), seconds, fitted)
+        reg = min(fits, key=lambda r: (not np.isfinite(fits[r][0]), fits[r][0]))
+        _, seconds, fitted = fits[reg]
+        chosen[method] = reg
+        moments, query_time = _timed(lambda: second_moments(fitted, X_test))
+        results[method] = {
+            "loss": np.nan if truth is None else relative_second_moment_loss(moments, truth),
+            "normalization_error": normalization_error(fitted, X_test),
+            "psd_failure": psd_failure(moments),
+            "negative_share": negative_share(fitted, X_test[:settings.negative_points]),
+            "fit_time": seconds + (0.0 if method == "jpdl" else factor_time),
+            "query_time": query_time,
+        }
+        if method == "jdl_grid":  # the guarantee itself: 1 + h >= 0 at every training pair, so PSD there
+            grid_minimum = fitted.grid_minimum(train[0])
+            grid_train_psd = psd_failure(second_moments(fitted, train[0][:settings.test_points]))
+    results["_meta"] = {"tolerance": tol, "rank_x": problem.basis_x.size, "rank_y": problem.basis_y.size,
+                        "lengthscale_x": float(kernels[0].lengthscale), "lengthscale_y": float(kernels[1].lengthscale),
+                        "regs": chosen, "factor_time": factor_time, "jpdl_degree": degree,
+                        "grid_minimum": grid_minimum, "grid_train_psd_failure": grid_train_psd}
+    return results

@@ -1,0 +1,165 @@
+"""Run the paper's experiments cell by cell and gather the results as xarray Datasets.
+
+``plan(kind, quick)`` lists the cells of one experiment; ``run_cells`` runs them (in this process,
+or mapped by the ``jdl-reproduce`` flow); ``to_datasets`` turns the cell results into one Dataset
+per case (moments: gaussian, uniform, cauchy) or event level (classification: 1 %, 5 %), each with
+dims (method, n, d, replicate) and one variable per metric, NaN where a cell was not run or a
+metric does not apply. ``save`` writes them as zarr stores ``DIR/{kind}-{part}.zarr``.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any, Callable, Iterable
+
+import numpy as np
+
+from .classification import CLASS_METHODS, CLASS_METRICS, ClassificationSettings, classification_cell
+from .moments import METRICS, MOMENT_METHODS, MomentSettings, moments_cell
+
+__all__ = ["KINDS", "Cell", "settings", "plan", "run_cell", "run_cells", "to_datasets", "save", "load"]
+
+KINDS = ("moments", "classification")
+GRID_METRICS = ("grid_minimum", "grid_train_psd_failure")
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One experiment cell: ``part`` is the case (moments) or the event level (classification);
+    ``quick`` selects the smoke run's lighter settings (``settings``)."""
+
+    kind: str
+    part: str
+    d: int
+    n: int
+    replicate: int
+    quick: bool = False
+
+    @property
+    def settings(self) -> Any:
+        return settings(self.kind, self.part, self.quick)
+
+
+def settings(kind: str, part: str, quick: bool) -> Any:
+    """The settings of every cell of an experiment part."""
+    if kind == "classification":
+        if quick:
+            return ClassificationSettings(lengthscale_factors=(1.0,), regs=(1e-6, 1e-4), klr_regs=(1e-3, 1e-1),
+                                          test_points=2000)
+        return ClassificationSettings()
+    base = MomentSettings(lengthscale_factors=(0.5, 1.0), regs=(1e-7, 1e-5, 1e-3), grid_rows=400,
+                          test_points=2000) if quick else MomentSettings()
+    return replace(base, grid_rows=0) if part == "cauchy" else base  # the grid QP stalls on heavy tails
+
+
+MOMENT_LAYOUT = {  # case -> (d values, n values, replicates); quick, then full
+    True: {"gaussian": ((1, 2, 3), (250, 1000), 1), "uniform": ((1, 2, 3), (10, 50), 2),
+           "cauchy": ((1, 2, 3), (1000,), 1)},
+    False: {"gaussian": ((1, 2, 3), (1_000, 10_000, 100_000, 1_000_000), 5),
+            "uniform": ((1, 2, 3), (10, 20, 50, 100), 10), "cauchy": ((1, 2, 3), (1_000, 10_000, 100_000), 3)},
+}
+CLASSIFICATION_LAYOUT = {True: ((1, 5), (500,), 1), False: ((1, 5, 10, 20), (1_000, 3_000), 10)}
+
+
+def plan(kind: str, quick: bool = False, max_n: int = 1_000_000) -> list[Cell]:
+    """The cells of experiment ``kind`` ("moments" or "classification"); ``quick``: a few-minute smoke
+    run; ``max_n``: leave out larger n. Replicates: as ``MOMENT_LAYOUT`` (the paper: 100), a fifth of
+    them (at least 2) above n = 1e5."""
+    if kind not in KINDS:
+        raise ValueError(f"kind: unknown {kind!r}; choose one of {', '.join(KINDS)}")
+    cells = []
+    if kind == "moments":
+        for case, (ds, ns, replicates) in MOMENT_LAYOUT[quick].items():
+            for n in (n for n in ns if n <= max_n):
+                count = replicates if n <= 100_000 else max(2, replicates // 5)
+                cells += [Cell(kind, case, d, n, r, quick) for d in ds for r in range(count)]
+    else:
+        ds, ns, replicates = CLASSIFICATION_LAYOUT[quick]
+        cells = [Cell(kind, f"{level:g}", d, n, r, quick) for level in (0.01, 0.05) for n in ns if n <= max_n
+                 for d in ds for r in range(replicates)]
+    return cells
+
+
+def run_cell(cell: Cell) -> dict[str, Any]:
+    """The metrics of one cell (``moments_cell`` or ``classification_cell``) with its wall time."""
+    started = time.perf_counter()
+    if cell.kind == "moments":
+        result = moments_cell(cell.part, cell.d, cell.n, cell.replicate, cell.settings)
+    else:
+        result = classification_cell(cell.d, cell.n, cell.replicate, float(cell.part), cell.settings)
+    result["_meta"]["cell_seconds"] = time.perf_counter() - started
+    return result
+
+
+def run_cells(cells: Iterable[Cell], progress: Callable[[str], None] | None = None) -> list[tuple[Cell, dict]]:
+    cells = list(cells)
+    out = []
+    for index, cell in enumerate(cells, 1):
+        result = run_cell(cell)
+        out.append((cell, result))
+        if progress:
+            progress(f"[{index}/{len(cells)}] {cell.kind} {cell.part} d={cell.d} n={cell.n} "
+                     f"rep={cell.replicate}: {result['_meta']['cell_seconds']:.1f} s")
+    return out
+
+
+def _layout(kind: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    return ((MOMENT_METHODS, METRICS + GRID_METRICS) if kind == "moments" else (CLASS_METHODS, CLASS_METRICS))
+
+
+def to_datasets(results: list[tuple[Cell, dict]]) -> dict[tuple[str, str], Any]:
+    """{(kind, part): xarray.Dataset (method, n, d, replicate)} from cell results."""
+    import xarray as xr
+
+    datasets = {}
+    for kind, part in sorted({(c.kind, c.part) for c, _ in results}):
+        chosen = [(c, r) for c, r in results if (c.kind, c.part) == (kind, part)]
+        methods, metrics = _layout(kind)
+        coords = {"method": np.array(methods, dtype=object),  # variable-length strings: zarr v3 has a spec
+                  "n": sorted({c.n for c, _ in chosen}), "d": sorted({c.d for c, _ in chosen}),
+                  "replicate": sorted({c.replicate for c, _ in chosen})}
+        shape = tuple(len(v) for v in coords.values())
+        values = {metric: np.full(shape, np.nan) for metric in metrics}
+        seconds = np.full(shape[1:], np.nan)
+        for cell, result in chosen:
+            at = (coords["n"].index(cell.n), coords["d"].index(cell.d), coords["replicate"].index(cell.replicate))
+            seconds[at] = result["_meta"]["cell_seconds"]
+            for i, method in enumerate(methods):
+                for metric in metrics:
+                    if metric in GRID_METRICS:  # properties of the grid-positivity JDL on its training data
+                        value = result["_meta"].get(metric, np.nan) if method == "jdl_grid" else np.nan
+                    else:
+                        value = result.get(method, {}).get(metric, np.nan)
+                    values[metric][(i,) + at] = value
+        data = {metric: (tuple(coords), array) for metric, array in values.items()}
+        data["cell_time"] = (("n", "d", "replicate"), seconds)
+        datasets[(kind, part)] = xr.Dataset(data, coords=coords, attrs={"kind": kind, "part": part,
+                                                                        "schema": "jdl.reproduce", "schema_version": 1})
+    return datasets
+
+
+def save(datasets: dict[tuple[str, str], Any], out: str | Path) -> list[Path]:
+    """Write each Dataset to ``out/{kind}-{part}.zarr`` and, as a small file to keep with the report,
+    ``out/{kind}-{part}.nc`` (NetCDF 3), replacing an earlier run's; returns the zarr paths."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for (kind, part), dataset in datasets.items():
+        path = out / f"{kind}-{part}.zarr"
+        dataset.to_zarr(path, mode="w", consolidated=False)
+        dataset.to_netcdf(out / f"{kind}-{part}.nc", engine="scipy")
+        paths.append(path)
+    return paths
+
+
+def load(out: str | Path) -> dict[tuple[str, str], Any]:
+    """The result Datasets found in ``out``."""
+    import xarray as xr
+
+    datasets = {}
+    for path in sorted(Path(out).glob("*.zarr")):
+        dataset = xr.open_zarr(path, consolidated=False).load()
+        if dataset.attrs.get("schema") == "jdl.reproduce":
+            datasets[(dataset.attrs["kind"], dataset.attrs["part"])] = dataset
+    return datasets

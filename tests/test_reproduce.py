@@ -1,0 +1,107 @@
+"""The paper's experiments (pipeline.reproduce): metrics against direct computations, the result
+datasets' layout, the report's claim checks, and the quick runs through `jdl reproduce`."""
+import numpy as np
+import pytest
+import xarray as xr
+
+from flows.cli import main
+from jdlcore import CME, GaussianKernel
+from pipeline.reproduce.metrics import negative_share, psd_failure
+from pipeline.reproduce.report import claims, structural_checks
+from pipeline.reproduce.runner import Cell, load, plan, to_datasets
+
+from .conftest import bivariate_gaussian
+
+
+def test_psd_failure_counts_matrices_with_a_negative_eigenvalue():
+    good = np.array([[2.0, 1.0], [1.0, 2.0]])
+    bad = np.array([[1.0, 2.0], [2.0, 1.0]])  # eigenvalues 3 and -1
+    rounding = np.array([[1.0, 1.0], [1.0, 1.0 - 1e-15]])  # singular up to rounding: PSD
+    assert psd_failure(np.stack([good, bad, rounding, bad])) == 0.5
+
+
+def test_negative_share_of_cme_counts_negative_weights():
+    X, Y = bivariate_gaussian(500)
+    model = CME(GaussianKernel(0.3), GaussianKernel(0.3), reg=1e-8).fit(X, Y)
+    Xq = np.linspace(-3, 3, 25)[:, None]
+    assert negative_share(model, Xq) == np.mean(model.conditional_weights(Xq) < -1e-12)
+
+
+def _fake(kind, part, d, n, replicate, losses, psd=0.0, normalization=0.0):
+    result = {method: {"loss": loss, "normalization_error": normalization, "negative_share": 0.0, "fit_time": 1.0,
+                       "psd_failure": psd if method in ("jdl", "cme") else 0.0, "query_time": 0.1}
+              for method, loss in losses.items()}
+    result["_meta"] = {"cell_seconds": 2.0, "grid_minimum": 0.5, "grid_train_psd_failure": 0.0}
+    return Cell(kind, part, d, n, replicate), result
+
+
+def test_datasets_have_the_issue_layout_and_claims_count_cells():
+    losses = {"jpdl": 0.1, "jdl": 0.2, "cme": 0.3, "jdl_tightening": 0.5, "jdl_grid": 0.4, "cme_constrained": 0.3}
+    swapped = {**losses, "jpdl": 0.25}
+    results = [_fake("moments", "gaussian", 1, 1000, r, losses) for r in range(2)]
+    results += [_fake("moments", "gaussian", 2, 1000, r, swapped) for r in range(2)]
+    results.append(_fake("moments", "gaussian", 2, 10_000, 0, losses, psd=0.02))
+    datasets = to_datasets(results)
+    ds = datasets[("moments", "gaussian")]
+    assert ds["loss"].dims == ("method", "n", "d", "replicate")
+    for name in ("loss", "normalization_error", "psd_failure", "negative_share", "fit_time", "query_time"):
+        assert name in ds
+    assert ds.sizes == {"method": 6, "n": 2, "d": 2, "replicate": 2}
+    assert np.isnan(ds["loss"].sel({"method": "jdl", "n": 10_000, "d": 1})).all()  # a cell not run is NaN
+    assert float(ds["grid_minimum"].sel({"method": "jdl_grid", "n": 1000, "d": 1, "replicate": 0})) == 0.5
+    text = "\n".join(claims(datasets))
+    assert "JPDL <= JDL <= CME in second-moment loss (Gaussian):** holds in 2 of 3 (n, d) cells" in text
+    checks = structural_checks(datasets)
+    assert all(holds for holds, _ in checks.values())
+    broken = _fake("moments", "gaussian", 1, 10_000, 0, {"jdl_tightening": 0.1})
+    broken[1]["jdl_tightening"]["psd_failure"] = 0.5
+    results.append(broken)
+    assert not structural_checks(to_datasets(results))[
+        "JDL with the tightening (33): no non-PSD second-moment matrix at test x"][0]
+
+
+def test_plans():
+    assert len(plan("moments", quick=True)) == 21 and len(plan("classification", quick=True)) == 4
+    full = plan("moments")
+    assert {c.n for c in full if c.part == "gaussian"} == {1_000, 10_000, 100_000, 1_000_000}
+    assert max(c.n for c in plan("moments", max_n=100_000)) == 100_000
+    with pytest.raises(ValueError, match="kind: unknown"):
+        plan("regression")
+
+
+@pytest.mark.usefixtures("prefect_api")
+def test_quick_moments_run_asserts_the_structural_claims(tmp_path, capsys):
+    """The CI smoke run: JDL normalization below 1e-10, no non-PSD matrix from a positivity-constrained
+    JDL, grid-positivity JDL non-negative on its training grid; datasets, figures and report written."""
+    assert main(["reproduce", "moments", "--quick", "--out", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert out.count("PASS") == 4 and "FAIL" not in out
+    datasets = load(tmp_path)
+    assert set(datasets) == {("moments", "gaussian"), ("moments", "uniform"), ("moments", "cauchy")}
+    gaussian = datasets[("moments", "gaussian")]
+    jdl = gaussian.sel({"method": ["jdl", "jdl_tightening", "jdl_grid"]})
+    assert float(jdl["normalization_error"].max(skipna=True)) < 1e-10
+    for ds in datasets.values():
+        assert float(ds["psd_failure"].sel({"method": "jdl_tightening"}).max(skipna=True)) == 0.0
+    assert float(gaussian["grid_minimum"].sel({"method": "jdl_grid"}).min(skipna=True)) >= -1e-12
+    assert float(gaussian["grid_train_psd_failure"].sel({"method": "jdl_grid"}).max(skipna=True)) == 0.0
+    assert np.isnan(datasets[("moments", "cauchy")]["loss"]).all()  # Cauchy has no second moments
+    assert float(gaussian["normalization_error"].sel({"method": "cme"}).max()) > 1e-3  # the CME is not normalized
+    report = (tmp_path / "results.md").read_text()
+    assert "## Structural checks" in report and "## The paper's findings, checked" in report
+    assert len(list((tmp_path / "results_figures").glob("*.png"))) >= 12
+    assert xr.open_zarr(tmp_path / "moments-gaussian.zarr", consolidated=False)["loss"].dims == (
+        "method", "n", "d", "replicate")
+
+
+@pytest.mark.usefixtures("prefect_api")
+def test_quick_classification_run_on_real_returns(tmp_path, capsys):
+    pytest.importorskip("skfolio")
+    assert main(["reproduce", "classification", "--quick", "--out", str(tmp_path)]) == 0
+    datasets = load(tmp_path)
+    assert set(datasets) == {("classification", "0.01"), ("classification", "0.05")}
+    events = datasets[("classification", "0.05")]
+    assert events.sizes == {"method": 5, "n": 1, "d": 2, "replicate": 1}
+    assert float(events["negative_share"].sel({"method": ["jdl_tightening", "klr"]}).max()) == 0.0
+    assert np.isnan(events["normalization_error"].sel({"method": "klr"})).all()
+    assert "Constrained JDL on par with KLR" in (tmp_path / "results.md").read_text()
