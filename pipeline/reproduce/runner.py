@@ -74,6 +74,7 @@ def plan(kind: str, quick: bool = False, max_n: int = 1_000_000) -> list[Cell]:
             for n in (n for n in ns if n <= max_n):
                 count = replicates if n <= 100_000 else max(2, replicates // 5)
                 cells += [Cell(kind, case, d, n, r, quick) for d in ds for r in range(count)]
+        cells.sort(key=lambda cell: cell.n)  # every case at small n first: the long cells come last
     else:
         ds, ns, replicates = CLASSIFICATION_LAYOUT[quick]
         cells = [Cell(kind, f"{level:g}", d, n, r, quick) for level in (0.01, 0.05) for n in ns if n <= max_n
