@@ -191,16 +191,17 @@ def scale(args: argparse.Namespace) -> dict:
         out = compress_store(data, Path(tmp) / "set.zarr", m=args.m, method="ackip", steps=args.steps,
                              optimizer=args.optimizer, reg=REG, seed=0, scheduler=args.scheduler)
         seconds = time.perf_counter() - started
-        attrs = dict(zarr.open_group(out, mode="r").attrs)["compression"]
-    steps_done = max(1, len(attrs.get("trace", [])) or args.steps)
+        group = zarr.open_group(out, mode="r")
+        attrs, evaluations = dict(group.attrs)["compression"], int(group["objective_trace"].shape[0])
     result = {"rows": args.rows, "m": args.m, "steps": args.steps, "optimizer": args.optimizer,
               "scheduler": args.scheduler, "stage_seconds": staging, "compress_store_seconds": seconds,
               "compression_seconds": attrs["seconds"], "amcmd": attrs["amcmd"], "amcmd_random": attrs["amcmd_random"],
-              "objective_first": attrs["initial_value"], "objective_last": attrs["value"]}
+              "objective_first": attrs["initial_value"], "objective_last": attrs["value"], "reg": attrs["reg"],
+              "traced_evaluations": evaluations}
     print(f"ACKIP m={args.m} on n={args.rows:,} ({args.scheduler}, {args.steps} {args.optimizer} steps): "
           f"compression {attrs['seconds']:.1f} s, whole store {seconds:.1f} s (staging {staging:.1f} s); "
           f"AMCMD to the full-data CME {attrs['amcmd']:.4f} vs random subsample {attrs['amcmd_random']:.4f}; "
-          f"objective {attrs['initial_value']:.4f} -> {attrs['value']:.4f}; {steps_done} evaluations")
+          f"objective {attrs['initial_value']:.4f} -> {attrs['value']:.4f}; {evaluations} traced evaluations")
     return result
 
 

@@ -151,36 +151,23 @@ def random_correlation(dim: int, rng: np.random.Generator, scale: float = DEFAUL
 
 
 @dataclass(frozen=True, eq=False)
-class GaussianCase:
-    """``z ~ N(0, C)`` in dimension ``2d``; ``x = z[:d]``, ``y = z[d:]`` (the paper's Sec. 5.1).
-
-    ``conditional_second_moment`` gives the exact ``E[y y^T | x] = S + mu mu^T`` with
-    ``mu = C_yx C_xx^{-1} x`` and ``S = C_yy - C_yx C_xx^{-1} C_xy``.
-    """
+class _EllipticalCase:
+    """Shared part of the Gaussian and Cauchy cases: a 2d x 2d correlation (scale) matrix ``C``, its
+    Cholesky factor, and correlated standard normal draws ``g ~ N(0, C)``."""
 
     correlation: np.ndarray
     _chol: np.ndarray = field(init=False, repr=False)
-    _coef: np.ndarray = field(init=False, repr=False)
-    _cond_cov: np.ndarray = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         c = _check_correlation(self.correlation, "correlation")
         if c.shape[0] % 2:
             raise ValueError(f"correlation must have an even dimension 2d, got {c.shape[0]}")
         c.setflags(write=False)
-        d = c.shape[0] // 2
-        cxx, cxy, cyy = c[:d, :d], c[:d, d:], c[d:, d:]
-        factor = scipy.linalg.cho_factor(cxx, lower=True)
-        coef = scipy.linalg.cho_solve(factor, cxy)  # C_xx^{-1} C_xy, so mu(x)^T = x^T coef
-        cond_cov = cyy - cxy.T @ coef
-        cond_cov = 0.5 * (cond_cov + cond_cov.T)
         object.__setattr__(self, "correlation", c)
         object.__setattr__(self, "_chol", np.linalg.cholesky(c))
-        object.__setattr__(self, "_coef", coef)
-        object.__setattr__(self, "_cond_cov", cond_cov)
 
     @classmethod
-    def random(cls, d: int, rng: np.random.Generator, scale: float = DEFAULT_GAMMA_SCALE) -> GaussianCase:
+    def random(cls, d: int, rng: np.random.Generator, scale: float = DEFAULT_GAMMA_SCALE):
         """A case with ``C = random_correlation(2 d, rng, scale)``."""
         return cls(random_correlation(2 * _check_positive_int(d, "d"), rng, scale))
 
@@ -188,11 +175,38 @@ class GaussianCase:
     def d(self) -> int:
         return self.correlation.shape[0] // 2
 
+    def _gaussian(self, n: int, rng: np.random.Generator) -> np.ndarray:
+        """``n`` draws of ``g ~ N(0, C)``, shape (n, 2d)."""
+        return rng.standard_normal((_check_positive_int(n, "n"), 2 * self.d)) @ self._chol.T
+
+    def _split(self, z: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        return z[:, : self.d].copy(), z[:, self.d :].copy()
+
+
+@dataclass(frozen=True, eq=False)
+class GaussianCase(_EllipticalCase):
+    """``z ~ N(0, C)`` in dimension ``2d``; ``x = z[:d]``, ``y = z[d:]`` (the paper's Sec. 5.1).
+
+    ``conditional_second_moment`` gives the exact ``E[y y^T | x] = S + mu mu^T`` with
+    ``mu = C_yx C_xx^{-1} x`` and ``S = C_yy - C_yx C_xx^{-1} C_xy``.
+    """
+
+    _coef: np.ndarray = field(init=False, repr=False)
+    _cond_cov: np.ndarray = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        c, d = self.correlation, self.correlation.shape[0] // 2
+        cxx, cxy, cyy = c[:d, :d], c[:d, d:], c[d:, d:]
+        factor = scipy.linalg.cho_factor(cxx, lower=True)
+        coef = scipy.linalg.cho_solve(factor, cxy)  # C_xx^{-1} C_xy, so mu(x)^T = x^T coef
+        cond_cov = cyy - cxy.T @ coef
+        object.__setattr__(self, "_coef", coef)
+        object.__setattr__(self, "_cond_cov", 0.5 * (cond_cov + cond_cov.T))
+
     def sample(self, n: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
         """``n`` i.i.d. draws: ``(X (n, d), Y (n, d))``."""
-        n = _check_positive_int(n, "n")
-        z = rng.standard_normal((n, 2 * self.d)) @ self._chol.T
-        return z[:, : self.d].copy(), z[:, self.d :].copy()
+        return self._split(self._gaussian(n, rng))
 
     def conditional_mean(self, x) -> np.ndarray:
         """``E[y | x] = C_yx C_xx^{-1} x`` for each row of ``x``: ``(n, d)``."""
@@ -241,7 +255,7 @@ class UniformCase:
 
 
 @dataclass(frozen=True, eq=False)
-class CauchyCase:
+class CauchyCase(_EllipticalCase):
     """Multivariate Cauchy in dimension ``2d`` (multivariate t with one degree of freedom and scale matrix
     ``C``): ``z = g / |w|`` with ``g ~ N(0, C)`` and one ``w ~ N(0, 1)`` per row; ``x = z[:d]``, ``y = z[d:]``.
 
@@ -249,33 +263,10 @@ class CauchyCase:
     structural metrics (positivity, normalisation) apply to this case; there is no ``conditional_second_moment``.
     """
 
-    correlation: np.ndarray
-    _chol: np.ndarray = field(init=False, repr=False)
-
-    def __post_init__(self) -> None:
-        c = _check_correlation(self.correlation, "correlation")
-        if c.shape[0] % 2:
-            raise ValueError(f"correlation must have an even dimension 2d, got {c.shape[0]}")
-        c.setflags(write=False)
-        object.__setattr__(self, "correlation", c)
-        object.__setattr__(self, "_chol", np.linalg.cholesky(c))
-
-    @classmethod
-    def random(cls, d: int, rng: np.random.Generator, scale: float = DEFAULT_GAMMA_SCALE) -> CauchyCase:
-        """A case with scale matrix ``C = random_correlation(2 d, rng, scale)``."""
-        return cls(random_correlation(2 * _check_positive_int(d, "d"), rng, scale))
-
-    @property
-    def d(self) -> int:
-        return self.correlation.shape[0] // 2
-
     def sample(self, n: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
         """``n`` i.i.d. draws: ``(X (n, d), Y (n, d))``."""
-        n = _check_positive_int(n, "n")
-        g = rng.standard_normal((n, 2 * self.d)) @ self._chol.T
-        w = np.abs(rng.standard_normal((n, 1)))
-        z = g / w
-        return z[:, : self.d].copy(), z[:, self.d :].copy()
+        g = self._gaussian(n, rng)
+        return self._split(g / np.abs(rng.standard_normal((g.shape[0], 1))))
 
 
 # ----------------------------------------------------------------------------------------------------------------
