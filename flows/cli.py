@@ -183,12 +183,13 @@ def _reproduce(args: argparse.Namespace) -> int:
 
     if args.max_n < 10:
         raise ValueError(f"max-n: must be >= 10, got {args.max_n}")
-    if not plan(args.experiment, args.quick, args.max_n):
-        raise ValueError(f"max-n: {args.max_n} leaves no cell of the {args.experiment} experiment")
+    if not plan(args.experiment, args.quick, args.max_n, args.min_n):
+        raise ValueError(f"max-n, min-n: [{args.min_n}, {args.max_n}] leaves no cell of the {args.experiment} "
+                         "experiment")
     _console_logging(verbose=args.verbose)
     with _progress_bar(f"reproduce {args.experiment}"):
         result = reproduce_flow(kind=args.experiment, out=args.out, quick=args.quick, report=args.report,
-                                max_n=args.max_n)
+                                max_n=args.max_n, min_n=args.min_n)
     print(f"{result['cells']} cells -> {', '.join(result['datasets'])}; report {result['report']}")
     failed = 0
     for name, (holds, evidence) in structural_checks(load(args.out)).items():
@@ -337,7 +338,9 @@ def build_parser() -> argparse.ArgumentParser:
     reproduce.add_argument("--out", required=True, help="directory for the result datasets (zarr) and the report")
     reproduce.add_argument("--quick", action="store_true", help="the smoke run: few cells, a few minutes")
     reproduce.add_argument("--report", help="the markdown report to (re)write (default OUT/results.md)")
-    reproduce.add_argument("--max-n", type=int, default=1_000_000, help="leave out larger n (default 1e6)")
+    reproduce.add_argument("--max-n", type=int, default=1_000_000, help="leave out larger n (default 1e6; 10000000 "
+                                                                        "adds the chunked 1e7 point)")
+    reproduce.add_argument("--min-n", type=int, default=0, help="leave out smaller n (results in OUT are kept)")
     reproduce.set_defaults(run=_reproduce)
 
     inspect = commands.add_parser("inspect", help="print a model store's card; optionally write diagnostic plots")

@@ -105,3 +105,18 @@ def test_quick_classification_run_on_real_returns(tmp_path, capsys):
     assert float(events["negative_share"].sel({"method": ["jdl_tightening", "klr"]}).max()) == 0.0
     assert np.isnan(events["normalization_error"].sel({"method": "klr"})).all()
     assert "Constrained JDL on par with KLR" in (tmp_path / "results.md").read_text()
+
+
+def test_save_merges_new_cells_into_earlier_results(tmp_path):
+    from pipeline.reproduce.runner import save
+
+    losses = {"jdl": 0.2, "cme": 0.3}
+    save(to_datasets([_fake("moments", "gaussian", 1, 1000, 0, losses)]), tmp_path)
+    save(to_datasets([_fake("moments", "gaussian", 1, 10_000, 0, {"jdl": 0.1})]), tmp_path)
+    merged = load(tmp_path)[("moments", "gaussian")]
+    assert list(merged.n.values) == [1000, 10_000]
+    assert float(merged["loss"].sel({"method": "cme", "n": 1000, "d": 1, "replicate": 0})) == 0.3
+    assert float(merged["loss"].sel({"method": "jdl", "n": 10_000, "d": 1, "replicate": 0})) == 0.1
+    assert xr.open_dataset(tmp_path / "moments-gaussian.nc", engine="scipy")["loss"].dims == (
+        "method", "n", "d", "replicate")
+    assert len(plan("moments", max_n=10_000_000, min_n=10_000_000)) == 3  # the chunked 1e7 point, one each d

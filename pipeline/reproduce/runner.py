@@ -16,12 +16,13 @@ from typing import Any, Callable, Iterable
 import numpy as np
 
 from .classification import CLASS_METHODS, CLASS_METRICS, ClassificationSettings, classification_cell
-from .moments import METRICS, MOMENT_METHODS, MomentSettings, moments_cell
+from .moments import METRICS, MOMENT_METHODS, MomentSettings, moments_cell, moments_cell_chunked
 
 __all__ = ["KINDS", "Cell", "settings", "plan", "run_cell", "run_cells", "to_datasets", "save", "load"]
 
 KINDS = ("moments", "classification")
 GRID_METRICS = ("grid_minimum", "grid_train_psd_failure")
+CHUNKED_ROWS = 1_000_000  # cells above run through the chunked pipeline (stage, fit_store on Dask)
 
 
 @dataclass(frozen=True)
@@ -58,36 +59,39 @@ def settings(kind: str, part: str, quick: bool) -> Any:
 MOMENT_LAYOUT = {  # case -> (d values, n values, replicates); quick, then full
     True: {"gaussian": ((1, 2, 3), (250, 1000), 1), "uniform": ((1, 2, 3), (10, 50), 2),
            "cauchy": ((1, 2, 3), (1000,), 1)},
-    False: {"gaussian": ((1, 2, 3), (1_000, 10_000, 100_000, 1_000_000), 5),
+    False: {"gaussian": ((1, 2, 3), (1_000, 10_000, 100_000, 1_000_000, 10_000_000), 5),
             "uniform": ((1, 2, 3), (10, 20, 50, 100), 10), "cauchy": ((1, 2, 3), (1_000, 10_000, 100_000), 3)},
 }
 CLASSIFICATION_LAYOUT = {True: ((1, 5), (500,), 1), False: ((1, 5, 10, 20), (1_000, 3_000), 10)}
 
 
-def plan(kind: str, quick: bool = False, max_n: int = 1_000_000) -> list[Cell]:
+def plan(kind: str, quick: bool = False, max_n: int = 1_000_000, min_n: int = 0) -> list[Cell]:
     """The cells of experiment ``kind`` ("moments" or "classification"); ``quick``: a few-minute smoke
-    run; ``max_n``: leave out larger n. Replicates: as ``MOMENT_LAYOUT`` (the paper: 100), a fifth of
-    them (at least 2) above n = 1e5."""
+    run; ``max_n``, ``min_n``: leave out larger and smaller n (the 1e7 point is opt-in: ``max_n``
+    1e7; it runs through the chunked pipeline). Replicates: as ``MOMENT_LAYOUT`` (the paper: 100), a
+    fifth of them (at least 2) at n = 1e6, one above."""
     if kind not in KINDS:
         raise ValueError(f"kind: unknown {kind!r}; choose one of {', '.join(KINDS)}")
     cells = []
     if kind == "moments":
         for case, (ds, ns, replicates) in MOMENT_LAYOUT[quick].items():
-            for n in (n for n in ns if n <= max_n):
-                count = replicates if n <= 100_000 else max(2, replicates // 5)
+            for n in (n for n in ns if min_n <= n <= max_n):
+                count = replicates if n <= 100_000 else max(2, replicates // 5) if n <= CHUNKED_ROWS else 1
                 cells += [Cell(kind, case, d, n, r, quick) for d in ds for r in range(count)]
         cells.sort(key=lambda cell: cell.n)  # every case at small n first: the long cells come last
     else:
         ds, ns, replicates = CLASSIFICATION_LAYOUT[quick]
-        cells = [Cell(kind, f"{level:g}", d, n, r, quick) for level in (0.01, 0.05) for n in ns if n <= max_n
-                 for d in ds for r in range(replicates)]
+        cells = [Cell(kind, f"{level:g}", d, n, r, quick) for level in (0.01, 0.05) for n in ns
+                 if min_n <= n <= max_n for d in ds for r in range(replicates)]
     return cells
 
 
 def run_cell(cell: Cell) -> dict[str, Any]:
     """The metrics of one cell (``moments_cell`` or ``classification_cell``) with its wall time."""
     started = time.perf_counter()
-    if cell.kind == "moments":
+    if cell.kind == "moments" and cell.n > CHUNKED_ROWS:
+        result = moments_cell_chunked(cell.part, cell.d, cell.n, cell.replicate, cell.settings)
+    elif cell.kind == "moments":
         result = moments_cell(cell.part, cell.d, cell.n, cell.replicate, cell.settings)
     else:
         result = classification_cell(cell.d, cell.n, cell.replicate, float(cell.part), cell.settings)
@@ -144,14 +148,19 @@ def to_datasets(results: list[tuple[Cell, dict]]) -> dict[tuple[str, str], Any]:
 
 def save(datasets: dict[tuple[str, str], Any], out: str | Path) -> list[Path]:
     """Write each Dataset to ``out/{kind}-{part}.zarr`` and, as a small file to keep with the report,
-    ``out/{kind}-{part}.nc`` (NetCDF 3), replacing an earlier run's; returns the zarr paths."""
+    ``out/{kind}-{part}.nc`` (NetCDF 3). A dataset already there is merged: the new cells replace
+    the same cells of the earlier run, the others are kept. Returns the zarr paths."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
+    earlier = load(out)
     paths = []
-    for (kind, part), dataset in datasets.items():
-        path = out / f"{kind}-{part}.zarr"
+    for key, dataset in datasets.items():
+        if key in earlier:
+            dataset = dataset.combine_first(earlier[key])
+            dataset.attrs.update(earlier[key].attrs)
+        path = out / f"{key[0]}-{key[1]}.zarr"
         dataset.to_zarr(path, mode="w", consolidated=False)
-        dataset.to_netcdf(out / f"{kind}-{part}.nc", engine="scipy")
+        dataset.to_netcdf(out / f"{key[0]}-{key[1]}.nc", engine="scipy")
         paths.append(path)
     return paths
 
