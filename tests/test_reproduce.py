@@ -120,3 +120,9 @@ def test_save_merges_new_cells_into_earlier_results(tmp_path):
     assert xr.open_dataset(tmp_path / "moments-gaussian.nc", engine="scipy")["loss"].dims == (
         "method", "n", "d", "replicate")
     assert len(plan("moments", max_n=10_000_000, min_n=10_000_000)) == 3  # the chunked 1e7 point, one each d
+    import shutil
+
+    shutil.rmtree(tmp_path / "moments-gaussian.zarr")  # a clean checkout keeps the NetCDF copies only
+    again = load(tmp_path)[("moments", "gaussian")]
+    assert float(again["loss"].sel({"method": "cme", "n": 1000, "d": 1, "replicate": 0})) == 0.3
+    assert list(again.method.values) == list(merged.method.values)

@@ -166,12 +166,20 @@ def save(datasets: dict[tuple[str, str], Any], out: str | Path) -> list[Path]:
 
 
 def load(out: str | Path) -> dict[tuple[str, str], Any]:
-    """The result Datasets found in ``out``."""
+    """The result Datasets found in ``out``: the zarr stores, else their NetCDF copies (a clean
+    checkout keeps only those)."""
     import xarray as xr
 
     datasets = {}
-    for path in sorted(Path(out).glob("*.zarr")):
-        dataset = xr.open_zarr(path, consolidated=False).load()
+    paths = sorted(Path(out).glob("*.zarr")) + sorted(Path(out).glob("*.nc"))
+    for path in paths:
+        if path.suffix == ".nc" and path.with_suffix(".zarr").exists():
+            continue
+        if path.suffix == ".zarr":
+            dataset = xr.open_zarr(path, consolidated=False).load()
+        else:
+            with xr.open_dataset(path, engine="scipy") as opened:
+                dataset = opened.load()
         if dataset.attrs.get("schema") == "jdl.reproduce":
             datasets[(dataset.attrs["kind"], dataset.attrs["part"])] = dataset
     return datasets
