@@ -31,6 +31,7 @@ from scipy import integrate, stats
 from _common import write_json
 from jdlcore import CME, JDL, KLR, DeltaKernel, GaussianKernel, GreedyJDL, PolynomialJDL, build_problem
 from jdlcore.losses import clipped_logistic_loss, relative_second_moment_loss
+from pipeline.reproduce.metrics import negative_share, total_mass  # the report's metrics, on the same models
 
 RHO = 0.8
 SIGMA = np.sqrt(1 - RHO**2)
@@ -51,22 +52,6 @@ def timed(run):
 
 def second_moments(model, X: np.ndarray) -> np.ndarray:
     return model.conditional_expectation(X, lambda y: y**2)[:, 0]
-
-
-NEGATIVE = -1e-12  # values above this are rounding (solvers meet constraints to ~1e-14), not negative
-
-
-def negative_share(model, X: np.ndarray) -> float:
-    """Share of negative weights (below -1e-12) of the unclipped law at the queries, over all atoms."""
-    values = model.conditional_weights(X) if isinstance(model, CME) else model.radon_nikodym(X)
-    return float(np.mean(values < NEGATIVE))
-
-
-def total_mass(model, X: np.ndarray) -> np.ndarray:
-    """E[1 | x]: CME reports it; JDL-type laws are normalized by construction, so measure it."""
-    if isinstance(model, CME):
-        return model.total_mass(X)
-    return model.conditional_expectation(X, lambda y: np.ones((y.shape[0], 1)))[:, 0]
 
 
 def evaluate(name: str, model, fit_seconds: float, test: tuple, q: float) -> dict:

@@ -18,11 +18,10 @@ from typing import Any, Callable
 import numpy as np
 import zarr
 
-from jdlcore import CME
 from jdlcore.compression import ArraySource, CompressionResult, SampleSource, run_compression
-from jdlcore.compression.amcmd import LinearEmbedding, amcmd_between, cme_embedding, kcme_embedding
+from jdlcore.compression.amcmd import LinearEmbedding, amcmd_between, cme_embedding, data_cme, kcme_embedding
 from jdlcore.compression.compress import check_settings
-from jdlcore.compression.sources import Partial, add_partials, chunk_rows_for
+from jdlcore.compression.sources import Partial, add_partials, chunk_rows_for, reduce_rows
 from jdlcore.kernels import DeltaKernel, GaussianKernel, Kernel, kernel_from_dict
 from jdlcore.validation import check_choice, check_positive
 
@@ -41,11 +40,7 @@ def _reduce_chunk(function: Callable[..., Partial], X: np.ndarray, Y: np.ndarray
                   rows_hint: int) -> Partial:
     """Sum of ``function(X_slab, Y_slab, *args)`` over slabs of one chunk X (n_c, d_x), Y (n_c, d_y),
     each slab small enough that an (rows_hint, slab) kernel block stays near 16 MB (a Dask task)."""
-    step = chunk_rows_for(rows_hint, X.shape[0])
-    total = None
-    for start in range(0, X.shape[0], step):
-        total = add_partials(total, function(X[start:start + step], Y[start:start + step], *args))
-    return total
+    return reduce_rows(function, X, Y, args, chunk_rows_for(rows_hint, X.shape[0]))
 
 
 def _take(chunk: np.ndarray, local: np.ndarray) -> np.ndarray:
@@ -163,7 +158,7 @@ def _data_embedding(source: SampleSource, kernel_x: Kernel, kernel_y: Kernel, re
                     seed: int | None) -> LinearEmbedding:
     """The full data's KCME with the paper's lambda ``reg``: the project's low-rank CME with reg / n
     (pivoted Cholesky to relative trace error ``tol``), fitted in memory or from chunked reductions."""
-    cme = CME(kernel_x, kernel_y, reg=float(reg) / source.n, tol=float(tol), seed=seed)
+    cme = data_cme(kernel_x, kernel_y, reg, source.n, tol, seed)
     if isinstance(source, DaskSource):
         from .chunked_fit import chunked_problem
 

@@ -23,13 +23,13 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from scipy.linalg import cho_factor, cho_solve
 
 from ..kernels import Kernel
 from ..validation import as_samples, check_paired, check_positive
+from .objectives import kcme_inverse
 from .sources import ArraySource, SampleSource, chunk_rows_for
 
-__all__ = ["LinearEmbedding", "kcme_embedding", "cme_embedding", "amcmd", "amcmd_between", "jmmd"]
+__all__ = ["LinearEmbedding", "kcme_embedding", "data_cme", "cme_embedding", "amcmd", "amcmd_between", "jmmd"]
 
 
 @dataclass
@@ -55,12 +55,16 @@ def kcme_embedding(X: Any, Y: Any, kernel_x: Kernel, kernel_y: Kernel, reg: floa
     X, Y = as_samples(X, name), as_samples(Y, name.replace("X", "Y"))
     check_paired(X, Y, name, name.replace("X", "Y"))
     check_positive(reg, "reg")
-    try:
-        factor = cho_factor(kernel_x.block(X, X) + float(reg) * np.eye(X.shape[0]), lower=True)
-    except np.linalg.LinAlgError:
-        raise ValueError(f"reg: K + reg I of {name} is not positive definite; increase reg") from None
-    W = cho_solve(factor, np.eye(X.shape[0]))
-    return LinearEmbedding(kernel_x, X, 0.5 * (W + W.T), kernel_y, Y)
+    return LinearEmbedding(kernel_x, X, kcme_inverse(kernel_x.block(X, X), float(reg), f"K of {name}"), kernel_y, Y)
+
+
+def data_cme(kernel_x: Kernel, kernel_y: Kernel, reg: float, n: int, tol: float, seed: int | None = 0):
+    """The project's low-rank CME that stands for the KCME (K + reg I)^{-1} of n samples (the paper's
+    lambda): ``jdlcore.CME`` takes (K + n reg' I), so reg' = reg / n; unfitted, to fit in memory or on
+    a chunked problem."""
+    from ..cme import CME
+
+    return CME(kernel_x, kernel_y, reg=float(reg) / n, tol=float(tol), seed=seed)
 
 
 def cme_embedding(cme: Any) -> LinearEmbedding:
@@ -113,10 +117,8 @@ def amcmd(X: Any, Y: Any, Xc: Any, Yc: Any, *, kernel_x: Kernel, kernel_y: Kerne
     if rank_tol is None:
         first = kcme_embedding(X, Y, kernel_x, kernel_y, reg)
     else:
-        from ..cme import CME
-
         check_positive(rank_tol, "rank_tol")
-        first = cme_embedding(CME(kernel_x, kernel_y, reg=float(reg) / X.shape[0], tol=float(rank_tol)).fit(X, Y))
+        first = cme_embedding(data_cme(kernel_x, kernel_y, reg, X.shape[0], rank_tol).fit(X, Y))
     value = amcmd_between(first, second, ArraySource(X_eval, np.zeros((X_eval.shape[0], 1))))
     return value if squared else float(np.sqrt(max(value, 0.0)))
 

@@ -42,7 +42,19 @@ from scipy.linalg import cho_factor, cho_solve
 from ..kernels import Kernel
 from .sources import SampleSource
 
-__all__ = ["Evaluation", "SetObjective", "ACKIPObjective", "JKIPObjective", "search_labels", "label_objective", "make_objective"]
+__all__ = ["kcme_inverse", "Evaluation", "SetObjective", "ACKIPObjective", "JKIPObjective", "search_labels", "label_objective", "make_objective"]
+
+
+def kcme_inverse(K: np.ndarray, reg: float, name: str = "K") -> np.ndarray:
+    """The KCME's W = (K + reg I)^{-1} (m, m) by a Cholesky factorisation, symmetrised; ``ValueError``
+    naming ``name`` when K + reg I is not positive definite (duplicate points make K singular)."""
+    try:
+        factor = cho_factor(K + reg * np.eye(K.shape[0]), lower=True)
+    except np.linalg.LinAlgError:
+        raise ValueError(f"reg: {name} + reg I is not positive definite; increase reg (duplicate points make "
+                         f"{name} singular)") from None
+    W = cho_solve(factor, np.eye(K.shape[0]))
+    return 0.5 * (W + W.T)
 
 
 @dataclass
@@ -127,21 +139,11 @@ class ACKIPObjective(SetObjective):
 
     name = "ackip"
 
-    def inverse(self, Kc: np.ndarray) -> np.ndarray:
-        """W = (Kc + reg I)^{-1} (m, m) by a Cholesky factorisation; ``ValueError`` if not positive definite."""
-        try:
-            factor = cho_factor(Kc + self.reg * np.eye(Kc.shape[0]), lower=True)
-        except np.linalg.LinAlgError:
-            raise ValueError("reg: Kc + reg I is not positive definite; increase reg (duplicate compressed "
-                             "points make Kc singular)") from None
-        W = cho_solve(factor, np.eye(Kc.shape[0]))
-        return 0.5 * (W + W.T)
-
     def evaluate(self, Xc: np.ndarray, Yc: np.ndarray, source: SampleSource, gradient: bool = True) -> Evaluation:
         n, discrete = source.n, self.classes is not None
         Kc, dK = self._gram(self.kernel_x, Xc, gradient)
         Lc, dL = self._gram(self.kernel_y, Yc, gradient and not discrete)
-        W = self.inverse(Kc)
+        W = kcme_inverse(Kc, self.reg, "Kc")
         WLW = W @ Lc @ W
         sens = (2.0 / n * WLW, -2.0 / n * W) if gradient else (None, None)
         parts = source.reduce(_ackip_chunk, Xc, Yc, self.kernel_x, self.kernel_y, *sens, self.classes,

@@ -13,7 +13,7 @@ import numpy as np
 
 from ..validation import as_samples, check_paired
 
-__all__ = ["SampleSource", "ArraySource", "chunk_rows_for"]
+__all__ = ["SampleSource", "ArraySource", "chunk_rows_for", "add_partials", "reduce_rows"]
 
 Partial = dict[str, Any]
 ChunkFunction = Callable[..., Partial]
@@ -31,6 +31,14 @@ def add_partials(total: Partial | None, part: Partial) -> Partial:
     if total is None:
         return dict(part)
     return {key: total[key] + value for key, value in part.items()}
+
+
+def reduce_rows(function: ChunkFunction, X: np.ndarray, Y: np.ndarray, args: tuple, step: int) -> Partial:
+    """Sum of ``function(X_slab, Y_slab, *args)`` over row slabs of ``step`` rows of X (n, d_x), Y (n, d_y)."""
+    total = None
+    for start in range(0, X.shape[0], step):
+        total = add_partials(total, function(X[start:start + step], Y[start:start + step], *args))
+    return total
 
 
 class SampleSource(Protocol):
@@ -67,11 +75,7 @@ class ArraySource:
         self.n, self.x_width, self.y_width = self.X.shape[0], self.X.shape[1], self.Y.shape[1]
 
     def reduce(self, function: ChunkFunction, *args: Any, rows_hint: int = 1) -> Partial:
-        step = self.chunk_rows or chunk_rows_for(rows_hint, self.n)
-        total = None
-        for start in range(0, self.n, step):
-            total = add_partials(total, function(self.X[start:start + step], self.Y[start:start + step], *args))
-        return total
+        return reduce_rows(function, self.X, self.Y, args, self.chunk_rows or chunk_rows_for(rows_hint, self.n))
 
     def rows(self, indices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         indices = np.asarray(indices, dtype=np.int64)

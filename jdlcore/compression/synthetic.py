@@ -33,11 +33,11 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 import numpy as np
-from scipy.linalg import cho_factor, cho_solve
 from scipy.special import ndtr
 
 from ..kernels import GaussianKernel
 from ..validation import as_samples, check_paired, check_positive
+from .objectives import kcme_inverse
 
 __all__ = [
     "TEST_FUNCTIONS",
@@ -127,6 +127,17 @@ def _sample_size(n: Any) -> int:
     return int(n)
 
 
+def _conditional_norm(l2: float, s2: np.ndarray) -> np.ndarray:
+    """||mu_{Y|X=x}||^2 = E[l(Y, Y') | x] = sqrt(ell^2 / (ell^2 + 2 s2)) for Y | x ~ N(f, s2)."""
+    return np.sqrt(l2 / (l2 + 2.0 * s2))
+
+
+def _conditional_cross(f: np.ndarray, s2: np.ndarray, yt: np.ndarray, l2: float) -> np.ndarray:
+    """(q, m): <mu_{Y|X=x_p}, l(yt_i, .)> = sqrt(ell^2 / V) exp(-(yt_i - f_p)^2 / (2 V)), V = ell^2 + s2_p."""
+    V = l2 + np.broadcast_to(s2, f.shape)[:, None]
+    return np.sqrt(l2 / V) * np.exp(-((yt[None, :] - f[:, None]) ** 2) / (2.0 * V))
+
+
 class _GaussianConditional:
     """Shared API of models with Y | X=x ~ N(mean(x), variance(x))."""
 
@@ -168,12 +179,10 @@ class _GaussianConditional:
         _lengthscale(kernel_x, "kernel_x")
         l2 = _lengthscale(kernel_y, "kernel_y") ** 2
         f, s2 = self.mean(x), self.variance(x)
-        factor = cho_factor(kernel_x(xt[:, None]) + reg * np.eye(len(xt)), lower=True)
-        beta = cho_solve(factor, kernel_x(xt[:, None], x[:, None])).T  # (q, m)
-        V = l2 + s2[:, None]
-        cross = np.sqrt(l2 / V) * np.exp(-((yt[None, :] - f[:, None]) ** 2) / (2.0 * V))
+        beta = kernel_x(x[:, None], xt[:, None]) @ kcme_inverse(kernel_x(xt[:, None]), reg)  # (q, m)
+        cross = _conditional_cross(f, s2, yt, l2)
         fit = np.einsum("pi,ij,pj->p", beta, kernel_y(yt[:, None]), beta)
-        return float(np.mean(np.sqrt(l2 / (l2 + 2.0 * s2)) - 2.0 * np.sum(beta * cross, axis=1) + fit))
+        return float(np.mean(_conditional_norm(l2, s2) - 2.0 * np.sum(beta * cross, axis=1) + fit))
 
 
 @dataclass(frozen=True)
@@ -251,17 +260,13 @@ class GaussianLinearModel(_GaussianConditional):
 
     def embedding_norm(self, kernel_y: GaussianKernel) -> float:
         """E_x ||mu_{Y|X=x}||^2 = E[l(Y, Y') | same x] = sqrt(ell^2 / (ell^2 + 2 noise2)) (x-independent)."""
-        l2 = _lengthscale(kernel_y, "kernel_y") ** 2
-        return float(np.sqrt(l2 / (l2 + 2.0 * self.noise2)))
+        return float(_conditional_norm(_lengthscale(kernel_y, "kernel_y") ** 2, self.noise2))
 
     def cross_embedding(self, x: Any, Yt: Any, kernel_y: GaussianKernel) -> np.ndarray:
         """(q, m): <mu_{Y|X=x_p}, l(yt_i, .)> = E[l(Y, yt_i) | x_p] = sqrt(ell^2/V) exp(-(yt_i - f(x_p))^2 / (2V)),
         V = ell^2 + noise2."""
         f = self.mean(x)
-        yt = _points(Yt, "Yt")
-        l2 = _lengthscale(kernel_y, "kernel_y") ** 2
-        V = l2 + self.noise2
-        return np.sqrt(l2 / V) * np.exp(-((yt[None, :] - f[:, None]) ** 2) / (2.0 * V))
+        return _conditional_cross(f, self.noise2, _points(Yt, "Yt"), _lengthscale(kernel_y, "kernel_y") ** 2)
 
     def amcmd_squared(
         self, Xt: Any, Yt: Any, kernel_x: GaussianKernel, kernel_y: GaussianKernel, reg: float
@@ -277,9 +282,7 @@ class GaussianLinearModel(_GaussianConditional):
         reg = _positive(reg, "reg")
         K = kernel_x(xt[:, None])
         L = kernel_y(yt[:, None])
-        factor = cho_factor(K + reg * np.eye(len(xt)), lower=True)
-        W = cho_solve(factor, np.eye(len(xt)))
-        W = 0.5 * (W + W.T)
+        W = kcme_inverse(K, reg)
         M = self.marginal_moments(xt, kernel_x)
         Q = self.joint_moments(xt, yt, kernel_x, kernel_y)
         cross = float(np.sum(W * Q.T))

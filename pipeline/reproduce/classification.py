@@ -12,7 +12,6 @@ probabilities, normalization error (NaN for KLR), fit and query times.
 """
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -22,7 +21,7 @@ from jdlcore import CME, JDL, KLR, GaussianKernel, build_problem, median_heurist
 from jdlcore.losses import clipped_logistic_loss
 
 from .data import daily_returns, return_events
-from .metrics import negative_probability_share, normalization_error
+from .metrics import negative_probability_share, normalization_error, timed
 
 __all__ = ["CLASS_METHODS", "CLASS_METRICS", "LEVELS", "ClassificationSettings", "classification_cell"]
 
@@ -38,12 +37,6 @@ class ClassificationSettings:
     klr_regs: tuple[float, ...] = (1e-4, 1e-3, 1e-2, 1e-1)
     tol: float = 1e-3
     test_points: int = 5_000
-
-
-def _timed(run: Callable[[], Any]) -> tuple[Any, float]:
-    started = time.perf_counter()
-    result = run()
-    return result, time.perf_counter() - started
 
 
 def _probability(model: Any, X: np.ndarray, threshold: float) -> np.ndarray:
@@ -87,7 +80,7 @@ def classification_cell(d: int, n: int, replicate: int, level: float,
     best = (np.inf, None, None)
     for factor in settings.lengthscale_factors:
         kx = GaussianKernel(factor * median_heuristic(train[0]))
-        problem, factor_time = _timed(lambda: build_problem(*train, kx, ky, tol=settings.tol))
+        problem, factor_time = timed(lambda: build_problem(*train, kx, ky, tol=settings.tol))
         for reg in settings.regs:
             value = loss_of(JDL(kx, ky, reg=reg, tol=settings.tol, constraints="none").fit_problem(problem, train[1]),
                             validation)
@@ -99,11 +92,11 @@ def classification_cell(d: int, n: int, replicate: int, level: float,
     regs: dict[str, float] = {}
     for method in methods:
         grid = settings.klr_regs if method == "klr" else settings.regs
-        fits = {reg: _timed(lambda: fitters[method](reg)) for reg in grid}
+        fits = {reg: timed(lambda: fitters[method](reg)) for reg in grid}
         reg = min(fits, key=lambda r: loss_of(fits[r][0], validation))
         model, seconds = fits[reg]
         regs[method] = reg
-        probability, query_time = _timed(lambda: _probability(model, test[0], threshold))
+        probability, query_time = timed(lambda: _probability(model, test[0], threshold))
         results[method] = {
             "loss": clipped_logistic_loss(probability, test[1][:, 0] <= threshold),
             "negative_share": negative_probability_share(probability),

@@ -11,14 +11,15 @@ Values above -1e-12 are rounding: the solvers meet their constraints to about 1e
 """
 from __future__ import annotations
 
-from typing import Any
+import time
+from typing import Any, Callable
 
 import numpy as np
 
 from jdlcore import CME
 from jdlcore.losses import second_moment
 
-__all__ = ["TOL", "second_moments", "total_mass", "normalization_error", "psd_failure", "negative_share",
+__all__ = ["TOL", "timed", "second_moments", "total_mass", "normalization_error", "psd_failure", "negative_share",
            "negative_probability_share"]
 
 TOL = 1e-12
@@ -57,3 +58,10 @@ def negative_share(model: Any, X: np.ndarray) -> float:
 
 def negative_probability_share(probabilities: np.ndarray) -> float:
     return float(np.mean(np.asarray(probabilities) < -TOL))
+
+
+def timed(run: Callable[[], Any]) -> tuple[Any, float]:
+    """``run()``'s result and its wall time in seconds."""
+    started = time.perf_counter()
+    result = run()
+    return result, time.perf_counter() - started

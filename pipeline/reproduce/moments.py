@@ -22,7 +22,6 @@ conditional second moments at the 5,000 test points.
 from __future__ import annotations
 
 import itertools
-import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -32,13 +31,16 @@ from jdlcore import CME, JDL, GaussianKernel, PolynomialJDL, build_problem, medi
 from jdlcore.losses import SecondMomentLoss, relative_second_moment_loss
 
 from .data import CauchyCase, GaussianCase, UniformCase
-from .metrics import negative_share, normalization_error, psd_failure, second_moments
+from .metrics import negative_share, normalization_error, psd_failure, second_moments, timed
 
 __all__ = ["CASES", "MOMENT_METHODS", "METRICS", "MomentSettings", "tolerance", "make_case", "moments_cell"]
 
 CASES = ("gaussian", "uniform", "cauchy")
 MOMENT_METHODS = ("jdl", "jdl_tightening", "jdl_grid", "jpdl", "cme", "cme_constrained")
 METRICS = ("loss", "normalization_error", "psd_failure", "negative_share", "fit_time", "query_time")
+JDL_VARIANTS = {"jdl": ("none", "grid"), "jdl_tightening": ("positivity", "tightening"),
+                "jdl_grid": ("positivity", "grid")}  # method -> (constraints, positivity)
+CME_VARIANTS = {"cme": "none", "cme_constrained": "positivity"}  # method -> constraints
 
 
 @dataclass(frozen=True)
@@ -68,12 +70,6 @@ def make_case(case: str, d: int, rng: np.random.Generator):
     if case == "cauchy":
         return CauchyCase.random(d, rng)
     raise ValueError(f"case: unknown {case!r}; choose one of {', '.join(CASES)}")
-
-
-def _timed(run: Callable[[], Any]) -> tuple[Any, float]:
-    started = time.perf_counter()
-    result = run()
-    return result, time.perf_counter() - started
 
 
 def _kernels(X: np.ndarray, Y: np.ndarray, fx: float, fy: float) -> tuple[GaussianKernel, GaussianKernel]:
@@ -107,13 +103,11 @@ def jpdl_degree(d: int, rows: int, largest: int) -> int:
 def _fitters(kernels: tuple, problem, train: tuple, tol: float, degree: int) -> dict[str, Callable[[float], Any]]:
     """method -> reg -> fitted model (the kernel methods on the shared factorisations)."""
     X, Y = train
-    jdl = {"jdl": ("none", "grid"), "jdl_tightening": ("positivity", "tightening"), "jdl_grid": ("positivity", "grid")}
-    cme = {"cme": "none", "cme_constrained": "positivity"}
     fitters: dict[str, Callable[[float], Any]] = {}
-    for name, (constraints, positivity) in jdl.items():
+    for name, (constraints, positivity) in JDL_VARIANTS.items():
         fitters[name] = (lambda c, p: lambda reg: JDL(*kernels, reg=reg, tol=tol, constraints=c, positivity=p)
                          .fit_problem(problem, Y))(constraints, positivity)
-    for name, constraints in cme.items():
+    for name, constraints in CME_VARIANTS.items():
         fitters[name] = (lambda c: lambda reg: CME(*kernels, reg=reg, tol=tol, constraints=c)
                          .fit_problem(problem))(constraints)
     fitters["jpdl"] = lambda reg: _fit_jpdl(X, Y, degree, reg)
@@ -132,6 +126,20 @@ def _fit_jpdl(X: np.ndarray, Y: np.ndarray, degree: int, reg: float) -> Polynomi
     raise AssertionError("unreachable")  # pragma: no cover
 
 
+def _test_metrics(fitted: Any, X_test: np.ndarray, truth: np.ndarray | None, settings: MomentSettings,
+                  fit_time: float) -> dict[str, float]:
+    """``METRICS`` of a fitted model at the test x (truth: the exact moments, None for Cauchy)."""
+    moments, query_time = timed(lambda: second_moments(fitted, X_test))
+    return {
+        "loss": np.nan if truth is None else relative_second_moment_loss(moments, truth),
+        "normalization_error": normalization_error(fitted, X_test),
+        "psd_failure": psd_failure(moments),
+        "negative_share": negative_share(fitted, X_test[:settings.negative_points]),
+        "fit_time": fit_time,
+        "query_time": query_time,
+    }
+
+
 def moments_cell(case: str, d: int, n: int, replicate: int, settings: MomentSettings = MomentSettings(),
                  methods: tuple[str, ...] = MOMENT_METHODS, seed: int = 0) -> dict[str, Any]:
     """Run one cell; returns {method: {metric: value}} for ``METRICS`` (NaN where a method or metric
@@ -147,7 +155,7 @@ def moments_cell(case: str, d: int, n: int, replicate: int, settings: MomentSett
     tol = tolerance(n)
     tune = (min(split, (4 * settings.tune_rows) // 5), min(n - split, settings.tune_rows // 5))
     kernels = _choose_lengthscales(train, validation, settings, tol, tune)
-    problem, factor_time = _timed(lambda: build_problem(*train, *kernels, tol=tol))
+    problem, factor_time = timed(lambda: build_problem(*train, *kernels, tol=tol))
     degree = jpdl_degree(d, split, settings.jpdl_degree)
     fitters = _fitters(kernels, problem, train, tol, degree)
     Xv, Yv = validation[0][:settings.validation_rows], validation[1][:settings.validation_rows]
@@ -162,20 +170,13 @@ def moments_cell(case: str, d: int, n: int, replicate: int, settings: MomentSett
         fits = {}
         candidates = (chosen["jdl"],) if method == "jdl_grid" and "jdl" in chosen else settings.regs
         for reg in candidates:
-            fitted, seconds = _timed(lambda: fitters[method](reg))
+            fitted, seconds = timed(lambda: fitters[method](reg))
             fits[reg] = (loss(fitted, Xv, Yv), seconds, fitted)
         reg = min(fits, key=lambda r: (not np.isfinite(fits[r][0]), fits[r][0]))
         _, seconds, fitted = fits[reg]
         chosen[method] = reg
-        moments, query_time = _timed(lambda: second_moments(fitted, X_test))
-        results[method] = {
-            "loss": np.nan if truth is None else relative_second_moment_loss(moments, truth),
-            "normalization_error": normalization_error(fitted, X_test),
-            "psd_failure": psd_failure(moments),
-            "negative_share": negative_share(fitted, X_test[:settings.negative_points]),
-            "fit_time": seconds + (0.0 if method == "jpdl" else factor_time),
-            "query_time": query_time,
-        }
+        results[method] = _test_metrics(fitted, X_test, truth, settings,
+                                        seconds + (0.0 if method == "jpdl" else factor_time))
         if method == "jpdl":
             degree = int(fitted.degree)
         if method == "jdl_grid":  # the guarantee itself: 1 + h >= 0 at every training pair, so PSD there
@@ -188,8 +189,8 @@ def moments_cell(case: str, d: int, n: int, replicate: int, settings: MomentSett
     return results
 
 
-CHUNKED_METHODS = {"jdl": ("none", "grid"), "jdl_tightening": ("positivity", "tightening"),
-                   "cme": ("none", "auto"), "cme_constrained": ("positivity", "auto")}
+CHUNKED_METHODS = {**{m: JDL_VARIANTS[m] for m in ("jdl", "jdl_tightening")},
+                   **{m: (c, "auto") for m, c in CME_VARIANTS.items()}}  # no n^2 grid at this size
 
 
 def moments_cell_chunked(case: str, d: int, n: int, replicate: int, settings: MomentSettings = MomentSettings(),
@@ -225,10 +226,8 @@ def moments_cell_chunked(case: str, d: int, n: int, replicate: int, settings: Mo
         source = Path(tmp) / "samples.npy"
         np.save(source, np.hstack([X[:split], Y[:split]]))
         del X, Y
-        started = time.perf_counter()
-        data = stage(source, Path(tmp) / "data.zarr", x=[str(i) for i in range(d)],
-                     y=[str(d + i) for i in range(d)], chunk_size=1_250_000)
-        seconds["stage"] = time.perf_counter() - started
+        data, seconds["stage"] = timed(lambda: stage(source, Path(tmp) / "data.zarr", x=[str(i) for i in range(d)],
+                                                     y=[str(d + i) for i in range(d)], chunk_size=1_250_000))
         source.unlink()
         for method in MOMENT_METHODS:
             if method not in CHUNKED_METHODS:
@@ -236,18 +235,11 @@ def moments_cell_chunked(case: str, d: int, n: int, replicate: int, settings: Mo
                 continue
             regs[method] = min(settings.regs, key=lambda reg: loss(fitters[method](reg), *small[1]))
             constraints, positivity = CHUNKED_METHODS[method]
-            (_, fitted), fit_time = _timed(lambda: fit_store(
+            (_, fitted), fit_time = timed(lambda: fit_store(
                 data, Path(tmp) / f"{method}.zarr", lengthscale_x=float(kernels[0].lengthscale),
                 lengthscale_y=float(kernels[1].lengthscale), reg=regs[method], tol=tol, constraints=constraints,
                 positivity=positivity, method=method.split("_")[0], scheduler=scheduler))
-            moments, query_time = _timed(lambda: second_moments(fitted, X_test))
-            results[method] = {
-                "loss": np.nan if truth is None else relative_second_moment_loss(moments, truth),
-                "normalization_error": normalization_error(fitted, X_test),
-                "psd_failure": psd_failure(moments),
-                "negative_share": negative_share(fitted, X_test[:settings.negative_points]),
-                "fit_time": fit_time, "query_time": query_time,
-            }
+            results[method] = _test_metrics(fitted, X_test, truth, settings, fit_time)
             seconds[f"{method}_rank"] = float(fitted.basis_x_.size)
     results["_meta"] = {"tolerance": tol, "lengthscale_x": float(kernels[0].lengthscale),
                         "lengthscale_y": float(kernels[1].lengthscale), "regs": regs, "chunked": seconds,
