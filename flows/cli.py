@@ -183,13 +183,13 @@ def _reproduce(args: argparse.Namespace) -> int:
 
     if args.max_n < 10:
         raise ValueError(f"max-n: must be >= 10, got {args.max_n}")
-    if not plan(args.experiment, args.quick, args.max_n, args.min_n):
+    if not plan(args.experiment, args.quick, args.max_n, args.min_n, args.part):
         raise ValueError(f"max-n, min-n: [{args.min_n}, {args.max_n}] leaves no cell of the {args.experiment} "
-                         "experiment")
+                         "experiment" + (f" ({', '.join(args.part)})" if args.part else ""))
     _console_logging(verbose=args.verbose)
     with _progress_bar(f"reproduce {args.experiment}"):
         result = reproduce_flow(kind=args.experiment, out=args.out, quick=args.quick, report=args.report,
-                                max_n=args.max_n, min_n=args.min_n)
+                                max_n=args.max_n, min_n=args.min_n, parts=args.part)
     print(f"{result['cells']} cells -> {', '.join(result['datasets'])}; report {result['report']}")
     failed = 0
     for name, (holds, evidence) in structural_checks(load(args.out)).items():
@@ -341,6 +341,8 @@ def build_parser() -> argparse.ArgumentParser:
     reproduce.add_argument("--max-n", type=int, default=1_000_000, help="leave out larger n (default 1e6; 10000000 "
                                                                         "adds the chunked 1e7 point)")
     reproduce.add_argument("--min-n", type=int, default=0, help="leave out smaller n (results in OUT are kept)")
+    reproduce.add_argument("--part", action="append", help="only this case (moments: gaussian, uniform, cauchy) or "
+                           "event level (classification: 0.01, 0.05); repeat for several (default all)")
     reproduce.set_defaults(run=_reproduce)
 
     inspect = commands.add_parser("inspect", help="print a model store's card; optionally write diagnostic plots")

@@ -138,22 +138,25 @@ def reproduce_cell_task(kind: str, part: str, d: int, n: int, replicate: int, qu
 
 @flow(name="jdl-reproduce", validate_parameters=False)
 def reproduce_flow(kind: str, out: str, quick: bool = False, report: str | None = None,
-                   max_n: int = 1_000_000, min_n: int = 0) -> dict:
+                   max_n: int = 1_000_000, min_n: int = 0, parts: list[str] | None = None) -> dict:
     """Run the paper's experiment ``kind`` ("moments" or "classification"; ``quick``: the smoke run),
     write its result Datasets to ``out`` (zarr, dims method, n, d, replicate) and regenerate the report
     (default ``out``/results.md) from every result in ``out``. ``max_n``, ``min_n``: run only the cells
-    with n in [min_n, max_n] (results already in ``out`` for other cells are kept)."""
+    with n in [min_n, max_n] (results already in ``out`` for other cells are kept); ``parts``: only
+    these cases (moments) or event levels (classification)."""
     from pipeline.reproduce.report import write_report
     from pipeline.reproduce.runner import load, plan, save, to_datasets
 
-    cells = plan(kind, quick, max_n, min_n)
-    results = [(cell, reproduce_cell_task(cell.kind, cell.part, cell.d, cell.n, cell.replicate, cell.quick))
-               for cell in cells]
-    paths = save(to_datasets(results), out)
+    cells = plan(kind, quick, max_n, min_n, parts)
+    paths: set[str] = set()
+    for cell in cells:  # saved cell by cell: a stopped run keeps what it finished
+        result = reproduce_cell_task(cell.kind, cell.part, cell.d, cell.n, cell.replicate, cell.quick)
+        paths.update(str(path) for path in save(to_datasets([(cell, result)]), out))
     command = (f"jdl reproduce {kind}{' --quick' if quick else ''} --out {out}" + (f" --report {report}" if report else "")
-               + (f" --max-n {max_n}" if max_n != 1_000_000 else "") + (f" --min-n {min_n}" if min_n else ""))
+               + (f" --max-n {max_n}" if max_n != 1_000_000 else "") + (f" --min-n {min_n}" if min_n else "")
+               + "".join(f" --part {part}" for part in parts or ()))
     written = write_report(load(out), Path(report) if report else Path(out) / "results.md", command=command)
-    return {"datasets": [str(p) for p in paths], "report": str(written), "cells": len(cells)}
+    return {"datasets": sorted(paths), "report": str(written), "cells": len(cells)}
 
 
 def _tuned_on(tuning: str, data: str) -> bool:

@@ -53,17 +53,25 @@ def solve_cme(red: JDLReductions, reg: float, coefficients_y: np.ndarray, constr
     D = np.broadcast_to(red.lam_x[None, :] + red.n * reg, red.cross.shape)
     if constraints == "none":
         return red.cross / D, {}
-    U = np.outer(coefficients_y.sum(axis=0), red.sum_x)  # u s_X^T: (53) reads <U, Ftil> = n
-    weight = float(np.sum(U * U / D))
+    # Both constraints see Ftil only through v = Ftil s_X (m_Y,): (53) is u^T v = n with u = C_Y^T 1,
+    # (54) is C_Y v >= 0. Row k of the objective sum D F^2 - 2 G F (G = cross), minimised with
+    # F[k] s_X = v_k held fixed, is F[k, j] = (G[k, j] + t_k s_j) / D[k, j] with t_k = (v_k - a_k) / b_k,
+    # a = (G / D) s_X, b = (1 / D) s_X^2, and costs (v_k - a_k)^2 / b_k up to a constant. So the
+    # m_Y x m_X QP is exactly the m_Y-dimensional one: min sum_k (v_k - a_k)^2 / b_k under (53), (54).
+    s = red.sum_x
+    a = (red.cross / D) @ s
+    b = (1.0 / D) @ (s * s)
+    u = coefficients_y.sum(axis=0)
+    weight = float(np.sum(b * u * u))
     if weight <= 0:
         raise ValueError("constraints: the unconditional normalization (53) cannot be met (u s_X^T = 0)")
-    base = red.n * (U / D) / weight  # meets (53); Ftil = base + F' with <U, F'> = 0
-    qp = ProjectionQP(2 * D.ravel(), 2 * (red.cross - D * base).ravel(), equality=U.ravel(), tol=tol)
+    v0 = red.n * b * u / weight  # meets (53); v = v0 + w with u^T w = 0
+    qp = ProjectionQP(2.0 / b, 2.0 * (a - v0) / b, equality=u, tol=tol)
     if constraints == "positivity":
-        normals = (coefficients_y[:, :, None] * red.sum_x[None, None, :]).reshape(coefficients_y.shape[0], -1)
-        qp.add(normals, normals @ base.ravel())  # C_Y Ftil s_X >= 0, row by row
+        qp.add(coefficients_y, coefficients_y @ v0)  # C_Y v >= 0, row by row
         qp.solve()
-    F = base + qp.h.reshape(D.shape)
+    v = v0 + qp.h
+    F = (red.cross + np.outer((v - a) / b, s)) / D
     mean_weights = coefficients_y @ F @ red.sum_x / red.n  # average over the training x of w(x)
     info = {"unconditional_mass": float(mean_weights.sum()), "unconditional_min_weight": float(mean_weights.min())}
     if constraints == "positivity":

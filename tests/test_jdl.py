@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 
 from jdlcore import JDL, DeltaKernel, GaussianKernel, tune
-from jdlcore.losses import clipped_logistic_loss, relative_second_moment_loss
+from jdlcore.losses import clipped_logistic_loss, conditional_second_moments, relative_second_moment_loss, second_moment
 
 from .conftest import bivariate_gaussian
 
@@ -169,6 +169,23 @@ def test_losses_match_definitions(rng):
     eta = 1e-12
     expected = -np.mean([np.log(0.2), np.log(eta), np.log(eta), np.log(0.3)])
     assert clipped_logistic_loss(p, event, eta) == pytest.approx(expected, rel=1e-12)
+
+
+def test_registered_second_moments_match_the_pass_over_the_atoms(data):
+    from jdlcore import build_problem
+
+    X, Y = data
+    kernels = GaussianKernel(0.5), GaussianKernel(0.4)
+    problem = build_problem(X, Y, *kernels, tol=1e-6, test_functions={"second_moment": second_moment})
+    registered = JDL(*kernels, reg=1e-5, tol=1e-6).fit_problem(problem, Y)
+    plain = JDL(*kernels, reg=1e-5, tol=1e-6).fit(X, Y)
+    assert "second_moment" in registered.registered_ and "second_moment" not in plain.registered_
+    Xq = np.linspace(-2, 2, 9)[:, None]
+    by_atoms = registered.conditional_expectation(Xq, second_moment)
+    brute = np.einsum("qj,jab->qab", registered.conditional_weights(Xq), second_moment(Y))
+    np.testing.assert_allclose(by_atoms, brute, atol=1e-10)
+    np.testing.assert_allclose(conditional_second_moments(registered, Xq), brute, atol=1e-10)
+    np.testing.assert_allclose(conditional_second_moments(plain, Xq), brute, atol=1e-10)
 
 
 def test_tune_reuses_factors_and_picks_the_best(data):

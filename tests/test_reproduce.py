@@ -31,7 +31,9 @@ def _fake(kind, part, d, n, replicate, losses, psd=0.0, normalization=0.0):
     result = {method: {"loss": loss, "normalization_error": normalization, "negative_share": 0.0, "fit_time": 1.0,
                        "psd_failure": psd if method in ("jdl", "cme") else 0.0, "query_time": 0.1}
               for method, loss in losses.items()}
-    result["_meta"] = {"cell_seconds": 2.0, "grid_minimum": 0.5, "grid_train_psd_failure": 0.0}
+    if "jdl_grid" in result:
+        result["jdl_grid"].update(grid_minimum=0.5, grid_train_psd_failure=0.0)
+    result["_meta"] = {"cell_seconds": 2.0}
     return Cell(kind, part, d, n, replicate), result
 
 
@@ -75,7 +77,8 @@ def test_quick_moments_run_asserts_the_structural_claims(tmp_path, capsys):
     JDL, grid-positivity JDL non-negative on its training grid; datasets, figures and report written."""
     assert main(["reproduce", "moments", "--quick", "--out", str(tmp_path)]) == 0
     out = capsys.readouterr().out
-    assert out.count("PASS") == 4 and "FAIL" not in out
+    assert out.count("PASS") == 6 and "FAIL" not in out
+    assert "PASS  JDL with the tightening (33): 1 + h >= 0 on the training grid" in out
     datasets = load(tmp_path)
     assert set(datasets) == {("moments", "gaussian"), ("moments", "uniform"), ("moments", "cauchy")}
     gaussian = datasets[("moments", "gaussian")]
@@ -83,8 +86,10 @@ def test_quick_moments_run_asserts_the_structural_claims(tmp_path, capsys):
     assert float(jdl["normalization_error"].max(skipna=True)) < 1e-10
     for ds in datasets.values():
         assert float(ds["psd_failure"].sel({"method": "jdl_tightening"}).max(skipna=True)) == 0.0
-    assert float(gaussian["grid_minimum"].sel({"method": "jdl_grid"}).min(skipna=True)) >= -1e-12
-    assert float(gaussian["grid_train_psd_failure"].sel({"method": "jdl_grid"}).max(skipna=True)) == 0.0
+    for method in ("jdl_tightening", "jdl_grid"):  # the guarantees themselves, on the training grid
+        assert float(gaussian["grid_minimum"].sel({"method": method}).min(skipna=True)) >= -1e-12
+        assert float(gaussian["grid_train_psd_failure"].sel({"method": method}).max(skipna=True)) == 0.0
+    assert np.isnan(gaussian["grid_minimum"].sel({"method": ["jdl", "cme", "jpdl"]})).all()
     assert np.isnan(datasets[("moments", "cauchy")]["loss"]).all()  # Cauchy has no second moments
     assert float(gaussian["normalization_error"].sel({"method": "cme"}).max()) > 1e-3  # the CME is not normalized
     report = (tmp_path / "results.md").read_text()
@@ -107,6 +112,45 @@ def test_quick_classification_run_on_real_returns(tmp_path, capsys):
     assert "Constrained JDL on par with KLR" in (tmp_path / "results.md").read_text()
 
 
+def test_a_stopped_run_keeps_every_finished_cell(tmp_path, monkeypatch):
+    from pipeline.reproduce import runner
+
+    cells = [Cell("moments", "gaussian", 1, 1000, r) for r in range(3)]
+    finished = {cell: _fake("moments", "gaussian", 1, 1000, cell.replicate, {"jdl": 0.1 * (cell.replicate + 1)})[1]
+                for cell in cells[:2]}
+
+    def run_cell(cell):
+        if cell not in finished:
+            raise KeyboardInterrupt  # the run is stopped during the third cell
+        return finished[cell]
+
+    monkeypatch.setattr(runner, "run_cell", run_cell)
+    with pytest.raises(KeyboardInterrupt):
+        runner.run_cells(cells, out=tmp_path)
+    kept = load(tmp_path)[("moments", "gaussian")]
+    assert kept["loss"].sel({"method": "jdl", "n": 1000, "d": 1}).values.tolist() == [0.1, 0.2]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["moments-gaussian.nc", "moments-gaussian.zarr"]
+
+
+def test_an_interrupted_save_leaves_the_earlier_results_intact(tmp_path, monkeypatch):
+    from pipeline.reproduce.runner import save
+
+    save(to_datasets([_fake("moments", "gaussian", 1, 1000, 0, {"jdl": 0.2})]), tmp_path)
+
+    def broken(self, *args, **kwargs):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(xr.Dataset, "to_netcdf", broken)
+    with pytest.raises(OSError, match="disk full"):
+        save(to_datasets([_fake("moments", "gaussian", 1, 1000, 0, {"jdl": 0.7})]), tmp_path)
+    monkeypatch.undo()
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]
+    where = {"method": "jdl", "n": 1000, "d": 1, "replicate": 0}
+    assert float(load(tmp_path)[("moments", "gaussian")]["loss"].sel(where)) == 0.2
+    (tmp_path / "moments-gaussian.zarr").rename(tmp_path / "zarr-aside")  # the NetCDF copy is the old one too
+    assert float(load(tmp_path)[("moments", "gaussian")]["loss"].sel(where)) == 0.2
+
+
 def test_save_merges_new_cells_into_earlier_results(tmp_path):
     from pipeline.reproduce.runner import save
 
@@ -126,3 +170,46 @@ def test_save_merges_new_cells_into_earlier_results(tmp_path):
     again = load(tmp_path)[("moments", "gaussian")]
     assert float(again["loss"].sel({"method": "cme", "n": 1000, "d": 1, "replicate": 0})) == 0.3
     assert list(again.method.values) == list(merged.method.values)
+
+
+def test_plan_keeps_only_the_parts_asked_for():
+    cauchy = plan("moments", parts=["cauchy"])
+    assert cauchy and {cell.part for cell in cauchy} == {"cauchy"}
+    assert {cell.part for cell in plan("classification", quick=True, parts=["0.05"])} == {"0.05"}
+    with pytest.raises(ValueError, match="parts: unknown 'normal' for moments"):
+        plan("moments", parts=["normal"])
+
+
+def test_the_lengthscale_search_leaves_out_candidates_beyond_the_rank_budget(monkeypatch):
+    from jdlcore import JDL, build_problem, median_heuristic
+    from pipeline.reproduce import moments
+    from pipeline.reproduce.data import CauchyCase
+
+    rng = np.random.default_rng(3)
+    X, Y = CauchyCase.random(2, rng).sample(1500, rng)
+    train, validation = (X[:1200], Y[:1200]), (X[1200:], Y[1200:])
+    scale_x, scale_y = median_heuristic(train[0]), median_heuristic(train[1])
+    narrow = build_problem(*train, GaussianKernel(0.25 * scale_x), GaussianKernel(0.25 * scale_y), tol=1e-3)
+    wide = build_problem(*train, GaussianKernel(8 * scale_x), GaussianKernel(8 * scale_y), tol=1e-3)
+    budget = max(wide.basis_x.size, wide.basis_y.size)
+    assert min(narrow.basis_x.size, narrow.basis_y.size) > budget  # heavy tails: many more pivots when narrow
+    evaluated = []
+
+    class Recording(JDL):
+        def fit_problem(self, problem, Y):
+            evaluated.append((self.kernel_x.lengthscale / scale_x, self.kernel_y.lengthscale / scale_y))
+            return super().fit_problem(problem, Y)
+
+    monkeypatch.setattr(moments, "JDL", Recording)
+    search = dict(lengthscale_factors=(0.25, 8.0), regs=(1e-6,))
+    moments._choose_lengthscales(train, validation, moments.MomentSettings(**search), 1e-3, (1200, 300))
+    assert sorted(set(np.round(evaluated, 6).ravel())) == [0.25, 8.0]  # without a budget: every candidate
+    evaluated.clear()
+    settings = moments.MomentSettings(**search, max_rank=budget)
+    kernel_x, kernel_y = moments._choose_lengthscales(train, validation, settings, 1e-3, (1200, 300))
+    assert np.allclose(evaluated, 8.0)  # only the wide pair fits the budget
+    assert (kernel_x.lengthscale, kernel_y.lengthscale) == pytest.approx((8 * scale_x, 8 * scale_y))
+    evaluated.clear()
+    tight = moments.MomentSettings(**search, max_rank=budget // 2)  # none fits: the widest, unevaluated
+    kernel_x, kernel_y = moments._choose_lengthscales(train, validation, tight, 1e-3, (1200, 300))
+    assert not evaluated and kernel_x.lengthscale == pytest.approx(8 * scale_x)

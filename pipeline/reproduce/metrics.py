@@ -17,24 +17,35 @@ from typing import Any, Callable
 import numpy as np
 
 from jdlcore import CME
-from jdlcore.losses import second_moment
+from jdlcore.losses import conditional_second_moments, second_moment
 
-__all__ = ["TOL", "timed", "second_moments", "total_mass", "normalization_error", "psd_failure", "negative_share",
+__all__ = ["TOL", "TEST_FUNCTIONS", "timed", "ones", "second_moments", "total_mass", "normalization_error", "psd_failure", "negative_share",
            "negative_probability_share"]
 
 TOL = 1e-12
 
 
 def second_moments(model: Any, X: np.ndarray) -> np.ndarray:
-    """E[Y Y^T | x_q] for queries X (q, d_x), shape (q, d_y, d_y)."""
-    return model.conditional_expectation(X, second_moment)
+    """E[Y Y^T | x_q] for queries X (q, d_x), shape (q, d_y, d_y) (from registered sums when the
+    model has them: ``TEST_FUNCTIONS``)."""
+    return conditional_second_moments(model, X)
+
+
+def ones(y: np.ndarray) -> np.ndarray:
+    """f(y) = 1 for atoms y (n, d) -> (n, 1): E[1 | x] is the conditional law's total mass."""
+    return np.ones((y.shape[0], 1))
+
+
+TEST_FUNCTIONS = {"second_moment": second_moment, "one": ones}  # summed once per problem (build_problem)
 
 
 def total_mass(model: Any, X: np.ndarray) -> np.ndarray:
     """E[1 | x_q], shape (q,): the CME reports it; for JDL-type laws it is measured."""
     if isinstance(model, CME):
         return model.total_mass(X)
-    return model.conditional_expectation(X, lambda y: np.ones((y.shape[0], 1)))[:, 0]
+    if "one" in getattr(model, "registered_", {}) and not getattr(model, "clips", False):
+        return model.expectation("one", X)[:, 0]
+    return model.conditional_expectation(X, ones)[:, 0]
 
 
 def normalization_error(model: Any, X: np.ndarray) -> float:

@@ -31,21 +31,30 @@ from jdlcore import CME, JDL, GaussianKernel, PolynomialJDL, build_problem, medi
 from jdlcore.losses import SecondMomentLoss, relative_second_moment_loss
 
 from .data import CauchyCase, GaussianCase, UniformCase
-from .metrics import negative_share, normalization_error, psd_failure, second_moments, timed
+from .metrics import TEST_FUNCTIONS, negative_share, normalization_error, psd_failure, second_moments, timed
 
-__all__ = ["CASES", "MOMENT_METHODS", "METRICS", "MomentSettings", "tolerance", "make_case", "moments_cell"]
+__all__ = ["CASES", "MOMENT_METHODS", "METRICS", "GRID_METRICS", "MomentSettings", "tolerance", "make_case", "moments_cell"]
 
 CASES = ("gaussian", "uniform", "cauchy")
 MOMENT_METHODS = ("jdl", "jdl_tightening", "jdl_grid", "jpdl", "cme", "cme_constrained")
 METRICS = ("loss", "normalization_error", "psd_failure", "negative_share", "fit_time", "query_time")
+GRID_METRICS = ("grid_minimum", "grid_train_psd_failure")  # the positivity variants on their training grid
 JDL_VARIANTS = {"jdl": ("none", "grid"), "jdl_tightening": ("positivity", "tightening"),
                 "jdl_grid": ("positivity", "grid")}  # method -> (constraints, positivity)
 CME_VARIANTS = {"cme": "none", "cme_constrained": "positivity"}  # method -> constraints
+POSITIVE_VARIANTS = ("jdl_tightening", "jdl_grid")  # 1 + h >= 0 guaranteed at the training pairs
 
 
 @dataclass(frozen=True)
 class MomentSettings:
-    """Knobs of a cell; the defaults are the full run's."""
+    """Knobs of a cell; the defaults are the full run's.
+
+    ``max_rank``: a rank budget for each pivoted Cholesky (None: none). Lengthscales whose
+    factorisation of the tuning rows needs more pivots than the budget to reach the tolerance are left
+    out of the search; should the chosen ones still exceed it on the full training set, the
+    factorisation stops at the budget and the cell records the relative trace error it reached
+    (``_meta["factor_error"]``) instead of the tolerance.
+    """
 
     lengthscale_factors: tuple[float, ...] = (0.5, 1.0, 2.0)
     regs: tuple[float, ...] = (1e-8, 1e-7, 1e-6, 1e-5, 1e-4, 1e-3)
@@ -55,6 +64,7 @@ class MomentSettings:
     grid_rows: int = 400
     test_points: int = 5_000
     negative_points: int = 500
+    max_rank: int | None = None
 
 
 def tolerance(n: int) -> float:
@@ -84,12 +94,15 @@ def _choose_lengthscales(train: tuple, validation: tuple, settings: MomentSettin
     best, chosen = np.inf, None
     for fx, fy in itertools.product(settings.lengthscale_factors, repeat=2):
         kernels = _kernels(X, Y, fx, fy)
-        problem = build_problem(X, Y, *kernels, tol=tol)
+        problem = build_problem(X, Y, *kernels, tol=tol, max_rank=settings.max_rank, test_functions=TEST_FUNCTIONS)
+        if "max_rank" in (problem.factors["stop_reason_x"], problem.factors["stop_reason_y"]):
+            continue  # beyond the rank budget at this tolerance
         for reg in settings.regs:
             value = loss(JDL(*kernels, reg=reg, tol=tol, constraints="normalization").fit_problem(problem, Y), Xv, Yv)
             if np.isfinite(value) and value < best:
                 best, chosen = value, kernels
-    return chosen or _kernels(X, Y, 1.0, 1.0)
+    widest = max(settings.lengthscale_factors)  # the fewest pivots, should every candidate exceed the budget
+    return chosen or _kernels(X, Y, widest, widest)
 
 
 def jpdl_degree(d: int, rows: int, largest: int) -> int:
@@ -140,6 +153,13 @@ def _test_metrics(fitted: Any, X_test: np.ndarray, truth: np.ndarray | None, set
     }
 
 
+def _training_grid_metrics(fitted: JDL, X_train: np.ndarray) -> dict[str, float]:
+    """``GRID_METRICS`` of a positivity-constrained JDL at training inputs X_train (t, d) against every
+    training atom: min 1 + h(x_t, y_s), and the share of non-PSD second-moment matrices at the x_t."""
+    return {"grid_minimum": fitted.grid_minimum(X_train),
+            "grid_train_psd_failure": psd_failure(second_moments(fitted, X_train))}
+
+
 def moments_cell(case: str, d: int, n: int, replicate: int, settings: MomentSettings = MomentSettings(),
                  methods: tuple[str, ...] = MOMENT_METHODS, seed: int = 0) -> dict[str, Any]:
     """Run one cell; returns {method: {metric: value}} for ``METRICS`` (NaN where a method or metric
@@ -155,14 +175,14 @@ def moments_cell(case: str, d: int, n: int, replicate: int, settings: MomentSett
     tol = tolerance(n)
     tune = (min(split, (4 * settings.tune_rows) // 5), min(n - split, settings.tune_rows // 5))
     kernels = _choose_lengthscales(train, validation, settings, tol, tune)
-    problem, factor_time = timed(lambda: build_problem(*train, *kernels, tol=tol))
+    problem, factor_time = timed(lambda: build_problem(*train, *kernels, tol=tol, max_rank=settings.max_rank,
+                                                       test_functions=TEST_FUNCTIONS))
     degree = jpdl_degree(d, split, settings.jpdl_degree)
     fitters = _fitters(kernels, problem, train, tol, degree)
     Xv, Yv = validation[0][:settings.validation_rows], validation[1][:settings.validation_rows]
     loss = SecondMomentLoss()
     results: dict[str, Any] = {}
     chosen: dict[str, float] = {}
-    grid_minimum = grid_train_psd = np.nan
     for method in methods:
         if method == "jdl_grid" and split > settings.grid_rows:
             results[method] = {metric: np.nan for metric in METRICS}
@@ -179,13 +199,12 @@ def moments_cell(case: str, d: int, n: int, replicate: int, settings: MomentSett
                                         seconds + (0.0 if method == "jpdl" else factor_time))
         if method == "jpdl":
             degree = int(fitted.degree)
-        if method == "jdl_grid":  # the guarantee itself: 1 + h >= 0 at every training pair, so PSD there
-            grid_minimum = fitted.grid_minimum(train[0])
-            grid_train_psd = psd_failure(second_moments(fitted, train[0][:settings.test_points]))
+        if method in POSITIVE_VARIANTS:  # the guarantee itself: 1 + h >= 0 at the training pairs, so PSD there
+            results[method].update(_training_grid_metrics(fitted, train[0][:settings.negative_points]))
     results["_meta"] = {"tolerance": tol, "rank_x": problem.basis_x.size, "rank_y": problem.basis_y.size,
+                        "factor_error": max(problem.factors["relative_error_x"], problem.factors["relative_error_y"]),
                         "lengthscale_x": float(kernels[0].lengthscale), "lengthscale_y": float(kernels[1].lengthscale),
-                        "regs": chosen, "factor_time": factor_time, "jpdl_degree": degree,
-                        "grid_minimum": grid_minimum, "grid_train_psd_failure": grid_train_psd}
+                        "regs": chosen, "factor_time": factor_time, "jpdl_degree": degree}
     return results
 
 
@@ -216,7 +235,7 @@ def moments_cell_chunked(case: str, d: int, n: int, replicate: int, settings: Mo
     rows = (4 * settings.tune_rows) // 5
     small = (X[:rows], Y[:rows]), (X[split:split + settings.tune_rows // 5], Y[split:split + settings.tune_rows // 5])
     kernels = _choose_lengthscales(*small, settings, tol, (rows, settings.tune_rows // 5))
-    problem = build_problem(*small[0], *kernels, tol=tol)
+    problem = build_problem(*small[0], *kernels, tol=tol, max_rank=settings.max_rank, test_functions=TEST_FUNCTIONS)
     fitters = _fitters(kernels, problem, small[0], tol, settings.jpdl_degree)
     loss = SecondMomentLoss()
     results: dict[str, Any] = {}
@@ -242,6 +261,5 @@ def moments_cell_chunked(case: str, d: int, n: int, replicate: int, settings: Mo
             results[method] = _test_metrics(fitted, X_test, truth, settings, fit_time)
             seconds[f"{method}_rank"] = float(fitted.basis_x_.size)
     results["_meta"] = {"tolerance": tol, "lengthscale_x": float(kernels[0].lengthscale),
-                        "lengthscale_y": float(kernels[1].lengthscale), "regs": regs, "chunked": seconds,
-                        "grid_minimum": np.nan, "grid_train_psd_failure": np.nan}
+                        "lengthscale_y": float(kernels[1].lengthscale), "regs": regs, "chunked": seconds}
     return results

@@ -16,12 +16,12 @@ from typing import Any, Callable, Iterable
 import numpy as np
 
 from .classification import CLASS_METHODS, CLASS_METRICS, ClassificationSettings, classification_cell
-from .moments import METRICS, MOMENT_METHODS, MomentSettings, moments_cell, moments_cell_chunked
+from .moments import GRID_METRICS, METRICS, MOMENT_METHODS, MomentSettings, moments_cell, moments_cell_chunked
 
 __all__ = ["KINDS", "Cell", "settings", "plan", "run_cell", "run_cells", "to_datasets", "save", "load"]
 
 KINDS = ("moments", "classification")
-GRID_METRICS = ("grid_minimum", "grid_train_psd_failure")
+CAUCHY_RANK_BUDGET = 1_000  # pivots per factorisation (MomentSettings.max_rank)
 CHUNKED_ROWS = 1_000_000  # cells above run through the chunked pipeline (stage, fit_store on Dask)
 
 
@@ -53,7 +53,13 @@ def settings(kind: str, part: str, quick: bool) -> Any:
                           test_points=2000) if quick else MomentSettings(grid_rows=400)
     # The grid QP (active set over n^2 pairs) took over 3 minutes per fit at n = 1e3, d = 2 and the
     # validated reg, and stalls on heavy tails: at most 400 training rows, none for Cauchy.
-    return replace(base, grid_rows=0) if part == "cauchy" else base
+    if part != "cauchy":
+        return base
+    # Heavy tails leave many far-out points that each need a pivot of their own: at the median-heuristic
+    # lengthscale the pivoted Cholesky of 8e4 Cauchy rows (d = 3) passes 3,000 pivots before the
+    # tolerance 1e-3. Wider lengthscales and a rank budget keep the cells at n >= 1e5 feasible.
+    wide = base.lengthscale_factors if quick else (1.0, 2.0, 4.0, 8.0)
+    return replace(base, grid_rows=0, lengthscale_factors=wide, max_rank=CAUCHY_RANK_BUDGET)
 
 
 MOMENT_LAYOUT = {  # case -> (d values, n values, replicates); quick, then full
@@ -62,26 +68,34 @@ MOMENT_LAYOUT = {  # case -> (d values, n values, replicates); quick, then full
     False: {"gaussian": ((1, 2, 3), (1_000, 10_000, 100_000, 1_000_000, 10_000_000), 5),
             "uniform": ((1, 2, 3), (10, 20, 50, 100), 10), "cauchy": ((1, 2, 3), (1_000, 10_000, 100_000), 3)},
 }
+PARTS = {"moments": tuple(MOMENT_LAYOUT[False]), "classification": ("0.01", "0.05")}
 CLASSIFICATION_LAYOUT = {True: ((1, 5), (500,), 1), False: ((1, 5, 10, 20), (1_000, 3_000), 10)}
 
 
-def plan(kind: str, quick: bool = False, max_n: int = 1_000_000, min_n: int = 0) -> list[Cell]:
+def plan(kind: str, quick: bool = False, max_n: int = 1_000_000, min_n: int = 0,
+         parts: Iterable[str] | None = None) -> list[Cell]:
     """The cells of experiment ``kind`` ("moments" or "classification"); ``quick``: a few-minute smoke
     run; ``max_n``, ``min_n``: leave out larger and smaller n (the 1e7 point is opt-in: ``max_n``
-    1e7; it runs through the chunked pipeline). Replicates: as ``MOMENT_LAYOUT`` (the paper: 100), a
+    1e7; it runs through the chunked pipeline); ``parts``: only these cases (moments: gaussian,
+    uniform, cauchy) or event levels (classification: 0.01, 0.05), default all. Replicates: as ``MOMENT_LAYOUT`` (the paper: 100), a
     fifth of them (at least 2) at n = 1e6, one above."""
     if kind not in KINDS:
         raise ValueError(f"kind: unknown {kind!r}; choose one of {', '.join(KINDS)}")
+    known = PARTS[kind]
+    parts = known if parts is None else tuple(parts)
+    if unknown := [part for part in parts if part not in known]:
+        raise ValueError(f"parts: unknown {', '.join(map(repr, unknown))} for {kind}; choose from {', '.join(known)}")
     cells = []
     if kind == "moments":
         for case, (ds, ns, replicates) in MOMENT_LAYOUT[quick].items():
             for n in (n for n in ns if min_n <= n <= max_n):
                 count = replicates if n <= 100_000 else max(2, replicates // 5) if n <= CHUNKED_ROWS else 1
                 cells += [Cell(kind, case, d, n, r, quick) for d in ds for r in range(count)]
+        cells = [cell for cell in cells if cell.part in parts]
         cells.sort(key=lambda cell: cell.n)  # every case at small n first: the long cells come last
     else:
         ds, ns, replicates = CLASSIFICATION_LAYOUT[quick]
-        cells = [Cell(kind, f"{level:g}", d, n, r, quick) for level in (0.01, 0.05) for n in ns
+        cells = [Cell(kind, level, d, n, r, quick) for level in parts for n in ns
                  if min_n <= n <= max_n for d in ds for r in range(replicates)]
     return cells
 
@@ -99,16 +113,21 @@ def run_cell(cell: Cell) -> dict[str, Any]:
     return result
 
 
-def run_cells(cells: Iterable[Cell], progress: Callable[[str], None] | None = None) -> list[tuple[Cell, dict]]:
+def run_cells(cells: Iterable[Cell], progress: Callable[[str], None] | None = None,
+              out: str | Path | None = None) -> list[tuple[Cell, dict]]:
+    """Run ``cells`` in order; with ``out``, each cell's result is merged into the datasets there as
+    soon as it is done (``save``), so a stopped run keeps every finished cell."""
     cells = list(cells)
-    out = []
+    results = []
     for index, cell in enumerate(cells, 1):
         result = run_cell(cell)
-        out.append((cell, result))
+        results.append((cell, result))
+        if out is not None:
+            save(to_datasets([(cell, result)]), out)
         if progress:
             progress(f"[{index}/{len(cells)}] {cell.kind} {cell.part} d={cell.d} n={cell.n} "
                      f"rep={cell.replicate}: {result['_meta']['cell_seconds']:.1f} s")
-    return out
+    return results
 
 
 def _layout(kind: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
@@ -134,11 +153,7 @@ def to_datasets(results: list[tuple[Cell, dict]]) -> dict[tuple[str, str], Any]:
             seconds[at] = result["_meta"]["cell_seconds"]
             for i, method in enumerate(methods):
                 for metric in metrics:
-                    if metric in GRID_METRICS:  # properties of the grid-positivity JDL on its training data
-                        value = result["_meta"].get(metric, np.nan) if method == "jdl_grid" else np.nan
-                    else:
-                        value = result.get(method, {}).get(metric, np.nan)
-                    values[metric][(i,) + at] = value
+                    values[metric][(i,) + at] = result.get(method, {}).get(metric, np.nan)
         data = {metric: (tuple(coords), array) for metric, array in values.items()}
         data["cell_time"] = (("n", "d", "replicate"), seconds)
         datasets[(kind, part)] = xr.Dataset(data, coords=coords, attrs={"kind": kind, "part": part,
@@ -149,7 +164,9 @@ def to_datasets(results: list[tuple[Cell, dict]]) -> dict[tuple[str, str], Any]:
 def save(datasets: dict[tuple[str, str], Any], out: str | Path) -> list[Path]:
     """Write each Dataset to ``out/{kind}-{part}.zarr`` and, as a small file to keep with the report,
     ``out/{kind}-{part}.nc`` (NetCDF 3). A dataset already there is merged: the new cells replace
-    the same cells of the earlier run, the others are kept. Returns the zarr paths."""
+    the same cells of the earlier run, the others are kept. Both files are written beside their
+    targets and then moved into place, so an interrupted save leaves the earlier results intact. Returns the zarr
+    paths."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     earlier = load(out)
@@ -159,10 +176,40 @@ def save(datasets: dict[tuple[str, str], Any], out: str | Path) -> list[Path]:
             dataset = dataset.combine_first(earlier[key])
             dataset.attrs.update(earlier[key].attrs)
         path = out / f"{key[0]}-{key[1]}.zarr"
-        dataset.to_zarr(path, mode="w", consolidated=False)
-        dataset.to_netcdf(out / f"{key[0]}-{key[1]}.nc", engine="scipy")
+        _replace_together({path: lambda target: dataset.to_zarr(target, mode="w", consolidated=False),
+                           path.with_suffix(".nc"): lambda target: dataset.to_netcdf(target, engine="scipy")})
         paths.append(path)
     return paths
+
+
+def _replace_together(writers: dict[Path, Callable[[Path], Any]]) -> None:
+    """Write each path through its writer to a temporary sibling, then swap them all in: a failure
+    while writing leaves every old copy as it was."""
+    import os
+
+    partial = {path: path.with_name(f".{path.name}.partial") for path in writers}
+    previous = {path: path.with_name(f".{path.name}.previous") for path in writers}
+    for path in writers:
+        _remove(partial[path])
+        _remove(previous[path])
+    try:
+        for path, write in writers.items():
+            write(partial[path])
+    except BaseException:
+        for path in writers:
+            _remove(partial[path])
+        raise
+    for path in writers:
+        if path.exists():
+            os.replace(path, previous[path])
+        os.replace(partial[path], path)
+        _remove(previous[path])
+
+
+def _remove(path: Path) -> None:
+    import shutil
+
+    shutil.rmtree(path, ignore_errors=True) if path.is_dir() else path.unlink(missing_ok=True)
 
 
 def load(out: str | Path) -> dict[tuple[str, str], Any]:
