@@ -21,7 +21,10 @@ from .moments import GRID_METRICS, METRICS, MOMENT_METHODS, MomentSettings, mome
 __all__ = ["KINDS", "Cell", "settings", "plan", "run_cell", "run_cells", "to_datasets", "save", "load"]
 
 KINDS = ("moments", "classification")
+CELL_META = {"cell_time": "cell_seconds", "rank_x": "rank_x", "rank_y": "rank_y",  # variable -> _meta key;
+             "factor_error": "factor_error"}  # per cell (n, d, replicate), NaN where a cell does not record it
 CAUCHY_RANK_BUDGET = 1_000  # pivots per factorisation (MomentSettings.max_rank)
+FACTOR_MEMORY = 10 * 2**30  # bytes: the n x rank factors of one in-memory cell
 CHUNKED_ROWS = 1_000_000  # cells above run through the chunked pipeline (stage, fit_store on Dask)
 
 
@@ -39,11 +42,11 @@ class Cell:
 
     @property
     def settings(self) -> Any:
-        return settings(self.kind, self.part, self.quick)
+        return settings(self.kind, self.part, self.quick, self.n)
 
 
-def settings(kind: str, part: str, quick: bool) -> Any:
-    """The settings of every cell of an experiment part."""
+def settings(kind: str, part: str, quick: bool, n: int = 0) -> Any:
+    """The settings of the cells of an experiment part with n samples."""
     if kind == "classification":
         if quick:
             return ClassificationSettings(lengthscale_factors=(1.0,), regs=(1e-6, 1e-4), klr_regs=(1e-3, 1e-1),
@@ -59,17 +62,29 @@ def settings(kind: str, part: str, quick: bool) -> Any:
     # lengthscale the pivoted Cholesky of 8e4 Cauchy rows (d = 3) passes 3,000 pivots before the
     # tolerance 1e-3. Wider lengthscales and a rank budget keep the cells at n >= 1e5 feasible.
     wide = base.lengthscale_factors if quick else (1.0, 2.0, 4.0, 8.0)
-    return replace(base, grid_rows=0, lengthscale_factors=wide, max_rank=CAUCHY_RANK_BUDGET)
+    return replace(base, grid_rows=0, lengthscale_factors=wide, max_rank=cauchy_rank_budget(n))
 
 
-MOMENT_LAYOUT = {  # case -> (d values, n values, replicates); quick, then full
-    True: {"gaussian": ((1, 2, 3), (250, 1000), 1), "uniform": ((1, 2, 3), (10, 50), 2),
-           "cauchy": ((1, 2, 3), (1000,), 1)},
-    False: {"gaussian": ((1, 2, 3), (1_000, 10_000, 100_000, 1_000_000, 10_000_000), 5),
-            "uniform": ((1, 2, 3), (10, 20, 50, 100), 10), "cauchy": ((1, 2, 3), (1_000, 10_000, 100_000), 3)},
+def cauchy_rank_budget(n: int) -> int:
+    """Pivots per factorisation for a Cauchy cell of n samples: ``CAUCHY_RANK_BUDGET``, or fewer where
+    the four (4n/5, rank) float64 arrays of a cell (L and A on both sides) would pass ``FACTOR_MEMORY``."""
+    return max(1, min(CAUCHY_RANK_BUDGET, FACTOR_MEMORY // (4 * 8 * max(1, (4 * int(n)) // 5))))
+
+
+MOMENT_LAYOUT = {  # case -> (d values, n values); quick, then full
+    True: {"gaussian": ((1, 2, 3), (250, 1000)), "uniform": ((1, 2, 3), (10, 50)), "cauchy": ((1, 2, 3), (1000,))},
+    False: {"gaussian": ((1, 2, 3), (1_000, 10_000, 100_000, 1_000_000, 10_000_000)),
+            "uniform": ((1, 2, 3), (10, 20, 50, 100)), "cauchy": ((1, 2, 3), (1_000, 10_000, 100_000, 1_000_000))},
 }
+QUICK_REPLICATES = {"gaussian": 1, "uniform": 2, "cauchy": 1, "classification": 1}
 PARTS = {"moments": tuple(MOMENT_LAYOUT[False]), "classification": ("0.01", "0.05")}
-CLASSIFICATION_LAYOUT = {True: ((1, 5), (500,), 1), False: ((1, 5, 10, 20), (1_000, 3_000), 10)}
+CLASSIFICATION_LAYOUT = {True: ((1, 5), (500,)), False: ((1, 5, 10, 20), (1_000, 3_000))}  # (d values, n values)
+
+
+def replicates(n: int) -> int:
+    """Replicates of a full-run cell with n samples (the paper: 100 throughout): 100 up to n = 1e3,
+    50 up to 1e4, 5 up to 1e5, 2 up to 1e6, 1 above."""
+    return 100 if n <= 1_000 else 50 if n <= 10_000 else 5 if n <= 100_000 else 2 if n <= CHUNKED_ROWS else 1
 
 
 def plan(kind: str, quick: bool = False, max_n: int = 1_000_000, min_n: int = 0,
@@ -77,8 +92,8 @@ def plan(kind: str, quick: bool = False, max_n: int = 1_000_000, min_n: int = 0,
     """The cells of experiment ``kind`` ("moments" or "classification"); ``quick``: a few-minute smoke
     run; ``max_n``, ``min_n``: leave out larger and smaller n (the 1e7 point is opt-in: ``max_n``
     1e7; it runs through the chunked pipeline); ``parts``: only these cases (moments: gaussian,
-    uniform, cauchy) or event levels (classification: 0.01, 0.05), default all. Replicates: as ``MOMENT_LAYOUT`` (the paper: 100), a
-    fifth of them (at least 2) at n = 1e6, one above."""
+    uniform, cauchy) or event levels (classification: 0.01, 0.05), default all. Replicates: ``replicates(n)``
+    (``QUICK_REPLICATES`` in the smoke run)."""
     if kind not in KINDS:
         raise ValueError(f"kind: unknown {kind!r}; choose one of {', '.join(KINDS)}")
     known = PARTS[kind]
@@ -87,16 +102,16 @@ def plan(kind: str, quick: bool = False, max_n: int = 1_000_000, min_n: int = 0,
         raise ValueError(f"parts: unknown {', '.join(map(repr, unknown))} for {kind}; choose from {', '.join(known)}")
     cells = []
     if kind == "moments":
-        for case, (ds, ns, replicates) in MOMENT_LAYOUT[quick].items():
+        for case, (ds, ns) in MOMENT_LAYOUT[quick].items():
             for n in (n for n in ns if min_n <= n <= max_n):
-                count = replicates if n <= 100_000 else max(2, replicates // 5) if n <= CHUNKED_ROWS else 1
+                count = QUICK_REPLICATES[case] if quick else replicates(n)
                 cells += [Cell(kind, case, d, n, r, quick) for d in ds for r in range(count)]
         cells = [cell for cell in cells if cell.part in parts]
         cells.sort(key=lambda cell: cell.n)  # every case at small n first: the long cells come last
     else:
-        ds, ns, replicates = CLASSIFICATION_LAYOUT[quick]
-        cells = [Cell(kind, level, d, n, r, quick) for level in parts for n in ns
-                 if min_n <= n <= max_n for d in ds for r in range(replicates)]
+        ds, ns = CLASSIFICATION_LAYOUT[quick]
+        cells = [Cell(kind, level, d, n, r, quick) for level in parts for n in ns if min_n <= n <= max_n
+                 for d in ds for r in range(QUICK_REPLICATES[kind] if quick else replicates(n))]
     return cells
 
 
@@ -147,15 +162,16 @@ def to_datasets(results: list[tuple[Cell, dict]]) -> dict[tuple[str, str], Any]:
                   "replicate": sorted({c.replicate for c, _ in chosen})}
         shape = tuple(len(v) for v in coords.values())
         values = {metric: np.full(shape, np.nan) for metric in metrics}
-        seconds = np.full(shape[1:], np.nan)
+        per_cell = {name: np.full(shape[1:], np.nan) for name in CELL_META}
         for cell, result in chosen:
             at = (coords["n"].index(cell.n), coords["d"].index(cell.d), coords["replicate"].index(cell.replicate))
-            seconds[at] = result["_meta"]["cell_seconds"]
+            for name, key in CELL_META.items():
+                per_cell[name][at] = result["_meta"].get(key, np.nan)
             for i, method in enumerate(methods):
                 for metric in metrics:
                     values[metric][(i,) + at] = result.get(method, {}).get(metric, np.nan)
         data = {metric: (tuple(coords), array) for metric, array in values.items()}
-        data["cell_time"] = (("n", "d", "replicate"), seconds)
+        data.update({name: (("n", "d", "replicate"), array) for name, array in per_cell.items()})
         datasets[(kind, part)] = xr.Dataset(data, coords=coords, attrs={"kind": kind, "part": part,
                                                                         "schema": "jdl.reproduce", "schema_version": 1})
     return datasets
@@ -169,7 +185,7 @@ def save(datasets: dict[tuple[str, str], Any], out: str | Path) -> list[Path]:
     paths."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    earlier = load(out)
+    earlier = load(out, keys=datasets)  # only the parts written here: runs of other parts may share out
     paths = []
     for key, dataset in datasets.items():
         if key in earlier:
@@ -212,15 +228,17 @@ def _remove(path: Path) -> None:
     shutil.rmtree(path, ignore_errors=True) if path.is_dir() else path.unlink(missing_ok=True)
 
 
-def load(out: str | Path) -> dict[tuple[str, str], Any]:
+def load(out: str | Path, keys: Iterable[tuple[str, str]] | None = None) -> dict[tuple[str, str], Any]:
     """The result Datasets found in ``out``: the zarr stores, else their NetCDF copies (a clean
-    checkout keeps only those)."""
+    checkout keeps only those); ``keys``: only these (kind, part)."""
     import xarray as xr
 
+    wanted = None if keys is None else {f"{kind}-{part}" for kind, part in keys}
     datasets = {}
     paths = sorted(Path(out).glob("*.zarr")) + sorted(Path(out).glob("*.nc"))
     for path in paths:
-        if path.suffix == ".nc" and path.with_suffix(".zarr").exists():
+        if (wanted is not None and path.stem not in wanted) or (
+                path.suffix == ".nc" and path.with_suffix(".zarr").exists()):
             continue
         if path.suffix == ".zarr":
             dataset = xr.open_zarr(path, consolidated=False).load()
