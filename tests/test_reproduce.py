@@ -48,7 +48,7 @@ def test_datasets_have_the_issue_layout_and_claims_count_cells():
     assert ds["loss"].dims == ("method", "n", "d", "replicate")
     for name in ("loss", "normalization_error", "psd_failure", "negative_share", "fit_time", "query_time"):
         assert name in ds
-    assert ds.sizes == {"method": 6, "n": 2, "d": 2, "replicate": 2}
+    assert ds.sizes == {"method": 7, "n": 2, "d": 2, "replicate": 2}
     assert np.isnan(ds["loss"].sel({"method": "jdl", "n": 10_000, "d": 1})).all()  # a cell not run is NaN
     assert float(ds["grid_minimum"].sel({"method": "jdl_grid", "n": 1000, "d": 1, "replicate": 0})) == 0.5
     text = "\n".join(claims(datasets))
@@ -77,7 +77,7 @@ def test_quick_moments_run_asserts_the_structural_claims(tmp_path, capsys):
     JDL, grid-positivity JDL non-negative on its training grid; datasets, figures and report written."""
     assert main(["reproduce", "moments", "--quick", "--out", str(tmp_path)]) == 0
     out = capsys.readouterr().out
-    assert out.count("PASS") == 6 and "FAIL" not in out
+    assert out.count("PASS") == 10 and "FAIL" not in out
     assert "PASS  JDL with the tightening (33): 1 + h >= 0 on the training grid" in out
     datasets = load(tmp_path)
     assert set(datasets) == {("moments", "gaussian"), ("moments", "uniform"), ("moments", "cauchy")}
@@ -85,8 +85,9 @@ def test_quick_moments_run_asserts_the_structural_claims(tmp_path, capsys):
     jdl = gaussian.sel({"method": ["jdl", "jdl_tightening", "jdl_grid"]})
     assert float(jdl["normalization_error"].max(skipna=True)) < 1e-10
     for ds in datasets.values():
-        assert float(ds["psd_failure"].sel({"method": "jdl_tightening"}).max(skipna=True)) == 0.0
-    for method in ("jdl_tightening", "jdl_grid"):  # the guarantees themselves, on the training grid
+        assert float(ds["psd_failure"].sel({"method": ["jdl_tightening", "jdl_pointwise"]}).max(skipna=True)) == 0.0
+        assert float(ds["negative_share"].sel({"method": "jdl_pointwise"}).max(skipna=True)) == 0.0
+    for method in ("jdl_tightening", "jdl_pointwise", "jdl_grid"):  # the guarantees themselves, on the training grid
         assert float(gaussian["grid_minimum"].sel({"method": method}).min(skipna=True)) >= -1e-12
         assert float(gaussian["grid_train_psd_failure"].sel({"method": method}).max(skipna=True)) == 0.0
     assert np.isnan(gaussian["grid_minimum"].sel({"method": ["jdl", "cme", "jpdl"]})).all()

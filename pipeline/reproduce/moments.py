@@ -12,10 +12,12 @@ most ``tune_rows`` rows; then each method picks its own reg from ``regs`` by the
 in the paper: 1e-3 for n <= 1e5, 1e-2 up to 1e6, 1e-1 beyond.
 
 Methods: JDL unconstrained (normalization holds by construction of its conditional law), JDL with
-the paper's positivity tightening (33), JDL with exact positivity on the training grid (n^2 pairs,
-an active-set QP whose cost grows fast with n and with heavy tails: only up to ``grid_rows``
-training rows, NaN beyond, and at the reg validated for the unconstrained JDL), JPDL (degree 4, or lower where the training rows cannot determine every monomial: ``jpdl_degree``), CME (45) and CME
-with the unconditional constraints (53)+(54). Fit time is the factorisations plus the solve (the
+the paper's positivity tightening (33) (1 + h >= 0 on the training grid), JDL with Lemma 4.2's
+pointwise bounds (29) (1 + h >= 0 at every (x, y): the one variant guaranteed at fresh x), JDL with
+exact positivity on the training grid (n^2 pairs, an active-set QP whose cost grows fast with n and
+with heavy tails: only up to ``grid_rows`` training rows, NaN beyond, and at the reg validated for
+the unconstrained JDL), JPDL (degree 4, or lower where the training rows cannot determine every
+monomial: ``jpdl_degree``), CME (45) and CME with the unconditional constraints (53)+(54). Fit time is the factorisations plus the solve (the
 factorisations are shared by the kernel methods, as in the paper's timings); query time is the
 conditional second moments at the 5,000 test points.
 """
@@ -36,13 +38,14 @@ from .metrics import TEST_FUNCTIONS, negative_share, normalization_error, psd_fa
 __all__ = ["CASES", "MOMENT_METHODS", "METRICS", "GRID_METRICS", "MomentSettings", "tolerance", "make_case", "moments_cell"]
 
 CASES = ("gaussian", "uniform", "cauchy")
-MOMENT_METHODS = ("jdl", "jdl_tightening", "jdl_grid", "jpdl", "cme", "cme_constrained")
+MOMENT_METHODS = ("jdl", "jdl_tightening", "jdl_pointwise", "jdl_grid", "jpdl", "cme", "cme_constrained")
 METRICS = ("loss", "normalization_error", "psd_failure", "negative_share", "fit_time", "query_time")
 GRID_METRICS = ("grid_minimum", "grid_train_psd_failure")  # the positivity variants on their training grid
 JDL_VARIANTS = {"jdl": ("none", "grid"), "jdl_tightening": ("positivity", "tightening"),
+                "jdl_pointwise": ("positivity", "pointwise"),
                 "jdl_grid": ("positivity", "grid")}  # method -> (constraints, positivity)
 CME_VARIANTS = {"cme": "none", "cme_constrained": "positivity"}  # method -> constraints
-POSITIVE_VARIANTS = ("jdl_tightening", "jdl_grid")  # 1 + h >= 0 guaranteed at the training pairs
+POSITIVE_VARIANTS = ("jdl_tightening", "jdl_pointwise", "jdl_grid")  # 1 + h >= 0 guaranteed at the training pairs
 
 
 @dataclass(frozen=True)
@@ -208,7 +211,7 @@ def moments_cell(case: str, d: int, n: int, replicate: int, settings: MomentSett
     return results
 
 
-CHUNKED_METHODS = {**{m: JDL_VARIANTS[m] for m in ("jdl", "jdl_tightening")},
+CHUNKED_METHODS = {**{m: JDL_VARIANTS[m] for m in ("jdl", "jdl_tightening", "jdl_pointwise")},
                    **{m: (c, "auto") for m, c in CME_VARIANTS.items()}}  # no n^2 grid at this size
 
 
