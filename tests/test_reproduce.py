@@ -62,10 +62,27 @@ def test_datasets_have_the_issue_layout_and_claims_count_cells():
         "JDL with the tightening (33): no non-PSD second-moment matrix at test x"][0]
 
 
+def test_report_lists_replicates_times_and_ranks_per_n(tmp_path):
+    from pipeline.reproduce.report import write_report
+
+    results = []
+    for n, count, rank in ((1000, 3, 40), (10_000, 1, 90)):
+        for r in range(count):
+            cell, result = _fake("moments", "cauchy", 1, n, r, {"jdl": 0.1})
+            result["_meta"].update(rank_x=rank, rank_y=rank + 1, factor_error=1e-3 * (r + 1))
+            results.append((cell, result))
+    report = write_report(to_datasets(results), tmp_path / "r.md").read_text()
+    assert "| 1,000 | 3 | 2.00 s | 6 s | 40 / 41 | 0.003 |" in report
+    assert "| 10,000 | 1 | 2.00 s | 2 s | 90 / 91 | 0.001 |" in report
+
+
 def test_plans():
     assert len(plan("moments", quick=True)) == 21 and len(plan("classification", quick=True)) == 4
     full = plan("moments")
     assert {c.n for c in full if c.part == "gaussian"} == {1_000, 10_000, 100_000, 1_000_000}
+    assert {c.n for c in full if c.part == "cauchy"} == {1_000, 10_000, 100_000, 1_000_000}
+    count = {n: len({c.replicate for c in full if c.n == n}) for n in (1_000, 10_000, 100_000, 1_000_000)}
+    assert count == {1_000: 100, 10_000: 50, 100_000: 5, 1_000_000: 2}
     assert max(c.n for c in plan("moments", max_n=100_000)) == 100_000
     with pytest.raises(ValueError, match="kind: unknown"):
         plan("regression")

@@ -216,6 +216,33 @@ def _table(dataset, metric: str, reducer: str = "mean") -> list[str]:
     return lines
 
 
+def _cell_table(dataset) -> list[str]:
+    """Per n: replicates run, cell wall time (median and total over d and replicates) and, where the
+    cells record them, the factorisation ranks and the relative trace error they reached."""
+    total = float(np.nansum(dataset["cell_time"].values))
+    header = "| n | replicates | median cell time | total cell time |"
+    ranked = "rank_x" in dataset and np.isfinite(dataset["rank_x"].values).any()
+    if ranked:
+        header += " ranks m_X / m_Y (median) | largest factor error |"
+    lines = [f"{total:.0f} s of cell time in all.", "", header,
+             "|" + "---|" * (header.count("|") - 1)]
+    for n in dataset.n.values:
+        times = dataset["cell_time"].sel(n=n).values
+        run = np.isfinite(times)
+        if not run.any():
+            continue
+        row = (f"| {int(n):,} | {int(run.sum(axis=1).max())} | {np.median(times[run]):.2f} s | "
+               f"{np.sum(times[run]):.0f} s |")
+        if ranked:
+            ranks = [dataset[k].sel(n=n).values for k in ("rank_x", "rank_y")]
+            errors = dataset["factor_error"].sel(n=n).values
+            row += (" - |" if not np.isfinite(ranks[0]).any() else
+                    f" {np.nanmedian(ranks[0]):.0f} / {np.nanmedian(ranks[1]):.0f} |")
+            row += f" {np.nanmax(errors):.2g} |" if np.isfinite(errors).any() else " - |"
+        lines.append(row)
+    return lines + [""]
+
+
 def write_report(datasets: dict, path: str | Path, command: str = "") -> Path:
     """Write the markdown report and its PNGs (next to it, in ``<stem>_figures/``); returns the path."""
     path = Path(path)
@@ -235,9 +262,7 @@ def write_report(datasets: dict, path: str | Path, command: str = "") -> Path:
         lines += ["## The paper's findings, checked", ""] + found + [""]
     for (kind, part), dataset in sorted(datasets.items()):
         lines += [f"## {kind}: {part}", ""]
-        replicates = int(dataset.sizes["replicate"])
-        total = float(np.nansum(dataset["cell_time"].values))
-        lines += [f"{replicates} replicate(s) per (n, d); {total:.0f} s of cell time in all.", ""]
+        lines += _cell_table(dataset)
         if kind == "classification":
             lines += [f"Data: {RETURNS_SOURCE.get('content', '')} from `{RETURNS_SOURCE.get('package', '')}` "
                       f"({RETURNS_SOURCE.get('licence', '')}); {RETURNS_SOURCE.get('caveat', '')}", ""]

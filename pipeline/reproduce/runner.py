@@ -92,8 +92,8 @@ def plan(kind: str, quick: bool = False, max_n: int = 1_000_000, min_n: int = 0,
     """The cells of experiment ``kind`` ("moments" or "classification"); ``quick``: a few-minute smoke
     run; ``max_n``, ``min_n``: leave out larger and smaller n (the 1e7 point is opt-in: ``max_n``
     1e7; it runs through the chunked pipeline); ``parts``: only these cases (moments: gaussian,
-    uniform, cauchy) or event levels (classification: 0.01, 0.05), default all. Replicates: ``replicates(n)``
-    (``QUICK_REPLICATES`` in the smoke run)."""
+    uniform, cauchy) or event levels (classification: 0.01, 0.05), default all. Replicates:
+    ``replicates(n)`` (``QUICK_REPLICATES`` in the smoke run)."""
     if kind not in KINDS:
         raise ValueError(f"kind: unknown {kind!r}; choose one of {', '.join(KINDS)}")
     known = PARTS[kind]
@@ -181,8 +181,8 @@ def save(datasets: dict[tuple[str, str], Any], out: str | Path) -> list[Path]:
     """Write each Dataset to ``out/{kind}-{part}.zarr`` and, as a small file to keep with the report,
     ``out/{kind}-{part}.nc`` (NetCDF 3). A dataset already there is merged: the new cells replace
     the same cells of the earlier run, the others are kept. Both files are written beside their
-    targets and then moved into place, so an interrupted save leaves the earlier results intact. Returns the zarr
-    paths."""
+    targets and then moved into place, so an interrupted save leaves the earlier results intact.
+    Returns the zarr paths."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     earlier = load(out, keys=datasets)  # only the parts written here: runs of other parts may share out
@@ -225,7 +225,10 @@ def _replace_together(writers: dict[Path, Callable[[Path], Any]]) -> None:
 def _remove(path: Path) -> None:
     import shutil
 
-    shutil.rmtree(path, ignore_errors=True) if path.is_dir() else path.unlink(missing_ok=True)
+    if path.is_dir():
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        path.unlink(missing_ok=True)
 
 
 def load(out: str | Path, keys: Iterable[tuple[str, str]] | None = None) -> dict[tuple[str, str], Any]:
