@@ -189,7 +189,7 @@ def _reproduce(args: argparse.Namespace) -> int:
     _console_logging(verbose=args.verbose)
     with _progress_bar(f"reproduce {args.experiment}"):
         result = reproduce_flow(kind=args.experiment, out=args.out, quick=args.quick, report=args.report,
-                                max_n=args.max_n, min_n=args.min_n, parts=args.part)
+                                max_n=args.max_n, min_n=args.min_n, parts=args.part, resume=args.resume)
     print(f"{result['cells']} cells -> {', '.join(result['datasets'])}; report {result['report']}")
     failed = 0
     for name, (holds, evidence) in structural_checks(load(args.out)).items():
@@ -343,6 +343,8 @@ def build_parser() -> argparse.ArgumentParser:
     reproduce.add_argument("--min-n", type=int, default=0, help="leave out smaller n (results in OUT are kept)")
     reproduce.add_argument("--part", action="append", help="only this case (moments: gaussian, uniform, cauchy) or "
                            "event level (classification: 0.01, 0.05); repeat for several (default all)")
+    reproduce.add_argument("--resume", action="store_true", help="skip the cells whose results are already in OUT "
+                           "(a stopped run keeps every finished cell)")
     reproduce.set_defaults(run=_reproduce)
 
     inspect = commands.add_parser("inspect", help="print a model store's card; optionally write diagnostic plots")

@@ -138,23 +138,27 @@ def reproduce_cell_task(kind: str, part: str, d: int, n: int, replicate: int, qu
 
 @flow(name="jdl-reproduce", validate_parameters=False)
 def reproduce_flow(kind: str, out: str, quick: bool = False, report: str | None = None,
-                   max_n: int = 1_000_000, min_n: int = 0, parts: list[str] | None = None) -> dict:
+                   max_n: int = 1_000_000, min_n: int = 0, parts: list[str] | None = None,
+                   resume: bool = False) -> dict:
     """Run the paper's experiment ``kind`` ("moments" or "classification"; ``quick``: the smoke run),
     write its result Datasets to ``out`` (zarr, dims method, n, d, replicate) and regenerate the report
     (default ``out``/results.md) from every result in ``out``. ``max_n``, ``min_n``: run only the cells
     with n in [min_n, max_n] (results already in ``out`` for other cells are kept); ``parts``: only
-    these cases (moments) or event levels (classification)."""
+    these cases (moments) or event levels (classification); ``resume``: skip the cells whose results
+    are already in ``out`` (each cell is saved as soon as it finishes, so a stopped run resumes)."""
     from pipeline.reproduce.report import write_report
-    from pipeline.reproduce.runner import load, plan, save, to_datasets
+    from pipeline.reproduce.runner import load, pending, plan, save, to_datasets
 
     cells = plan(kind, quick, max_n, min_n, parts)
+    if resume:
+        cells = pending(cells, out)
     paths: set[str] = set()
     for cell in cells:  # saved cell by cell: a stopped run keeps what it finished
         result = reproduce_cell_task(cell.kind, cell.part, cell.d, cell.n, cell.replicate, cell.quick)
         paths.update(str(path) for path in save(to_datasets([(cell, result)]), out))
     command = (f"jdl reproduce {kind}{' --quick' if quick else ''} --out {out}" + (f" --report {report}" if report else "")
                + (f" --max-n {max_n}" if max_n != 1_000_000 else "") + (f" --min-n {min_n}" if min_n else "")
-               + "".join(f" --part {part}" for part in parts or ()))
+               + "".join(f" --part {part}" for part in parts or ()) + (" --resume" if resume else ""))
     written = write_report(load(out), Path(report) if report else Path(out) / "results.md", command=command)
     return {"datasets": sorted(paths), "report": str(written), "cells": len(cells)}
 

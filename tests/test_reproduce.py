@@ -83,6 +83,8 @@ def test_plans():
     assert {c.n for c in full if c.part == "cauchy"} == {1_000, 10_000, 100_000, 1_000_000}
     count = {n: len({c.replicate for c in full if c.n == n}) for n in (1_000, 10_000, 100_000, 1_000_000)}
     assert count == {1_000: 100, 10_000: 50, 100_000: 5, 1_000_000: 2}
+    events = plan("classification")
+    assert {n: len({c.replicate for c in events if c.n == n}) for n in (1_000, 3_000)} == {1_000: 100, 3_000: 20}
     assert max(c.n for c in plan("moments", max_n=100_000)) == 100_000
     with pytest.raises(ValueError, match="kind: unknown"):
         plan("regression")
@@ -148,6 +150,16 @@ def test_a_stopped_run_keeps_every_finished_cell(tmp_path, monkeypatch):
     kept = load(tmp_path)[("moments", "gaussian")]
     assert kept["loss"].sel({"method": "jdl", "n": 1000, "d": 1}).values.tolist() == [0.1, 0.2]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["moments-gaussian.nc", "moments-gaussian.zarr"]
+
+
+def test_a_resumed_run_does_only_the_cells_not_yet_saved(tmp_path):
+    from pipeline.reproduce.runner import pending, save
+
+    cells = [Cell("moments", "gaussian", d, 1000, r) for d in (1, 2) for r in range(3)]
+    assert pending(cells, tmp_path / "absent") == cells
+    save(to_datasets([_fake("moments", "gaussian", 1, 1000, r, {"jdl": 0.1}) for r in (0, 2)]), tmp_path)
+    assert pending(cells, tmp_path) == [Cell("moments", "gaussian", 1, 1000, 1)] + cells[3:]
+    assert pending([Cell("classification", "0.01", 1, 1000, 0)], tmp_path) == [Cell("classification", "0.01", 1, 1000, 0)]
 
 
 def test_an_interrupted_save_leaves_the_earlier_results_intact(tmp_path, monkeypatch):

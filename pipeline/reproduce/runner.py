@@ -18,7 +18,7 @@ import numpy as np
 from .classification import CLASS_METHODS, CLASS_METRICS, ClassificationSettings, classification_cell
 from .moments import GRID_METRICS, METRICS, MOMENT_METHODS, MomentSettings, moments_cell, moments_cell_chunked
 
-__all__ = ["KINDS", "Cell", "settings", "plan", "run_cell", "run_cells", "to_datasets", "save", "load"]
+__all__ = ["KINDS", "Cell", "settings", "plan", "replicates", "pending", "run_cell", "run_cells", "to_datasets", "save", "load"]
 
 KINDS = ("moments", "classification")
 CELL_META = {"cell_time": "cell_seconds", "rank_x": "rank_x", "rank_y": "rank_y",  # variable -> _meta key;
@@ -81,9 +81,12 @@ PARTS = {"moments": tuple(MOMENT_LAYOUT[False]), "classification": ("0.01", "0.0
 CLASSIFICATION_LAYOUT = {True: ((1, 5), (500,)), False: ((1, 5, 10, 20), (1_000, 3_000))}  # (d values, n values)
 
 
-def replicates(n: int) -> int:
-    """Replicates of a full-run cell with n samples (the paper: 100 throughout): 100 up to n = 1e3,
-    50 up to 1e4, 5 up to 1e5, 2 up to 1e6, 1 above."""
+def replicates(n: int, kind: str = "moments") -> int:
+    """Replicates of a full-run cell with n samples (the paper: 100 throughout). Moments: 100 up to
+    n = 1e3, 50 up to 1e4, 5 up to 1e5, 2 up to 1e6, 1 above; classification: 100 at n <= 1,000, 20
+    above (a cell at n = 3,000 takes 5-15 s, mostly KLR's Newton solves)."""
+    if kind == "classification":
+        return 100 if n <= 1_000 else 20
     return 100 if n <= 1_000 else 50 if n <= 10_000 else 5 if n <= 100_000 else 2 if n <= CHUNKED_ROWS else 1
 
 
@@ -111,8 +114,23 @@ def plan(kind: str, quick: bool = False, max_n: int = 1_000_000, min_n: int = 0,
     else:
         ds, ns = CLASSIFICATION_LAYOUT[quick]
         cells = [Cell(kind, level, d, n, r, quick) for level in parts for n in ns if min_n <= n <= max_n
-                 for d in ds for r in range(QUICK_REPLICATES[kind] if quick else replicates(n))]
+                 for d in ds for r in range(QUICK_REPLICATES[kind] if quick else replicates(n, kind))]
     return cells
+
+
+def pending(cells: Iterable[Cell], out: str | Path) -> list[Cell]:
+    """The cells of ``cells`` whose results are not yet in the datasets in ``out`` (a finished cell has
+    a finite ``cell_time``): what a resumed run still has to do."""
+    cells = list(cells)
+    datasets = load(out, keys={(cell.kind, cell.part) for cell in cells}) if Path(out).exists() else {}
+
+    def done(cell: Cell) -> bool:
+        dataset = datasets.get((cell.kind, cell.part))
+        if dataset is None or any(getattr(cell, dim) not in dataset[dim].values for dim in ("n", "d", "replicate")):
+            return False
+        return bool(np.isfinite(dataset["cell_time"].sel(n=cell.n, d=cell.d, replicate=cell.replicate)))
+
+    return [cell for cell in cells if not done(cell)]
 
 
 def run_cell(cell: Cell) -> dict[str, Any]:
