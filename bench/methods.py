@@ -23,7 +23,6 @@ functions) against the exact class conditionals, normalization, negative weights
 from __future__ import annotations
 
 import argparse
-import time
 
 import numpy as np
 from scipy import integrate, stats
@@ -31,7 +30,7 @@ from scipy import integrate, stats
 from _common import write_json
 from jdlcore import CME, JDL, KLR, DeltaKernel, GaussianKernel, GreedyJDL, PolynomialJDL, build_problem
 from jdlcore.losses import clipped_logistic_loss, relative_second_moment_loss
-from pipeline.reproduce.metrics import negative_share, total_mass  # the report's metrics, on the same models
+from pipeline.reproduce.metrics import negative_share, normalization_error, timed  # the report's metrics
 
 RHO = 0.8
 SIGMA = np.sqrt(1 - RHO**2)
@@ -42,12 +41,6 @@ def gaussian(n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
     rng = np.random.default_rng(seed)
     x = rng.standard_normal(n)
     return x[:, None], (RHO * x + SIGMA * rng.standard_normal(n))[:, None]
-
-
-def timed(run):
-    started = time.perf_counter()
-    result = run()
-    return result, time.perf_counter() - started
 
 
 def second_moments(model, X: np.ndarray) -> np.ndarray:
@@ -64,11 +57,10 @@ def evaluate(name: str, model, fit_seconds: float, test: tuple, q: float) -> dic
         probability = model.event_probability(Xt)
     else:
         m2, query = timed(lambda: second_moments(model, Xt))
-        mass = total_mass(model, Xt)
         row.update({
             "loss_40": relative_second_moment_loss(m2[:, None, None], truth2[:, None, None]),
             "mean_rmse": float(np.sqrt(np.mean((model.conditional_expectation(Xt)[:, 0] - RHO * Xt[:, 0]) ** 2))),
-            "normalization_error": float(np.max(np.abs(mass - 1))),
+            "normalization_error": normalization_error(model, Xt),
             "negative_share": negative_share(model, Xt[:500]),
             "query_seconds": query,
         })
@@ -165,10 +157,9 @@ def discrete_block(n: int, reg: float) -> list[dict]:
     for name, make in candidates:
         model, seconds = timed(lambda: make().fit(labels, Y))
         cdf = model.conditional_cdf(classes, thresholds)
-        mass = total_mass(model, classes)
         rows.append({"method": name, "fit_seconds": seconds, "cdf_max_error": float(np.max(np.abs(cdf - truth))),
                      "cdf_mean_error": float(np.mean(np.abs(cdf - truth))),
-                     "normalization_error": float(np.max(np.abs(mass - 1))),
+                     "normalization_error": normalization_error(model, classes),
                      "negative_share": negative_share(model, classes)})
         print(rows[-1])
     return rows

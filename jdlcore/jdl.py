@@ -30,7 +30,7 @@ from .solvers import (
 )
 from .validation import as_samples, check_choice, check_nonnegative
 
-__all__ = ["JDL", "JDLProblem", "build_problem", "factor_diagnostics", "CONSTRAINTS", "POSITIVITY"]
+__all__ = ["JDL", "JDLProblem", "build_problem", "problem_from_factors", "factor_diagnostics", "CONSTRAINTS", "POSITIVITY"]
 
 CONSTRAINTS = ("none", "normalization", "positivity")
 POSITIVITY = ("grid", "tightening", "pointwise", "clip")
@@ -78,6 +78,24 @@ def build_problem(
     started = time.perf_counter()
     factor_x = pivoted_cholesky(kernel_x, X, tol=tol, max_rank=max_rank, pivoting=pivoting, seed=seed, block_size=block_size)
     factor_y = pivoted_cholesky(kernel_y, Y, tol=tol, max_rank=max_rank, pivoting=pivoting, seed=seed, block_size=block_size)
+    return problem_from_factors(factor_x, factor_y, kernel_x, kernel_y, Y, test_functions=test_functions,
+                                started=started)
+
+
+def problem_from_factors(
+    factor_x: PivotedCholesky,
+    factor_y: PivotedCholesky,
+    kernel_x: Kernel,
+    kernel_y: Kernel,
+    Y: np.ndarray,
+    *,
+    test_functions: dict[str, Callable] | None = None,
+    started: float | None = None,
+) -> JDLProblem:
+    """``build_problem`` from given in-memory factorisations of K_X and K_Y (n rows each, Y the
+    atoms (n, d_y)): a lengthscale search factorises each side once per lengthscale and pairs them
+    here. ``started``: the perf_counter time the factorisations began (for ``factor_seconds``)."""
+    started = time.perf_counter() if started is None else started
     partials = factor_partials(factor_x.L, factor_y.L)
     basis_x = spectral_basis(factor_x, kernel_x, gram=partials.gram_x)
     basis_y = spectral_basis(factor_y, kernel_y, gram=partials.gram_y)

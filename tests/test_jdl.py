@@ -247,3 +247,16 @@ def test_negative_share_counts_negative_radon_nikodym_values_block_by_block():
     share = model.negative_share(Xq)
     np.testing.assert_array_equal(share, np.mean(model.radon_nikodym(Xq) < -1e-12, axis=1))
     assert share.max() > 0  # far queries of an unconstrained fit do go negative
+
+
+def test_problem_from_factors_is_build_problem_on_given_factorisations(data):
+    from jdlcore import build_problem, pivoted_cholesky
+    from jdlcore.jdl import problem_from_factors
+
+    X, Y = data
+    kx, ky = GaussianKernel(0.5), GaussianKernel(0.4)
+    whole = build_problem(X, Y, kx, ky, tol=1e-6)
+    paired = problem_from_factors(pivoted_cholesky(kx, X, tol=1e-6), pivoted_cholesky(ky, Y, tol=1e-6), kx, ky, Y)
+    np.testing.assert_array_equal(paired.A_x, whole.A_x)
+    np.testing.assert_array_equal(paired.reductions.cross, whole.reductions.cross)
+    assert paired.factors["rank_y"] == whole.factors["rank_y"]

@@ -62,7 +62,7 @@ def classification_cell(d: int, n: int, replicate: int, level: float,
     """Run one cell; returns {method: {metric: value}} for ``CLASS_METRICS`` and "_meta"."""
     _, returns, _ = daily_returns()
     X_all, y_all, _ = return_events(returns, d, level)
-    if n + settings.test_points > X_all.shape[0] and n >= X_all.shape[0]:
+    if n >= X_all.shape[0]:
         raise ValueError(f"n: {n} days requested, the data have {X_all.shape[0]}")
     rng = np.random.default_rng([seed, d, n, replicate, int(round(level * 1e4))])
     order = rng.permutation(X_all.shape[0])

@@ -1,6 +1,7 @@
 """The paper's evaluation metrics (Sec. 5), for any fitted jdlcore estimator.
 
-- ``second_moments``: E[Y Y^T | x] (q, d, d), the conditional expectation of T(y) = y y^T.
+- second moments: ``jdlcore.losses.conditional_second_moments`` (from the sums of ``TEST_FUNCTIONS``
+  registered on the problem).
 - ``normalization_error``: max over queries of |E[1 | x] - 1|. JDL-type laws are normalized by
   construction (their expectation divides by the conditional mass); the CME's weights are not.
 - ``psd_failure``: share of second-moment matrices with an eigenvalue below -1e-12 max(1, ||M||).
@@ -17,18 +18,12 @@ from typing import Any, Callable
 import numpy as np
 
 from jdlcore import CME
-from jdlcore.losses import conditional_second_moments, second_moment
+from jdlcore.losses import second_moment
 
-__all__ = ["TOL", "TEST_FUNCTIONS", "timed", "ones", "second_moments", "total_mass", "normalization_error", "psd_failure", "negative_share",
-           "negative_probability_share"]
+__all__ = ["TOL", "TEST_FUNCTIONS", "timed", "ones", "total_mass", "normalization_error", "psd_failure",
+           "negative_share", "negative_probability_share"]
 
 TOL = 1e-12
-
-
-def second_moments(model: Any, X: np.ndarray) -> np.ndarray:
-    """E[Y Y^T | x_q] for queries X (q, d_x), shape (q, d_y, d_y) (from registered sums when the
-    model has them: ``TEST_FUNCTIONS``)."""
-    return conditional_second_moments(model, X)
 
 
 def ones(y: np.ndarray) -> np.ndarray:

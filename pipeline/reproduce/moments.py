@@ -29,11 +29,12 @@ from typing import Any, Callable
 
 import numpy as np
 
-from jdlcore import CME, JDL, GaussianKernel, PolynomialJDL, build_problem, median_heuristic
-from jdlcore.losses import SecondMomentLoss, relative_second_moment_loss
+from jdlcore import CME, JDL, GaussianKernel, PolynomialJDL, build_problem, median_heuristic, pivoted_cholesky
+from jdlcore.jdl import problem_from_factors
+from jdlcore.losses import SecondMomentLoss, conditional_second_moments, relative_second_moment_loss
 
 from .data import CauchyCase, GaussianCase, UniformCase
-from .metrics import TEST_FUNCTIONS, negative_share, normalization_error, psd_failure, second_moments, timed
+from .metrics import TEST_FUNCTIONS, negative_share, normalization_error, psd_failure, timed
 
 __all__ = ["CASES", "MOMENT_METHODS", "METRICS", "GRID_METRICS", "MomentSettings", "tolerance", "make_case", "moments_cell"]
 
@@ -85,27 +86,36 @@ def make_case(case: str, d: int, rng: np.random.Generator):
     raise ValueError(f"case: unknown {case!r}; choose one of {', '.join(CASES)}")
 
 
-def _kernels(X: np.ndarray, Y: np.ndarray, fx: float, fy: float) -> tuple[GaussianKernel, GaussianKernel]:
-    return GaussianKernel(fx * median_heuristic(X)), GaussianKernel(fy * median_heuristic(Y))
+def _factorisations(Z: np.ndarray, factors: tuple[float, ...], tol: float,
+                    max_rank: int | None) -> dict[float, tuple[GaussianKernel, Any]]:
+    """factor -> (Gaussian kernel of factor x the median heuristic of Z (n, d), its pivoted Cholesky of Z)."""
+    scale = median_heuristic(Z)
+    out = {}
+    for factor in factors:
+        kernel = GaussianKernel(factor * scale)
+        out[factor] = (kernel, pivoted_cholesky(kernel, Z, tol=tol, max_rank=max_rank))
+    return out
 
 
 def _choose_lengthscales(train: tuple, validation: tuple, settings: MomentSettings, tol: float,
                          rows: tuple[int, int]) -> tuple[GaussianKernel, GaussianKernel]:
-    """The (k_x, k_y) whose best normalized JDL has the smallest pooled validation loss (40)."""
+    """The (k_x, k_y) whose best normalized JDL has the smallest pooled validation loss (40). Each side
+    is factorised once per lengthscale factor and the factorisations are paired (``problem_from_factors``);
+    a factor whose factorisation needs more pivots than ``settings.max_rank`` is left out."""
     (X, Y), (Xv, Yv) = (train[0][:rows[0]], train[1][:rows[0]]), (validation[0][:rows[1]], validation[1][:rows[1]])
+    factors = settings.lengthscale_factors
+    sides = [_factorisations(Z, factors, tol, settings.max_rank) for Z in (X, Y)]
+    within = [{f: fk for f, fk in side.items() if fk[1].stop_reason != "max_rank"} for side in sides]
     loss = SecondMomentLoss()
     best, chosen = np.inf, None
-    for fx, fy in itertools.product(settings.lengthscale_factors, repeat=2):
-        kernels = _kernels(X, Y, fx, fy)
-        problem = build_problem(X, Y, *kernels, tol=tol, max_rank=settings.max_rank, test_functions=TEST_FUNCTIONS)
-        if "max_rank" in (problem.factors["stop_reason_x"], problem.factors["stop_reason_y"]):
-            continue  # beyond the rank budget at this tolerance
+    for (kx, factor_x), (ky, factor_y) in itertools.product(within[0].values(), within[1].values()):
+        problem = problem_from_factors(factor_x, factor_y, kx, ky, Y, test_functions=TEST_FUNCTIONS)
         for reg in settings.regs:
-            value = loss(JDL(*kernels, reg=reg, tol=tol, constraints="normalization").fit_problem(problem, Y), Xv, Yv)
+            value = loss(JDL(kx, ky, reg=reg, tol=tol, constraints="normalization").fit_problem(problem, Y), Xv, Yv)
             if np.isfinite(value) and value < best:
-                best, chosen = value, kernels
-    widest = max(settings.lengthscale_factors)  # the fewest pivots, should every candidate exceed the budget
-    return chosen or _kernels(X, Y, widest, widest)
+                best, chosen = value, (kx, ky)
+    widest = max(factors)  # the fewest pivots, should every candidate exceed the budget
+    return chosen or (sides[0][widest][0], sides[1][widest][0])
 
 
 def jpdl_degree(d: int, rows: int, largest: int) -> int:
@@ -145,7 +155,7 @@ def _fit_jpdl(X: np.ndarray, Y: np.ndarray, degree: int, reg: float) -> Polynomi
 def _test_metrics(fitted: Any, X_test: np.ndarray, truth: np.ndarray | None, settings: MomentSettings,
                   fit_time: float) -> dict[str, float]:
     """``METRICS`` of a fitted model at the test x (truth: the exact moments, None for Cauchy)."""
-    moments, query_time = timed(lambda: second_moments(fitted, X_test))
+    moments, query_time = timed(lambda: conditional_second_moments(fitted, X_test))
     return {
         "loss": np.nan if truth is None else relative_second_moment_loss(moments, truth),
         "normalization_error": normalization_error(fitted, X_test),
@@ -160,7 +170,7 @@ def _training_grid_metrics(fitted: JDL, X_train: np.ndarray) -> dict[str, float]
     """``GRID_METRICS`` of a positivity-constrained JDL at training inputs X_train (t, d) against every
     training atom: min 1 + h(x_t, y_s), and the share of non-PSD second-moment matrices at the x_t."""
     return {"grid_minimum": fitted.grid_minimum(X_train),
-            "grid_train_psd_failure": psd_failure(second_moments(fitted, X_train))}
+            "grid_train_psd_failure": psd_failure(conditional_second_moments(fitted, X_train))}
 
 
 def moments_cell(case: str, d: int, n: int, replicate: int, settings: MomentSettings = MomentSettings(),

@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 import warnings
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
@@ -140,7 +139,7 @@ def claims(datasets: dict) -> list[str]:
         shares = {m: float(_mean(cauchy, "negative_share", m).mean()) for m in ("jdl", "jpdl", "cme")}
         fewest = min(shares, key=shares.get)
         tightening = float(_mean(cauchy, "negative_share", "jdl_tightening").mean())
-        lines.append(f"- **JDL has the fewest negative Radon-Nikodym values (Cauchy):** mean shares "
+        lines.append("- **JDL has the fewest negative Radon-Nikodym values (Cauchy):** mean shares "
                      + ", ".join(f"{LABELS[m]} {v:.4f}" for m, v in shares.items())
                      + f": {'holds' if fewest == 'jdl' else 'does not hold'} for the unconstrained fits (fewest: "
                      f"{LABELS[fewest]}); JDL with the tightening (33) has {tightening:.4f}.")
