@@ -18,6 +18,8 @@ features). For JDL:
 | reduction_lam_y, reduction_sum_y, reduction_min_y, reduction_max_y | (basis_y,) |
 | reduction_cross | (basis_y, basis_x) |
 | registered_{k}_moments / registered_{k}_totals | (basis_y, registered_{k}_value) / (registered_{k}_value,) |
+| support_atoms / support_weights | (support, y_feature) / (support,) |
+| registered_{k}_support | (support, registered_{k}_value) |
 
 The polynomial JDL replaces a kernel basis by a monomial one (center, scale, exponents,
 coefficients, eigenvalues); the greedy JDL's X basis is its classes and their counts; CME keeps
@@ -25,20 +27,26 @@ both kernel bases and its coefficients (its atoms are the Y pivots, no y_atoms);
 basis, logit coefficients, intercepts and classes. Only the methods of ``ATOM_METHODS`` carry the
 atoms and registered test functions.
 
-The basis values A_Y at the atoms are not stored (n x m_Y would be 40 GB at n = 1e7, m_Y = 500):
-a model recomputes them from y_atoms. Registered test functions (k = 0, 1, ...) hold A_Y^T f(y)
-and f(y)^T 1, so their conditional expectations need no pass over the atoms.
+The conditional laws live on the M support atoms (``jdlcore.support``: support_atoms with
+probabilities support_weights); every query reads them, never the n training atoms. Registered test
+functions (k = 0, 1, ...) hold their values at the support atoms and, for reference, their sums over
+the training atoms (A_Y^T f(y) and f(y)^T 1). The training atoms y_atoms are kept (the training
+marginal, for the paper's diagnostics on the training grid); their basis values A_Y are not stored
+(n x m_Y would be 40 GB at n = 1e7, m_Y = 500).
 
 Attributes: ``schema`` = "jdl.model", ``schema_version``, ``jdl_version``, ``method``, and JSON texts
 ``kernel_x``, ``kernel_y`` (null where a method has no such kernel), ``params``, ``diagnostics``,
 ``provenance``, ``registered`` (a list of {"name", "shape"}, entry k describing registered_{k}_*),
+``support`` (construction, exact, defect, requested of the support; atom methods),
 ``checksums`` (SHA-256 of each variable's float64 bytes in C order, so missing chunk files cannot
 pass as fill values); ``n_samples``.
 
 Optional: the tuning table the hyperparameters came from (``TUNING_DIMS``, see ``data_schemas.tuning``).
 
 Version history: 1 stored A_y (sample, basis_y); 2 drops it and adds the registered functions;
-3 adds the methods other than "jdl" (a version 2 store reads as a "jdl" store of version 3).
+3 adds the methods other than "jdl" (a version 2 store reads as a "jdl" store of version 3);
+4 adds the support atoms (a store of version 2 or 3 reads with its support built from y_atoms on
+loading, in one pass, as the fit would build it).
 """
 from __future__ import annotations
 
@@ -47,8 +55,9 @@ import json
 from .tuning import validate_grid
 
 SCHEMA_NAME = "jdl.model"
-SCHEMA_VERSION = 3
-READABLE_VERSIONS = (2, 3)  # version 2 had only the "jdl" method, with the same variables as in 3
+SCHEMA_VERSION = 4
+READABLE_VERSIONS = (2, 3, 4)  # version 2 had only the "jdl" method, with the same variables as in 3
+SUPPORT_VERSION = 4  # the first version with support atoms
 
 
 def _spectral(side: str) -> dict[str, tuple[str, ...]]:
@@ -104,19 +113,28 @@ REQUIRED_ATTRS = ("schema", "schema_version", "jdl_version", "method", "kernel_x
                   "diagnostics", "provenance", "registered", "checksums", "n_samples")
 
 
-def registered_dims(k: int) -> dict[str, tuple[str, ...]]:
+SUPPORT_DIMS: dict[str, tuple[str, ...]] = {"support_atoms": ("support", "y_feature"), "support_weights": ("support",)}
+
+
+def registered_dims(k: int, version: int = SCHEMA_VERSION) -> dict[str, tuple[str, ...]]:
     """Variables and dims of the k-th registered test function."""
-    return {f"registered_{k}_moments": ("basis_y", f"registered_{k}_value"),
+    dims = {f"registered_{k}_moments": ("basis_y", f"registered_{k}_value"),
             f"registered_{k}_totals": (f"registered_{k}_value",)}
+    if version >= SUPPORT_VERSION:
+        dims[f"registered_{k}_support"] = ("support", f"registered_{k}_value")
+    return dims
 
 
-def model_variables(registered: list, method: str = "jdl") -> dict[str, tuple[str, ...]]:
-    """Every variable of a ``method`` model store with ``registered`` test functions, and its dims."""
+def model_variables(registered: list, method: str = "jdl", version: int = SCHEMA_VERSION) -> dict[str, tuple[str, ...]]:
+    """Every variable of a ``method`` model store of schema ``version`` with ``registered`` test
+    functions, and its dims."""
     if method not in METHOD_VARIABLES:
         raise ValueError(f"method: unknown value {method!r}; choose one of {', '.join(map(repr, METHOD_VARIABLES))}")
     dims = dict(METHOD_VARIABLES[method])
+    if method in ATOM_METHODS and version >= SUPPORT_VERSION:
+        dims.update(SUPPORT_DIMS)
     for k in range(len(registered)):
-        dims.update(registered_dims(k))
+        dims.update(registered_dims(k, version))
     return dims
 
 
@@ -148,7 +166,7 @@ def validate_model_dataset(ds, where: str = "model") -> None:
         raise ValueError(f"{where}: attribute 'registered' must be a JSON list of {{name, shape}}") from None
     if registered and method not in ATOM_METHODS:
         raise ValueError(f"{where}: a {method} model has no registered test functions")
-    for name, dims in model_variables(registered, method).items():
+    for name, dims in model_variables(registered, method, version).items():
         if name not in ds.variables:
             raise ValueError(f"{where}: variable {name!r} is missing (truncated store?)")
         if tuple(ds[name].dims) != dims:

@@ -9,7 +9,8 @@
 Coordinates lengthscale_x, lengthscale_y, reg: strictly increasing, positive. Attributes: ``schema`` =
 "jdl.tuning", ``schema_version``, ``data``, ``data_fingerprint``, ``criterion``, ``tol``,
 ``constraints``, ``rows_used``, ``n_samples``, ``validation_fraction``, ``seed``, ``best`` (JSON:
-lengthscale_x, lengthscale_y, reg, score, rank_x, rank_y), ``seconds``.
+lengthscale_x, lengthscale_y, reg, score, rank_x, rank_y), ``seconds``; optional ``failures`` (JSON: the
+candidates that raised, with lengthscale_x, lengthscale_y, reg and the error's message).
 
 A model fitted from a tuning store carries the table as ``tuning_validation_loss``, ``tuning_rank_x``
 and ``tuning_rank_y`` over the dims ``tuning_lengthscale_x``, ``tuning_lengthscale_y``, ``tuning_reg``

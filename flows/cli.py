@@ -136,12 +136,13 @@ def _fit(args: argparse.Namespace) -> int:
                        lengthscale_x=args.lengthscale_x, lengthscale_y=args.lengthscale_y, reg=args.reg, tol=args.tol,
                        constraints=args.constraints, positivity=args.positivity, pivoting=args.pivoting,
                        seed=args.seed, method=args.method, degree=args.degree, threshold=args.threshold,
-                       scheduler=args.scheduler)
+                       support_size=args.support_size, scheduler=args.scheduler)
     model = load_model(result["path"])
     d = model.diagnostics_
     ranks = ", ".join(f"m_{side.upper()} = {d[f'rank_{side}']}" for side in ("x", "y") if f"rank_{side}" in d)
     objective = f", objective {d['objective']:.6g}" if "objective" in d else ""
-    print(f"fitted {args.method} on n = {model.n_samples_:,}: {ranks}{objective}, fit {d['fit_seconds']:.1f}s "
+    law = f", law {d['law']} on M = {d['support_size']} support atoms" if "support_size" in d else ""
+    print(f"fitted {args.method} on n = {model.n_samples_:,}: {ranks}{objective}{law}, fit {d['fit_seconds']:.1f}s "
           f"-> {result['path']}{_reused(result)}")
     return 0
 
@@ -279,8 +280,11 @@ def build_parser() -> argparse.ArgumentParser:
     fit.add_argument("--tol", type=float, default=1e-3, help="relative pivoted-Cholesky tolerance (default 1e-3)")
     fit.add_argument("--constraints", default="positivity", help="none | normalization | positivity (default)")
     fit.add_argument("--positivity", default="auto",
-                     help="jdl: auto (default: grid up to 20,000 rows, tightening above) | grid | tightening | "
-                          "pointwise | clip; jpdl: sos (auto) | grid | clip; greedy: atoms (auto) | cube")
+                     help="jdl: auto (default: project) | project (each conditional law made positive keeping its "
+                          "mass, mean and second moment) | clip | grid (budgeted) | tightening | pointwise; "
+                          "jpdl: sos (auto) | project | grid | clip; greedy: atoms (auto) | cube")
+    fit.add_argument("--support-size", type=int, help="support atoms M of the conditional laws (default 512 for a "
+                                                      "scalar y, 2048 for a vector y)")
     fit.add_argument("--pivoting", default="random", help="random (default) | greedy")
     fit.add_argument("--seed", type=int, default=0)
     fit.add_argument("--method", default="jdl",

@@ -47,7 +47,8 @@ def fit_flow(
     data: str, out: str, tuning: str | None = None, lengthscale_x: float | None = None,
     lengthscale_y: float | None = None, reg: float | None = None, tol: float = 1e-3,
     constraints: str = "positivity", positivity: str = "auto", pivoting: str = "random", seed: int = 0,
-    method: str = "jdl", degree: int = 4, threshold: float | None = None, scheduler: str | None = None,
+    method: str = "jdl", degree: int = 4, threshold: float | None = None, support_size: int | None = None,
+    scheduler: str | None = None,
 ) -> StageResult:
     """Fit a model (``method``: jdl, jpdl, cme, klr or greedy) on the staged store ``data`` and write
     the model store ``out``.

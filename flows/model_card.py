@@ -2,12 +2,12 @@
 
 The card and plots read only the store (``pipeline.model_store.load_model``, plus the optional
 ``tuning_*`` table through xarray). Conditional densities are drawn by smoothing the conditional
-weights on the training atoms with a Gaussian of bandwidth h = (y kernel lengthscale) / 2:
+weights on the model's atoms with a Gaussian of bandwidth h = (y kernel lengthscale) / 2:
 
-    p(y | x) = sum_j w_j(x) N(y; y_j, h^2) = E[N(y; Y, h^2) | x],
+    p(y | x) = sum_k w_k(x) N(y; z_k, h^2) = E[N(y; Y, h^2) | x],
 
-a conditional expectation computed by jdlcore in one pass over the atoms, block by block. Weights of
-models without positivity (or with tiny violations) may be negative; the plots say so.
+a conditional expectation under the model's own law (``conditional_expectation``). Weights of
+models without positivity may be negative; the plots say so.
 """
 from __future__ import annotations
 
@@ -157,14 +157,34 @@ def card_rows(path: str | os.PathLike, model: JDL | None = None) -> list[tuple[s
         rows.append(("negative mass", f"max {d['negative_mass_max'] + 0.0:.3e}, "  # + 0.0: no "-0"
                                       f"mean {d.get('negative_mass_mean', math.nan) + 0.0:.3e} "
                                       f"at the first {d.get('negative_mass_probes', '?')} x rows"))
+    if hasattr(model, "support_"):
+        rows += _law_rows(model)
     if hasattr(model, "registered_"):
         registered = model.registered_
-        rows.append(("registered", ", ".join(f"{name} {getattr(sums, 'shape', '')}".rstrip()
-                                             for name, sums in registered.items()) or "(none)"))
+        rows.append(("registered", ", ".join(f"{name} {tuple(shape)}".replace(" ()", "")
+                                             for name, (_, shape) in registered.items()) or "(none)"))
     if p.get("scheduler"):
         rows.append(("fitted on", str(p["scheduler"])))
     if tuning is not None:
         rows += _tuning_rows(model, tuning, p.get("tuning"))
+    return rows
+
+
+def _law_rows(model: JDL) -> list[tuple[str, str]]:
+    """The conditional law: its rule, the support atoms and what they reproduce exactly."""
+    from jdlcore.laws import LEVELS
+
+    d, support = model.diagnostics_, model.support_
+    rule = {"project": "projected (positive; mass, mean and second moment kept where they can be)",
+            "clip": "clipped (positive; negative mass discarded)",
+            "signed": "signed (not positive where 1 + h < 0)"}[model.law_rule]
+    rows = [("law", rule),
+            ("support", f"M = {support.size} atoms ({support.construction}; {support.requested} requested), "
+                        + ("the training values themselves" if support.construction == "distinct" else
+                           f"sums kept exactly up to: {support.exact} (relative defect {support.defect:.1e})"))]
+    if "moments_kept_share" in d:
+        rows.append(("projection", f"{LEVELS[2]} kept at {100 * d['moments_kept_share']:.0f}% of the first "
+                                   f"{d.get('negative_mass_probes', '?')} x rows"))
     return rows
 
 
@@ -238,9 +258,9 @@ def conditional_curves(model: JDL, x_values: Any, y_grid: Any, *, component: int
     x_values: (k, d_X) queries (a 1-D array is k queries for d_X = 1); y_grid: (g,) in units of y.
     Returns (density (k, g) in 1 / units of y, cdf (k, g)): the conditional expectations of
     N(t; y_c, h^2) and of [y_c <= t] for t on the grid, h = ``bandwidth`` (default
-    ``density_bandwidth``), in one ``model.conditional_expectation`` pass over the atoms (so the
-    weights are the model's own, clipped and renormalised for ``positivity="clip"``). For scalar y
-    the cdf equals ``model.conditional_cdf(x_values, y_grid)``.
+    ``density_bandwidth``), in one ``model.conditional_expectation`` (so the weights are the model's
+    own law: projected, clipped or signed). For scalar y the cdf equals
+    ``model.conditional_cdf(x_values, y_grid)``.
     """
     x = _queries(model, x_values)
     grid = np.asarray(y_grid, dtype=np.float64).ravel()
@@ -264,8 +284,9 @@ def conditional_density(model: JDL, x_values: Any, y_grid: Any, *, component: in
 
 
 def _default_grid(model: JDL, component: int) -> np.ndarray:
-    """GRID_POINTS points spanning the atoms of y feature ``component`` plus 4 bandwidths each side."""
-    column = model.atoms_.column(component)
+    """GRID_POINTS points spanning the (support) atoms of y feature ``component`` plus 4 bandwidths each side."""
+    support = getattr(model, "support_", None)
+    column = support.atoms[:, component] if support is not None else model.atoms_.column(component)
     pad = 4 * density_bandwidth(model, component)
     return np.linspace(float(column.min()) - pad, float(column.max()) + pad, GRID_POINTS)
 

@@ -26,7 +26,7 @@ import zarr
 
 __all__ = ["KEY_VERSION", "run_key", "source_fingerprint", "existing_key", "decide", "Decision"]
 
-KEY_VERSION = 1
+KEY_VERSION = 2  # 2: fit keys cover the support atoms and positivity 'auto' meaning the projection
 _FILE_BLOCK = 1 << 24
 
 

@@ -67,7 +67,7 @@ class TuneSettings(_Settings):
     lengthscales_y: list[Positive] | None = Field(None, min_length=1)
     regs: list[Positive] = Field([1e-6, 1e-5, 1e-4, 1e-3], min_length=1)
     tol: float = Field(1e-3, gt=0, lt=1)
-    constraints: Literal["none", "normalization", "positivity"] = "normalization"
+    constraints: Literal["none", "normalization", "positivity"] = "positivity"
     max_rows: int = Field(20_000, ge=10)
     validation_fraction: float = Field(0.2, gt=0, lt=1)
     seed: int = 0
@@ -83,12 +83,13 @@ class FitSettings(_Settings):
     reg: Positive | None = None
     tol: float = Field(1e-3, gt=0, lt=1)
     constraints: Literal["none", "normalization", "positivity"] = "positivity"
-    positivity: Literal["auto", "grid", "tightening", "pointwise", "clip", "sos", "atoms", "cube"] = "auto"
+    positivity: Literal["auto", "project", "clip", "grid", "tightening", "pointwise", "sos", "atoms", "cube"] = "auto"
     pivoting: Literal["random", "greedy"] = "random"
     seed: int = 0
     method: Literal["jdl", "jpdl", "cme", "klr", "greedy"] = "jdl"
     degree: int = Field(4, ge=1, le=8)
     threshold: float | None = Field(None, allow_inf_nan=False)
+    support_size: int | None = Field(None, ge=1)
     scheduler: Scheduler = Field(None, validate_default=True)
 
     def check(self) -> None:

@@ -114,7 +114,7 @@ def fit_task(settings: dict[str, Any]) -> StageResult:
     hyper, tuning_key = fit_hyperparameters(s)
     fingerprint = data_fingerprint(open_staged(s.data))
     options = s.model_dump(include={"tol", "constraints", "positivity", "pivoting", "seed", "method", "degree",
-                                    "threshold"})
+                                    "threshold", "support_size"})
     key = run_key("fit", data=fingerprint, tuning=tuning_key, **hyper, **options)
 
     def write(overwrite: bool) -> None:

@@ -117,6 +117,23 @@ class Atoms:
                 y = self._read(start, stop)
                 yield slice(start, stop), y, self.basis_y.features(y)
 
+    def value_blocks(self) -> Iterator[np.ndarray]:
+        """The atoms (b, d_y) block by block, without their basis values."""
+        for start in range(0, self.n, self.block_rows):
+            yield self._read(start, min(start + self.block_rows, self.n))
+
+    def take(self, rows: np.ndarray) -> np.ndarray:
+        """The atoms at ascending row indices (k, d_y), read block by block when they are lazy."""
+        if self.in_memory:
+            return np.asarray(self.values[rows], dtype=np.float64)
+        parts = []
+        for start in range(0, self.n, self.block_rows):
+            stop = min(start + self.block_rows, self.n)
+            inside = rows[(rows >= start) & (rows < stop)]
+            if inside.size:
+                parts.append(self._read(start, stop)[inside - start])
+        return np.vstack(parts) if parts else np.empty((0, self.d))
+
     def column(self, component: int) -> np.ndarray:
         """One component of every atom, shape (n,)."""
         if self._cache is not None or self.in_memory:

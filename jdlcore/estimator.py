@@ -54,9 +54,12 @@ class Estimator:
         from .jdl import build_problem  # jdl imports this module
 
         X, Y = paired_samples(X, Y)
+        extra = {name: getattr(self, name) for name in ("support_size", "grid_points") if hasattr(self, name)}
+        if extra.get("support_size") is not None and extra["support_size"] > X.shape[0]:
+            raise ValueError(f"support_size: {extra['support_size']} is more than the {X.shape[0]} training rows")
         problem = build_problem(X, Y, _default_kernel(self.kernel_x), _default_kernel(self.kernel_y),
                                 tol=float(self.tol), max_rank=self.max_rank, pivoting=self.pivoting,
-                                seed=self.seed, block_size=self.block_size)
+                                seed=self.seed, block_size=self.block_size, **extra)
         return problem, X, Y
 
 

@@ -50,6 +50,7 @@ from .cholesky import pivoted_cholesky
 from .jdl import JDL, JDLProblem
 from .kernels import DeltaKernel, GaussianKernel, Kernel, kernel_from_dict
 from .solvers.active_set import ProjectionQP
+from .support import check_support_size
 from .validation import as_samples, check_choice, check_paired
 
 __all__ = [
@@ -369,6 +370,7 @@ class GreedyJDL(JDL):
     class_order: "sorted" (ascending class value), "frequency" (descending counts, ties by value) or
         an explicit sequence of every training class value.
     pivoting, max_rank, seed, block_size: of the pivoted Cholesky decomposition of K_Y.
+    support_size: M, the support atoms of the Y marginal the conditional laws live on (``JDL``).
 
     ``fit(labels, Y)``; queries take class labels Xq (q,) or (q, 1); unseen classes raise
     ``ValueError``. ``diagnostics_`` adds, in solving order: ``class_order`` (values),
@@ -378,7 +380,8 @@ class GreedyJDL(JDL):
     """
 
     _KERNELS = ("kernel_y",)
-    _PARAMS = ("reg", "tol", "positivity", "bounds", "class_order", "pivoting", "max_rank", "seed", "block_size")
+    _PARAMS = ("reg", "tol", "positivity", "bounds", "class_order", "pivoting", "max_rank", "seed", "block_size",
+               "support_size")
 
     def __init__(
         self,
@@ -392,6 +395,7 @@ class GreedyJDL(JDL):
         max_rank: int | None = None,
         seed: int | None = 0,
         block_size: int | None = None,
+        support_size: int | None = None,
     ):
         self.kernel_y = kernel_y
         self.reg = reg
@@ -403,6 +407,7 @@ class GreedyJDL(JDL):
         self.max_rank = max_rank
         self.seed = seed
         self.block_size = block_size
+        self.support_size = support_size
 
     # The X side is the delta kernel's class basis. JDL's switches (clips, uses_grid, uses_tightening)
     # are False for the greedy positivity rules "atoms" and "cube".
@@ -418,6 +423,7 @@ class GreedyJDL(JDL):
             raise ValueError(f"reg: must be finite and > 0 for GreedyJDL, got {self.reg!r}")
         check_choice(self.positivity, "positivity", GREEDY_POSITIVITY)
         check_choice(self.bounds, "bounds", GREEDY_BOUNDS)
+        check_support_size(self.support_size)
         if isinstance(self.class_order, str):
             check_choice(self.class_order, "class_order", CLASS_ORDERS)
         else:

@@ -1,41 +1,61 @@
-"""The JDL estimator: fit a normalized (and positive) joint model, query its conditionals.
+"""The JDL estimator: fit a normalized joint model, and read its conditional laws on support atoms.
 
 Model (paper eq. (5), (26)): with the double-orthogonal bases Psi_X, Psi_Y and coefficients H
-(m_Y x m_X), 1 + h(x, y_j) = 1 + A_Y[j] H Psi_X(x)^T on the training atoms y_j, and
+(m_Y x m_X), the Radon-Nikodym derivative is 1 + h(x, y) = 1 + Psi_Y(y) H Psi_X(x)^T, and the
+conditional law of Y given x weights an atom y by (1 + h(x, y)) relative to the marginal of Y.
 
-    Q(Y = y_j | X = x) = (1 + h(x, y_j)) / (n + s_Y^T H Psi_X(x)^T).
+The marginal of Y lives on M weighted support atoms (``jdlcore.support``) that reproduce the
+training sums the model depends on, so every query costs O(M m_Y) per row, whatever n is. The
+signed law on the support becomes a probability vector by the estimator's rule (``jdlcore.laws``):
+"project" (default) keeps its mass, mean and second moment, "clip" discards the negative mass;
+without positivity ("none", "normalization") the signed weights are returned as they are.
 
-Conditional expectations of f are (sum_j f(y_j) + (F^T A_Y) H Psi_X(x)^T) / (n + s_Y^T H Psi_X(x)^T):
-for registered test functions the n-sized sums are computed once at registration, so scoring costs
-O(m_X (d_X + p)) per query, independent of n.
+Positivity can also be imposed in the fit: "grid" (1 + h >= 0 on the support atoms times a sample
+of the training x, by budgeted cutting planes), "tightening" (the paper's (33)) and "pointwise"
+(Lemma 4.2's (29), every (x, y)). These shrink the model toward independence (measured in the
+README); their laws are still projected at query time wherever a fresh x breaks the constraint.
 """
 from __future__ import annotations
 
+import threading
 import time
+import warnings
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import numpy as np
 
-from .atoms import Atoms, FunctionSums, block_sums, evaluate_function
+from .atoms import STANDARD_FUNCTIONS, Atoms, FunctionSums, block_sums, evaluate_function
 from .basis import (
     JDLReductions, SpectralBasis, column_extremes, factor_partials, reductions_from_partials, spectral_basis,
 )
 from .cholesky import PivotedCholesky, pivoted_cholesky
 from .estimator import Estimator
 from .kernels import Kernel, kernel_from_dict
-from .queries import below_thresholds, check_levels, class_indicator, quantiles_from_weights
+from .laws import MomentBasis, apply_rule, crps as law_crps, map_rows, quantiles
+from .queries import below_thresholds, check_levels, class_indicator
 from .solvers import (
     grid_minimum, pointwise_bounds, solve_grid_positivity, solve_normalized, solve_tightened, solve_unconstrained,
 )
+from .support import (
+    MarginalSums, Support, build_support, check_support_size, default_support_size, sample_rows,
+)
 from .validation import as_samples, check_choice, check_nonnegative
 
-__all__ = ["JDL", "JDLProblem", "build_problem", "problem_from_factors", "factor_diagnostics", "CONSTRAINTS", "POSITIVITY"]
+__all__ = [
+    "JDL", "JDLProblem", "build_problem", "problem_from_factors", "factor_diagnostics", "marginal_sums",
+    "support_resolution", "CONSTRAINTS", "POSITIVITY", "GridBudgetWarning", "GRID_POINTS",
+]
 
 CONSTRAINTS = ("none", "normalization", "positivity")
-POSITIVITY = ("grid", "tightening", "pointwise", "clip")
-_QUERY_SLAB = 1 << 15  # queries per slab when scoring registered functions
-_QUERY_ELEMENTS = 1 << 22  # (queries x atoms) entries per batch when weights over all atoms are needed
+POSITIVITY = ("project", "clip", "grid", "tightening", "pointwise")
+GRID_POINTS = 1000  # training x rows of the grid positivity constraints (a seeded sample above that)
+_QUERY_ELEMENTS = 1 << 22  # (queries x training atoms) entries per batch of the n-atom diagnostics
+_BLAS = threading.Lock()
+
+
+class GridBudgetWarning(UserWarning):
+    """Grid positivity stopped at its budget; the fit fell back to normalization plus projection."""
 
 
 @dataclass
@@ -43,9 +63,10 @@ class JDLProblem:
     """Everything a solve needs, independent of ``reg`` and the constraints.
 
     basis_x, basis_y: double-orthogonal bases; A_x (n, m_X), A_y (n, m_Y): their values at the
-    training samples (both may be None when no grid-positivity solve is needed); reductions: the
-    m x m sums of the problem; factor diagnostics in ``factors``; function_sums: sums of test
-    functions over the atoms, registered with the fitted model under their names.
+    training samples (None on the chunked path); reductions: the m x m sums of the problem; factor
+    diagnostics in ``factors``; function_sums: sums of test functions over the training atoms (the
+    standard mean and second moment always), by name; support: the weighted support atoms of the Y
+    marginal (built by the fit when None); grid_x: training x rows for grid positivity (<= GRID_POINTS).
     """
 
     basis_x: SpectralBasis
@@ -55,6 +76,8 @@ class JDLProblem:
     reductions: JDLReductions
     factors: dict
     function_sums: dict[str, FunctionSums] = field(default_factory=dict)
+    support: Support | None = None
+    grid_x: np.ndarray | None = None
 
 
 def build_problem(
@@ -69,17 +92,19 @@ def build_problem(
     seed: int | None = 0,
     block_size: int | None = None,
     test_functions: dict[str, Callable] | None = None,
+    support_size: int | None = None,
+    grid_points: int = GRID_POINTS,
 ) -> JDLProblem:
-    """Pivoted Cholesky of K_X and K_Y, double-orthogonal bases and the reductions (in memory).
+    """Pivoted Cholesky of K_X and K_Y, double-orthogonal bases, reductions and support (in memory).
 
     ``test_functions`` (name -> f, row-wise on the atoms) are summed here and registered with
-    models fitted on the problem.
+    models fitted on the problem, besides the standard mean and second moment.
     """
     started = time.perf_counter()
     factor_x = pivoted_cholesky(kernel_x, X, tol=tol, max_rank=max_rank, pivoting=pivoting, seed=seed, block_size=block_size)
     factor_y = pivoted_cholesky(kernel_y, Y, tol=tol, max_rank=max_rank, pivoting=pivoting, seed=seed, block_size=block_size)
-    return problem_from_factors(factor_x, factor_y, kernel_x, kernel_y, Y, test_functions=test_functions,
-                                started=started)
+    return problem_from_factors(factor_x, factor_y, kernel_x, kernel_y, X, Y, test_functions=test_functions,
+                                started=started, support_size=support_size, seed=seed, grid_points=grid_points)
 
 
 def problem_from_factors(
@@ -87,14 +112,18 @@ def problem_from_factors(
     factor_y: PivotedCholesky,
     kernel_x: Kernel,
     kernel_y: Kernel,
+    X: np.ndarray,
     Y: np.ndarray,
     *,
     test_functions: dict[str, Callable] | None = None,
     started: float | None = None,
+    support_size: int | None = None,
+    seed: int | None = 0,
+    grid_points: int = GRID_POINTS,
 ) -> JDLProblem:
-    """``build_problem`` from given in-memory factorisations of K_X and K_Y (n rows each, Y the
-    atoms (n, d_y)): a lengthscale search factorises each side once per lengthscale and pairs them
-    here. ``started``: the perf_counter time the factorisations began (for ``factor_seconds``)."""
+    """``build_problem`` from given in-memory factorisations of K_X and K_Y (n rows each; X (n, d_x) and
+    Y (n, d_y) the samples): a lengthscale search factorises each side once per lengthscale and pairs
+    them here. ``started``: the perf_counter time the factorisations began (for ``factor_seconds``)."""
     started = time.perf_counter() if started is None else started
     partials = factor_partials(factor_x.L, factor_y.L)
     basis_x = spectral_basis(factor_x, kernel_x, gram=partials.gram_x)
@@ -102,8 +131,25 @@ def problem_from_factors(
     A_x = factor_x.L @ basis_x.rotation
     A_y = factor_y.L @ basis_y.rotation
     reductions = reductions_from_partials(partials, basis_x, basis_y, column_extremes(A_x), column_extremes(A_y))
-    sums = {name: block_sums(f, Y, A_y) for name, f in (test_functions or {}).items()}
-    return JDLProblem(basis_x, basis_y, A_x, A_y, reductions, factor_diagnostics(factor_x, factor_y, started), sums)
+    sums = {name: block_sums(f, Y, A_y) for name, f in {**STANDARD_FUNCTIONS, **(test_functions or {})}.items()}
+    n = Y.shape[0]
+    size = support_size or default_support_size(Y.shape[1])
+    support = build_support([Y], Y[sample_rows(n, seed)], min(size, n), basis_y.features,
+                            marginal_sums(reductions, sums), seed, support_resolution(kernel_y))
+    return JDLProblem(basis_x, basis_y, A_x, A_y, reductions, factor_diagnostics(factor_x, factor_y, started), sums,
+                      support, X[sample_rows(n, seed, grid_points)])
+
+
+def marginal_sums(reductions: JDLReductions, sums: dict[str, FunctionSums]) -> MarginalSums:
+    """The sums a support reproduces: n, sum_j Psi_Y(y_j) and the standard mean and second moment."""
+    return MarginalSums(reductions.n, reductions.sum_y, sums["mean"], sums["second_moment"])
+
+
+def support_resolution(kernel_y: Kernel | None) -> float | None:
+    """The widest support bin that resolves the Y basis: half the Y kernel's (scalar) lengthscale
+    (None for a basis without a kernel, or a per-feature lengthscale)."""
+    scale = getattr(kernel_y, "lengthscale", None)
+    return None if scale is None or np.ndim(scale) else 0.5 * float(scale)
 
 
 def factor_diagnostics(factor_x: PivotedCholesky, factor_y: PivotedCholesky, started: float) -> dict:
@@ -129,23 +175,35 @@ class JDL(Estimator):
     Parameters
     ----------
     kernel_x, kernel_y: kernels on X and Y (default Gaussian with lengthscale 1).
-    reg: lambda of the regularised loss (8), >= 0.
+    reg: lambda of the regularised loss (8), >= 0 (> 0 with constraints="positivity").
     tol: relative tolerance of the pivoted Cholesky decompositions (residual trace / trace K).
-    constraints: "none", "normalization" or "positivity" (normalization and positivity).
-    positivity: how positivity is imposed when constraints="positivity":
-        "grid" (default): exact 1 + h >= 0 on the whole training grid (cutting planes);
-        "tightening": the paper's single inequality (33) (much stronger than needed);
-        "pointwise": Lemma 4.2's (29) with whole-domain bounds of the basis functions (bounded
-        kernels): 1 + h >= 0 at every (x, y), not only on the grid; the most conservative rule;
-        "clip": normalization only; negative conditional weights are clipped to 0 and the rest
-        renormalised at query time.
-    pivoting: "random" (default) or "greedy" pivoted Cholesky; seed for random pivoting.
+    constraints: "none", "normalization" or "positivity" (normalization, and a positive law).
+    positivity: how the conditional laws are made probability vectors when constraints="positivity":
+        "project" (default): at every x, the probability vector on the support atoms closest to the
+            signed law that keeps its mass, mean and second moment (``jdlcore.laws``); the fit is
+            the normalized one;
+        "clip": negative weights set to 0 and the rest renormalised at every x (discards mass);
+        "grid": 1 + h >= 0 in the fit, on the support atoms times ``grid_points`` training x, by
+            cutting planes; stops at ``grid_rounds`` rounds or ``grid_seconds`` (then warns with a
+            ``GridBudgetWarning`` and falls back to "project");
+        "tightening": the paper's single inequality (33) in the fit (much stronger than needed);
+        "pointwise": Lemma 4.2's (29) in the fit: 1 + h >= 0 at every (x, y) (bounded kernels);
+        the last three shrink the model toward independence; at a fresh x where their constraint
+        does not reach, the law is projected as for "project".
+    pivoting: "random" (default) or "greedy" pivoted Cholesky; seed for random pivoting and samples.
     max_rank: cap on each rank m_X, m_Y.
+    support_size: M, the number of support atoms of the Y marginal (default 512 for a scalar Y,
+        2048 for a vector Y; at most n). Fewer distinct training values: those values, exactly.
+    grid_points, grid_rounds, grid_seconds: the budget of positivity="grid" (training x rows,
+        cutting-plane rounds, wall-clock seconds).
 
-    Fitted attributes end in ``_``: basis_x_, basis_y_, coef_ (H, m_Y x m_X), atoms_ (the training
-    atoms y_j and their basis values, see ``jdlcore.atoms``), y_atoms_ (n, d_y), reductions_,
-    diagnostics_.
+    Fitted attributes end in ``_``: basis_x_, basis_y_, coef_ (H, m_Y x m_X), support_ (the support
+    atoms and weights, ``jdlcore.support.Support``), atoms_ (the n training atoms, for the paper's
+    diagnostics on the training grid), reductions_, diagnostics_.
     """
+
+    _PARAMS = ("reg", "tol", "constraints", "positivity", "pivoting", "max_rank", "seed", "block_size",
+               "support_size", "grid_points", "grid_rounds", "grid_seconds")
 
     def __init__(
         self,
@@ -154,11 +212,15 @@ class JDL(Estimator):
         reg: float = 1e-3,
         tol: float = 1e-3,
         constraints: str = "positivity",
-        positivity: str = "grid",
+        positivity: str = "project",
         pivoting: str = "random",
         max_rank: int | None = None,
         seed: int | None = 0,
         block_size: int | None = None,
+        support_size: int | None = None,
+        grid_points: int = GRID_POINTS,
+        grid_rounds: int = 200,
+        grid_seconds: float = 120.0,
     ):
         self.kernel_x = kernel_x
         self.kernel_y = kernel_y
@@ -170,13 +232,32 @@ class JDL(Estimator):
         self.max_rank = max_rank
         self.seed = seed
         self.block_size = block_size
+        self.support_size = support_size
+        self.grid_points = grid_points
+        self.grid_rounds = grid_rounds
+        self.grid_seconds = grid_seconds
 
     # -- fitting ----------------------------------------------------------------------------------
     def _check_params(self) -> None:
         check_nonnegative(self.reg, "reg")
         check_choice(self.constraints, "constraints", CONSTRAINTS)
         check_choice(self.positivity, "positivity", POSITIVITY)
+        if self.constraints == "positivity" and float(self.reg) == 0:
+            raise ValueError("reg: must be > 0 with constraints='positivity' (at reg = 0 the coefficients are "
+                             "unbounded and no positivity guarantee survives rounding)")
+        self._check_support_and_grid()
         self._check_factorisation()
+
+    def _check_support_and_grid(self) -> None:
+        """support_size (>= 1 or None) and the grid budget (grid_points, grid_rounds >= 1, grid_seconds > 0)."""
+        check_support_size(self.support_size)
+        for name in ("grid_points", "grid_rounds"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+                raise ValueError(f"{name}: must be an integer >= 1, got {value!r}")
+        seconds = float(self.grid_seconds)
+        if not np.isfinite(seconds) or seconds <= 0:
+            raise ValueError(f"grid_seconds: must be finite and > 0, got {self.grid_seconds!r}")
 
     def fit(self, X: Any, Y: Any) -> "JDL":
         """Fit on paired samples X (n, d_X) and Y (n, d_Y); returns self."""
@@ -194,30 +275,65 @@ class JDL(Estimator):
         red = problem.reductions
         if reg == 0 and np.min(red.lam_x) * np.min(red.lam_y) <= 0:
             raise ValueError("reg: must be > 0 when a basis function has zero empirical norm")
+        atoms = Atoms(np.ascontiguousarray(Y) if isinstance(Y, np.ndarray) else Y, problem.basis_y)
+        if atoms.n != red.n:
+            raise ValueError(f"Y: has {atoms.n} rows, the problem was built on {red.n}")
+        support, sums = self._support(problem, atoms)
         started = time.perf_counter()
         H, solver_info = self._solve(problem, reg)
         self.basis_x_ = problem.basis_x
         self.basis_y_ = problem.basis_y
         self.coef_ = H
-        self.atoms_ = Atoms(np.ascontiguousarray(Y) if isinstance(Y, np.ndarray) else Y, problem.basis_y)
+        self.atoms_ = atoms
         self.reductions_ = red
         self.n_samples_ = red.n
+        self._set_support(support)
         self.diagnostics_ = {
             **{k: v for k, v in problem.factors.items() if not k.startswith("pivots")},
             "objective": red.objective(H, reg),
             "normalization_defect": red.total_mass_defect(H) / red.n**2,
             "solve_seconds": time.perf_counter() - started,
+            "law": self.law_rule,
+            "support_size": support.size,
+            "support_construction": support.construction,
+            "support_exact": support.exact,
+            "support_defect": support.defect,
             **solver_info,
         }
-        self._registered: dict[str, FunctionSums] = dict(problem.function_sums)
+        self._training_sums: dict[str, FunctionSums] = sums
+        self._support_values = {name: evaluate_function(f, support.atoms) for name, f in STANDARD_FUNCTIONS.items()}
         return self
+
+    def _support(self, problem: JDLProblem, atoms: Atoms) -> tuple[Support, dict[str, FunctionSums]]:
+        """The support of the requested size (the problem's, else one built in a pass over the atoms)
+        and the problem's function sums completed with the standard ones."""
+        if self.support_size is not None and self.support_size > atoms.n:
+            raise ValueError(f"support_size: {self.support_size} is more than the {atoms.n} training rows")
+        size = min(self.support_size or default_support_size(atoms.d), atoms.n)
+        sums = dict(problem.function_sums)
+        for name, f in STANDARD_FUNCTIONS.items():
+            if name not in sums:
+                sums[name] = atoms.function_sums(f)
+        support = problem.support
+        if support is None or support.requested != size:
+            support = build_support(atoms.value_blocks(), atoms.take(sample_rows(atoms.n, self.seed)), size,
+                                    problem.basis_y.features, marginal_sums(problem.reductions, sums), self.seed,
+                                    support_resolution(getattr(problem.basis_y, "kernel", None)))
+            problem.support = support
+        return support, sums
+
+    def _set_support(self, support: Support) -> None:
+        self.support_ = support
+        self._support_psi = np.ascontiguousarray(self.basis_y_.features(support.atoms))
+        self._moments = MomentBasis(support)
+        self._orders: dict[int, np.ndarray] = {}
 
     def _solve(self, problem: JDLProblem, reg: float) -> tuple[np.ndarray, dict[str, Any]]:
         """H (m_Y, m_X) for the constraints and positivity rule, and the solver's diagnostics."""
         red = problem.reductions
         if self.constraints == "none":
             return solve_unconstrained(red, reg), {}
-        if self.constraints == "normalization" or self.positivity == "clip":
+        if self.constraints == "normalization" or self.positivity in ("project", "clip"):
             return solve_normalized(red, reg), {}
         if self.positivity == "tightening":
             if not all(np.all(np.isfinite(v)) for v in (red.min_x, red.max_x, red.min_y, red.max_y)):
@@ -225,11 +341,41 @@ class JDL(Estimator):
             return solve_tightened(red, reg)
         if self.positivity == "pointwise":
             return solve_tightened(red, reg, bounds=pointwise_bounds(problem.basis_x, problem.basis_y))
-        if problem.A_x is None or problem.A_y is None:
-            raise ValueError("positivity: 'grid' needs the basis values A_x and A_y of the problem, which were not kept")
-        solution = solve_grid_positivity(red, reg, problem.A_x, problem.A_y)
-        return solution.H, {"grid_min": solution.grid_min, "rounds": solution.rounds,
-                            "constraints": solution.constraints, "active": solution.active}
+        return self._solve_grid(problem, reg)
+
+    def _solve_grid(self, problem: JDLProblem, reg: float) -> tuple[np.ndarray, dict[str, Any]]:
+        """1 + h >= 0 on the support atoms x a sample of the training x, evaluated exactly as queries
+        evaluate it (the bases' features), by budgeted cutting planes; past the budget, the normalized
+        fit with a ``GridBudgetWarning``."""
+        if problem.grid_x is None or problem.support is None:
+            raise ValueError("positivity: 'grid' needs the problem's support and sample of training x (grid_x)")
+        support = problem.support
+        grid_x = problem.grid_x[: int(self.grid_points)]
+        values_x = problem.basis_x.features(grid_x)
+        values_y = problem.basis_y.features(support.atoms)
+        solution = solve_grid_positivity(problem.reductions, reg, values_x, values_y, max_rounds=int(self.grid_rounds),
+                                         max_seconds=float(self.grid_seconds))
+        info = {"grid_min": solution.grid_min, "rounds": solution.rounds, "constraints": solution.constraints,
+                "active": solution.active, "grid_points": int(grid_x.shape[0]), "grid_converged": solution.converged}
+        if solution.converged:
+            return solution.H, info
+        warnings.warn(
+            f"positivity 'grid' stopped at its budget ({solution.rounds} rounds, {solution.seconds:.1f} s; grid "
+            f"minimum of 1 + h {solution.grid_min:.2e}): using the normalized fit, projected at query time. "
+            "Raise grid_rounds / grid_seconds, or raise reg", GridBudgetWarning, stacklevel=3)
+        return solve_normalized(problem.reductions, reg), info
+
+    @property
+    def law_rule(self) -> str:
+        """How the signed law becomes the law queries read: "signed", "clip" or "project" (``jdlcore.laws``)."""
+        if self.constraints != "positivity":
+            return "signed"
+        return "clip" if self.positivity == "clip" else "project"
+
+    @property
+    def uses_tightening(self) -> bool:
+        """True when fitting solves the tightening (33), which needs the column extremes of A."""
+        return self.constraints == "positivity" and self.positivity == "tightening"
 
     @property
     def y_atoms_(self) -> Any:
@@ -238,31 +384,36 @@ class JDL(Estimator):
         return self.atoms_.values
 
     @property
-    def registered_(self) -> dict[str, FunctionSums]:
-        """Registered test functions by name (their sums over the atoms)."""
+    def support_atoms_(self) -> np.ndarray:
+        """The support atoms (M, d_y) on which ``conditional_weights`` are given."""
         self._fitted()
-        return dict(self._registered)
+        return self.support_.atoms
+
+    @property
+    def registered_(self) -> dict[str, tuple[np.ndarray, tuple]]:
+        """Registered test functions by name: (values at the support atoms (M, p), shape of one value)."""
+        self._fitted()
+        return dict(self._support_values)
 
     # -- state (for stores) -----------------------------------------------------------------------
-    _PARAMS = ("reg", "tol", "constraints", "positivity", "pivoting", "max_rank", "seed", "block_size")
-
     def state(self) -> dict[str, Any]:
         """Everything a fitted model needs, as NumPy arrays and JSON-able values (no pickles).
 
-        ``from_state(state())`` rebuilds a model whose queries are bit-identical. The atoms are
-        passed through as they are (a lazily read array stays lazy); registered test functions
-        are kept as ``registered_{k}_moments`` / ``registered_{k}_totals`` with names and shapes
-        under "registered".
+        ``from_state(state())`` rebuilds a model whose queries are bit-identical. The training atoms
+        are passed through as they are (a lazily read array stays lazy). A registered test function
+        k keeps its sums over the training atoms (``registered_{k}_moments`` / ``_totals``) and its
+        values at the support atoms (``registered_{k}_support``); names and shapes under "registered".
         """
         self._fitted()
         red = self.reductions_
         arrays = {
-            "coef": self.coef_, "y_atoms": self.y_atoms_,
+            "coef": self.coef_, "y_atoms": self.y_atoms_, **self.support_.to_arrays(),
             **{f"reduction_{name}": getattr(red, name) for name in red.__dataclass_fields__ if name != "n"},
         }
         registered = []
-        for k, (name, sums) in enumerate(self._registered.items()):
+        for k, (name, sums) in enumerate(self._training_sums.items()):
             arrays[f"registered_{k}_moments"], arrays[f"registered_{k}_totals"] = sums.moments, sums.totals
+            arrays[f"registered_{k}_support"] = self._support_values[name][0]
             registered.append({"name": name, "shape": list(sums.shape)})
         for side, basis in (("x", self.basis_x_), ("y", self.basis_y_)):
             arrays.update(basis.to_arrays(side))
@@ -279,11 +430,17 @@ class JDL(Estimator):
             "n_samples": int(self.n_samples_),
             "diagnostics": diagnostics,
             "registered": registered,
+            "support": {"construction": self.support_.construction, "exact": self.support_.exact,
+                        "defect": self.support_.defect, "requested": self.support_.requested},
         }
 
     @classmethod
     def from_state(cls, state: dict[str, Any]) -> "JDL":
-        """Rebuild a fitted model from ``state()``; raises ``ValueError`` on missing or inconsistent parts."""
+        """Rebuild a fitted model from ``state()``; raises ``ValueError`` on missing or inconsistent parts.
+
+        A state without support atoms (a store written before they existed) gets them built from its
+        training atoms, in one pass, as a fit would.
+        """
         try:
             y_atoms = state["arrays"]["y_atoms"]
             arrays = {k: np.asarray(v, dtype=np.float64) for k, v in state["arrays"].items() if k != "y_atoms"}
@@ -306,13 +463,20 @@ class JDL(Estimator):
         shapes["y_atoms"] = tuple(y_atoms.shape)
         if (bases["x"].size, bases["y"].size) != (m_x, m_y):
             raise ValueError(f"state: coef has shape {coef.shape}, the bases have {bases['y'].size} x {bases['x'].size}")
-        expected = {"y_atoms": (n, bases["y"].width), "reduction_cross": (m_y, m_x)}
+        d_y = bases["y"].width
+        expected = {"y_atoms": (n, d_y), "reduction_cross": (m_y, m_x)}
+        has_support = "support_atoms" in arrays
+        if has_support:
+            M = shapes.get("support_weights", (0,))[0]
+            expected["support_atoms"] = (M, d_y)
         for k, (name, sums) in enumerate(registered.items()):
             p = int(np.prod(sums.shape))
             expected[f"registered_{k}_moments"], expected[f"registered_{k}_totals"] = (m_y, p), (p,)
+            if has_support:
+                expected[f"registered_{k}_support"] = (M, p)
         for name, shape in expected.items():
-            if shapes[name] != shape:
-                raise ValueError(f"state: {name} has shape {shapes[name]}, expected {shape}")
+            if shapes.get(name) != shape:
+                raise ValueError(f"state: {name} has shape {shapes.get(name)}, expected {shape}")
         model._check_params()
         model.basis_x_, model.basis_y_ = bases["x"], bases["y"]
         model.coef_ = coef
@@ -322,7 +486,21 @@ class JDL(Estimator):
             **state.get("diagnostics", {}),
             "trace_error_x": arrays["x_trace_error"], "trace_error_y": arrays["y_trace_error"],
         }
-        model._registered = registered
+        model._training_sums = registered
+        if has_support:
+            meta = state.get("support", {})
+            support = Support(arrays["support_atoms"], arrays["support_weights"], meta.get("construction", "bins"),
+                              float(meta.get("defect", 0.0)), meta.get("exact", "none"), int(meta.get("requested", M)))
+            values = {name: (arrays[f"registered_{k}_support"], sums.shape) for k, (name, sums) in enumerate(registered.items())}
+        else:
+            problem = JDLProblem(bases["x"], bases["y"], None, None, reductions, {}, registered)
+            support, model._training_sums = model._support(problem, model.atoms_)
+            values = {name: evaluate_function(f, support.atoms) for name, f in STANDARD_FUNCTIONS.items()}
+            model.diagnostics_.update({"law": model.law_rule, "support_size": support.size,
+                                       "support_construction": support.construction, "support_exact": support.exact,
+                                       "support_defect": support.defect})
+        model._set_support(support)
+        model._support_values = values
         return model
 
     @staticmethod
@@ -341,10 +519,10 @@ class JDL(Estimator):
         """The basis of one side ("x" or "y") from ``state()``'s arrays (subclasses with other bases override)."""
         return SpectralBasis.from_arrays(kernel_from_dict(state[f"kernel_{side}"]), arrays, side)
 
-    # -- queries ----------------------------------------------------------------------------------
+    # -- the conditional law ------------------------------------------------------------------------
     def _fitted(self) -> None:
         if not hasattr(self, "coef_"):
-            raise RuntimeError("JDL: call fit(X, Y) before querying the model")
+            raise RuntimeError(f"{type(self).__name__}: call fit(X, Y) before querying the model")
 
     def _queries(self, Xq: Any) -> np.ndarray:
         self._fitted()
@@ -354,24 +532,148 @@ class JDL(Estimator):
             raise ValueError(f"Xq: has {Xq.shape[1]} features, the model was fitted on {width}")
         return Xq
 
-    @property
-    def uses_grid(self) -> bool:
-        """True when fitting solves exact positivity on the training grid."""
-        return self.constraints == "positivity" and self.positivity == "grid"
-
-    @property
-    def uses_tightening(self) -> bool:
-        """True when fitting solves the tightening (33), which needs the column extremes of A."""
-        return self.constraints == "positivity" and self.positivity == "tightening"
-
-    @property
-    def clips(self) -> bool:
-        return self.constraints == "positivity" and self.positivity == "clip"
-
     def _directions(self, Xq: np.ndarray) -> np.ndarray:
-        """g(x_q) = H Psi_X(x_q)^T as rows (q, m_Y): 1 + h(x_q, y_j) = 1 + A_Y[j] . g(x_q)."""
+        """g(x_q) = H Psi_X(x_q)^T as rows (q, m_Y): 1 + h(x_q, y) = 1 + Psi_Y(y) . g(x_q)."""
         return self.basis_x_.features(Xq) @ self.coef_.T
 
+    def _map_law(self, Xq: Any, read: Callable[[np.ndarray, slice], np.ndarray], width: int) -> np.ndarray:
+        """``read(P, rows)`` -> (rows, width) for the laws P of every query, block by block; (q, width)."""
+        Xq = self._queries(Xq)
+        g = self._directions(Xq)  # the bases' thread pool: outside the row blocks below
+        out = np.empty((Xq.shape[0], width))
+
+        def work(rows: slice) -> None:
+            with _BLAS:  # one product at a time: concurrent BLAS calls may split (and round) differently
+                R = g[rows] @ self._support_psi.T
+            R += 1.0
+            P, _ = apply_rule(R, self.support_.weights, self.law_rule, self._moments)
+            with _BLAS:
+                out[rows] = read(P, rows)
+
+        map_rows(Xq.shape[0], self.support_.size, work)
+        return out
+
+    def conditional_weights(self, Xq: Any) -> np.ndarray:
+        """The conditional law at each query: weights (q, M) on ``support_atoms_``, rows summing to 1
+        (non-negative under constraints="positivity")."""
+        self._fitted()
+        return self._map_law(Xq, lambda P, rows: P, self.support_.size)
+
+    def law_levels(self, Xq: Any) -> np.ndarray:
+        """What the projection kept at each query, (q,) int: 2 mass, mean and second moment; 1 mass and
+        mean; 0 mass; -1 the signed law had no positive mass (``jdlcore.laws.LEVELS``)."""
+        if self.law_rule != "project":
+            raise ValueError(f"law_levels: only the 'project' rule keeps moments; this model's law is {self.law_rule!r}")
+        Xq = self._queries(Xq)
+        R = self._directions(Xq) @ self._support_psi.T
+        R += 1.0
+        return apply_rule(R, self.support_.weights, "project", self._moments)[1].astype(np.int64)
+
+    def negative_support_mass(self, Xq: Any) -> np.ndarray:
+        """Negative mass of the signed law on the support at each query, relative to its total, (q,)."""
+        Xq = self._queries(Xq)
+        R = self._directions(Xq) @ self._support_psi.T
+        R += 1.0
+        R *= self.support_.weights
+        return -np.minimum(R, 0.0).sum(axis=1) / R.sum(axis=1)
+
+    def conditional_expectation(self, Xq: Any, f: Callable[[np.ndarray], np.ndarray] | None = None) -> np.ndarray:
+        """E[f(Y) | X = x_q] under the conditional law; f maps atoms (b, d_y) row by row to (b, ...).
+
+        Returns shape (q, ...); f defaults to the identity (the conditional mean, (q, d_y)).
+        """
+        self._fitted()
+        values, shape = evaluate_function(f, self.support_.atoms)
+        return self._map_law(Xq, lambda P, rows: P @ values, values.shape[1]).reshape((-1,) + shape)
+
+    def register(self, name: str, f: Callable[[np.ndarray], np.ndarray]) -> None:
+        """Keep f at the support atoms (O(M)) so ``expectation(name, Xq)`` needs no evaluation of f.
+        ``state()`` keeps the functions registered at the fit (the mean and second moment, and a
+        problem's test functions); register others again after loading a store."""
+        self._fitted()
+        self._support_values[name] = evaluate_function(f, self.support_.atoms)
+
+    def expectation(self, name: str, Xq: Any) -> np.ndarray:
+        """E[f(Y) | X = x_q] for a registered test function, shape (q, ...)."""
+        return self.expectations([name], Xq)[name]
+
+    def expectations(self, names: list[str], Xq: Any) -> dict[str, np.ndarray]:
+        """``expectation(name, Xq)`` for several registered functions at once (one law per query)."""
+        self._fitted()
+        missing = [name for name in names if name not in self._support_values]
+        if missing:
+            raise ValueError(f"names: no test function {missing[0]!r} registered; have {sorted(self._support_values)}")
+        parts = [self._support_values[name] for name in names]
+        values = self._map_law(Xq, lambda P, rows: P @ np.hstack([v for v, _ in parts]),
+                               sum(v.shape[1] for v, _ in parts))
+        out, offset = {}, 0
+        for name, (part, shape) in zip(names, parts):
+            out[name] = values[:, offset:offset + part.shape[1]].reshape((-1,) + shape)
+            offset += part.shape[1]
+        return out
+
+    def conditional_cdf(self, Xq: Any, thresholds: Any) -> np.ndarray:
+        """Q(Y <= t | X = x_q) for thresholds t, shape (q, T).
+
+        ``thresholds`` is (T,) for scalar Y, or (T, d_y) for the joint CDF of a vector Y
+        (every component below its threshold).
+        """
+        self._fitted()
+        return self.conditional_expectation(Xq, below_thresholds(thresholds, self.support_.d))
+
+    def conditional_quantile(self, Xq: Any, levels: Any, component: int = 0) -> np.ndarray:
+        """Quantiles of Q(Y_component | X = x_q) at ``levels`` in (0, 1], shape (q, len(levels)).
+
+        The quantile is the smallest support atom y with Q(Y <= y | x) >= level (the generalised
+        inverse of the conditional CDF; for a signed law, of its running maximum). All levels in one
+        pass over the sorted atoms per query: O(M + levels).
+        """
+        self._fitted()
+        levels = check_levels(levels)
+        d_y = self.support_.d
+        if not 0 <= component < d_y:
+            raise ValueError(f"component: must be in [0, {d_y}), got {component}")
+        column = self.support_.atoms[:, component]
+        if component not in self._orders:
+            self._orders[component] = np.argsort(column, kind="stable")
+        order = self._orders[component]
+        return self._map_law(Xq, lambda P, rows: quantiles(P, column, levels, order), levels.size)
+
+    def crps(self, Xq: Any, y: Any) -> np.ndarray:
+        """The continuous ranked probability score of the conditional law at each (x_q, y_q), shape (q,),
+        exact for the weighted support atoms (scalar Y). Lower is better."""
+        self._fitted()
+        if self.support_.d != 1:
+            raise ValueError(f"crps: needs a scalar y, the model has {self.support_.d} y features")
+        observed = as_samples(y, "y")[:, 0]
+        Xq = self._queries(Xq)
+        if observed.size != Xq.shape[0]:
+            raise ValueError(f"y: has {observed.size} rows, Xq has {Xq.shape[0]}")
+        column = self.support_.atoms[:, 0]
+        return self._map_law(Xq, lambda P, rows: law_crps(P, column, observed[rows])[:, None], 1)[:, 0]
+
+    def predict_proba(self, Xq: Any, classes: Any | None = None) -> np.ndarray:
+        """Q(Y = c | X = x_q) for each class c of a discrete scalar Y, shape (q, C).
+
+        ``classes`` defaults to the training classes (``classes_``). A discrete Y is one with at most
+        ``support_size`` distinct values, which the support then holds exactly.
+        """
+        self._fitted()
+        if self.support_.d != 1:
+            raise ValueError("predict_proba: needs a scalar (discrete) Y")
+        classes = self.classes_ if classes is None else np.asarray(classes, dtype=np.float64).ravel()
+        return self.conditional_expectation(Xq, class_indicator(classes))
+
+    @property
+    def classes_(self) -> np.ndarray:
+        """The distinct training values of a discrete scalar Y (the classes of ``predict_proba``)."""
+        self._fitted()
+        if self.support_.construction != "distinct":
+            raise ValueError(f"classes_: Y has more than {self.support_.requested} distinct values, so it is not "
+                             "treated as discrete; use conditional_cdf, or fit with a larger support_size")
+        return np.unique(self.support_.atoms[:, 0])
+
+    # -- the paper's diagnostics on the n training atoms ---------------------------------------------
     def radon_nikodym(self, Xq: Any) -> np.ndarray:
         """1 + h(x_q, y_j) for queries x_q and every training atom y_j, shape (q, n)."""
         Xq = self._queries(Xq)
@@ -382,16 +684,8 @@ class JDL(Estimator):
         values += 1.0
         return values
 
-    def conditional_weights(self, Xq: Any) -> np.ndarray:
-        """Weights of Q(Y | X = x_q) on the training atoms y_j, shape (q, n); rows sum to 1."""
-        values = self.radon_nikodym(Xq)
-        if self.clips:
-            np.maximum(values, 0.0, out=values)
-        values /= values.sum(axis=1, keepdims=True)
-        return values
-
     def negative_mass(self, Xq: Any) -> np.ndarray:
-        """Total negative weight of Q(Y | X = x_q) before any clipping, shape (q,); 0 for a positive model."""
+        """Negative weight of the signed law on the n training atoms, relative to its total, shape (q,)."""
         Xq = self._queries(Xq)
         negative, totals = np.zeros(Xq.shape[0]), np.zeros(Xq.shape[0])
         g = self._directions(Xq)
@@ -404,8 +698,8 @@ class JDL(Estimator):
         return negative / -totals
 
     def negative_share(self, Xq: Any, tol: float = 1e-12) -> np.ndarray:
-        """Share of training atoms y_j with 1 + h(x_q, y_j) < -tol (a negative Radon-Nikodym value, before
-        any clipping), shape (q,); computed block by block, so never (q, n) in memory."""
+        """Share of training atoms y_j with 1 + h(x_q, y_j) < -tol (a negative Radon-Nikodym value of the
+        signed law), shape (q,); computed block by block, so never (q, n) in memory."""
         Xq = self._queries(Xq)
         counts = np.zeros(Xq.shape[0])
         g = self._directions(Xq)
@@ -414,139 +708,11 @@ class JDL(Estimator):
                 counts[sl] += np.count_nonzero(g[sl] @ A.T < -1.0 - tol, axis=1)
         return counts / self.n_samples_
 
-    def conditional_expectation(self, Xq: Any, f: Callable[[np.ndarray], np.ndarray] | None = None) -> np.ndarray:
-        """E_Q[f(Y) | X = x_q] for each query; f maps atoms (b, d_y) row by row to (b, ...).
-
-        Returns shape (q, ...); f defaults to the identity (the conditional mean, (q, d_y)).
-        """
-        Xq = self._queries(Xq)
-        if not self.clips:
-            sums = self.atoms_.function_sums(f)
-            return self._project_queries(Xq, sums).reshape((Xq.shape[0],) + sums.shape)
-        return self._clipped_expectation(Xq, f)
-
-    def register(self, name: str, f: Callable[[np.ndarray], np.ndarray]) -> None:
-        """Precompute the n-sized sums of a test function so ``expectation(name, Xq)`` costs O(m_X) per query."""
-        self._fitted()
-        self._registered[name] = self.atoms_.function_sums(f)
-
-    def expectation(self, name: str, Xq: Any) -> np.ndarray:
-        """E_Q[f(Y) | X = x_q] for a registered test function, shape (q, ...)."""
-        Xq = self._queries(Xq)
-        if name not in self._registered:
-            raise ValueError(f"name: no test function {name!r} registered; have {sorted(self._registered)}")
-        if self.clips:
-            raise ValueError("expectation: clipped models need all atoms; use conditional_expectation")
-        sums = self._registered[name]
-        return self._project_queries(Xq, sums).reshape((Xq.shape[0],) + sums.shape)
-
-    def expectations(self, names: list[str], Xq: Any) -> dict[str, np.ndarray]:
-        """``expectation(name, Xq)`` for several registered functions at once (one kernel block)."""
-        Xq = self._queries(Xq)
-        missing = [name for name in names if name not in self._registered]
-        if missing:
-            raise ValueError(f"names: no test function {missing[0]!r} registered; have {sorted(self._registered)}")
-        if self.clips:
-            raise ValueError("expectations: clipped models need all atoms; use conditional_expectation")
-        parts = [self._registered[name] for name in names]
-        joint = FunctionSums(np.hstack([p.moments for p in parts]), np.concatenate([p.totals for p in parts]),
-                             (sum(p.totals.size for p in parts),))
-        values = self._project_queries(Xq, joint)
-        out, offset = {}, 0
-        for name, part in zip(names, parts):
-            out[name] = values[:, offset:offset + part.totals.size].reshape((Xq.shape[0],) + part.shape)
-            offset += part.totals.size
-        return out
-
-    def conditional_cdf(self, Xq: Any, thresholds: Any) -> np.ndarray:
-        """Q(Y <= t | X = x_q) for thresholds t, shape (q, T).
-
-        ``thresholds`` is (T,) for scalar Y, or (T, d_y) for the joint CDF of a vector Y
-        (every component below its threshold).
-        """
-        self._fitted()
-        return self.conditional_expectation(Xq, below_thresholds(thresholds, self.atoms_.d))
-
-    def conditional_quantile(self, Xq: Any, levels: Any, component: int = 0) -> np.ndarray:
-        """Quantiles of Q(Y_component | X = x_q) at ``levels`` in (0, 1], shape (q, len(levels)).
-
-        The quantile is the smallest atom y with Q(Y <= y | x) >= level (the generalised inverse of
-        the conditional CDF, which stays well defined where weights are negative). Costs O(n m_Y)
-        per query: the weights on all atoms are needed.
-        """
-        Xq = self._queries(Xq)
-        levels = check_levels(levels)
-        d_y = self.atoms_.d
-        if not 0 <= component < d_y:
-            raise ValueError(f"component: must be in [0, {d_y}), got {component}")
-        column = self.atoms_.column(component)
-        order = np.argsort(column, kind="stable")
-        atoms = column[order]
-        out = np.empty((Xq.shape[0], levels.size))
-        for sl in self._batches(Xq.shape[0]):
-            out[sl] = quantiles_from_weights(self.conditional_weights(Xq[sl])[:, order], atoms, levels)
-        return out
-
-    def predict_proba(self, Xq: Any, classes: Any | None = None) -> np.ndarray:
-        """Q(Y = c | X = x_q) for each class c of a discrete scalar Y, shape (q, C).
-
-        ``classes`` defaults to the sorted distinct training values (available as ``classes_``).
-        """
-        self._fitted()
-        if self.atoms_.d != 1:
-            raise ValueError("predict_proba: needs a scalar (discrete) Y")
-        classes = self.classes_ if classes is None else np.asarray(classes, dtype=np.float64).ravel()
-        return self.conditional_expectation(Xq, class_indicator(classes))
-
-    @property
-    def classes_(self) -> np.ndarray:
-        """Sorted distinct training values of a scalar Y (the classes of ``predict_proba``)."""
-        self._fitted()
-        return np.unique(self.atoms_.column(0))
-
     def grid_minimum(self, X: Any) -> float:
         """min over training samples x_t and atoms y_s of 1 + h(x_t, y_s) (X: the training inputs)."""
         X = self._queries(X)
         psi = self.basis_x_.features(X)
         return min(grid_minimum(self.coef_, psi, A) for _, _, A in self.atoms_.blocks())
-
-    # -- internals --------------------------------------------------------------------------------
-    def _batches(self, q: int):
-        return _batches(q, self.n_samples_)
-
-    def _project_queries(self, Xq: np.ndarray, sums: FunctionSums) -> np.ndarray:
-        """E[f(Y) | x] = (totals + k(x, pivots_X) W)[:p] / (...)[p] for the test function's sums, where
-        W = coefficients_X H^T [moments, s_Y] (m_X, p + 1) and raw_X(x) = k(x, pivots_X) for a kernel basis;
-        computed in cache-sized slabs, (q, p)."""
-        moments = np.column_stack([sums.moments, self.reductions_.sum_y])  # (m_Y, p + 1)
-        weights = self.basis_x_.coefficients @ (self.coef_.T @ moments)  # (m_X, p + 1)
-        totals = np.append(sums.totals, float(self.n_samples_))
-        p = weights.shape[1] - 1
-        out = np.empty((Xq.shape[0], p))
-        for start in range(0, Xq.shape[0], _QUERY_SLAB):
-            stop = min(start + _QUERY_SLAB, Xq.shape[0])
-            numerator = self.basis_x_.raw(Xq[start:stop]) @ weights
-            numerator += totals
-            np.divide(numerator[:, :p], numerator[:, p:], out=out[start:stop])
-        return out
-
-    def _clipped_expectation(self, Xq: np.ndarray, f: Callable | None) -> np.ndarray:
-        """E[f(Y) | x] under the clipped weights max(1 + h, 0) / sum, streamed over atom blocks."""
-        numerator: np.ndarray | None = None
-        denominator = np.zeros(Xq.shape[0])
-        shape: tuple = ()
-        g = self._directions(Xq)
-        for _, y, A in self.atoms_.blocks():  # atoms outside: one pass over them for all queries
-            values, shape = evaluate_function(f, y)
-            for sl in _batches(Xq.shape[0], A.shape[0]):
-                weights = g[sl] @ A.T
-                weights += 1.0
-                np.maximum(weights, 0.0, out=weights)
-                if numerator is None:
-                    numerator = np.zeros((Xq.shape[0], values.shape[1]))
-                numerator[sl] += weights @ values
-                denominator[sl] += weights.sum(axis=1)
-        return (numerator / denominator[:, None]).reshape((Xq.shape[0],) + shape)
 
 
 def _batches(q: int, atoms: int) -> list[slice]:

@@ -68,7 +68,8 @@ from scipy.sparse import csr_matrix
 
 from .atoms import block_sums
 from .basis import JDLReductions, reductions_from_values
-from .jdl import CONSTRAINTS, JDL, JDLProblem
+from .jdl import CONSTRAINTS, GRID_POINTS, JDL, JDLProblem
+from .support import sample_rows
 from .validation import as_samples, check_choice, check_nonnegative, check_paired
 
 __all__ = [
@@ -77,7 +78,7 @@ __all__ = [
     "GRAM_BASES",
 ]
 
-POSITIVITY = ("sos", "grid", "tightening", "clip")
+POSITIVITY = ("sos", "project", "grid", "tightening", "clip")
 GRAM_BASES = ("reduced", "full")
 _RANK_RTOL = 1e-9  # singular values below this fraction of the largest count as zero (condition > 1e9)
 _EPS = np.finfo(np.float64).eps
@@ -249,12 +250,14 @@ def _check_degree(degree: Any) -> int:
 
 
 def build_polynomial_problem(
-    X: Any, Y: Any, degree: int, test_functions: dict[str, Callable] | None = None,
+    X: Any, Y: Any, degree: int, test_functions: dict[str, Callable] | None = None, seed: int | None = 0,
+    grid_points: int = GRID_POINTS,
 ) -> JDLProblem:
     """The JDL problem in the polynomial bases of X (n, d_X) and Y (n, d_Y): exact, no pivoted Cholesky.
 
     ``test_functions`` (name -> f, row-wise on the atoms) are summed and registered with models fitted
-    on the problem.
+    on the problem. The support of Y is built by the fit; ``grid_x`` is a seeded sample of
+    ``grid_points`` training x rows (grid positivity).
     """
     started = time.perf_counter()
     X = as_samples(X, "X", min_rows=2)
@@ -272,7 +275,8 @@ def build_polynomial_problem(
         "factor_seconds": time.perf_counter() - started,
     }
     sums = {name: block_sums(f, Y, A_y) for name, f in (test_functions or {}).items()}
-    return JDLProblem(basis_x, basis_y, A_x, A_y, reductions, factors, sums)
+    return JDLProblem(basis_x, basis_y, A_x, A_y, reductions, factors, sums,
+                      grid_x=X[sample_rows(X.shape[0], seed, grid_points)])
 
 
 # -- sum-of-squares positivity --------------------------------------------------------------------
@@ -515,18 +519,21 @@ class PolynomialJDL(JDL):
     positivity (constraints="positivity"):
         "sos" (default): 1 + h in the sum-of-squares cone (39), an SDP: 1 + h >= 0 at every (x, y),
             certified (``diagnostics_['sos_certified']``, ``sos_min_eigenvalue``, ``sos_residual_l1``);
-        "grid": jdlcore's exact positivity on the training grid (cutting planes);
+        "project": normalization in the fit; the laws projected at query time (``JDL``);
+        "grid": 1 + h >= 0 on the support atoms x a sample of the training x (``JDL``);
         "tightening": the paper's single inequality (33);
         "clip": normalization only; negative conditional weights clipped at query time.
     sos_margin: S >= sos_margin * I, keeping the solution strictly inside the cone (>= 0).
     solver_tol: the SDP solver's gap and feasibility tolerances (> 0).
+    seed, support_size, grid_points, grid_rounds, grid_seconds: as for ``JDL``.
 
     Fitted attributes as for ``JDL`` (basis_x_, basis_y_ are ``PolynomialBasis``); with "sos" the
     Gram matrix S (g x g) is kept as ``sos_gram_`` (not part of ``state()``).
     """
 
     _KERNELS = ()  # the monomial bases have no kernel parameters
-    _PARAMS = ("degree", "reg", "constraints", "positivity", "sos_margin", "solver_tol")
+    _PARAMS = ("degree", "reg", "constraints", "positivity", "sos_margin", "solver_tol", "seed", "support_size",
+               "grid_points", "grid_rounds", "grid_seconds")
 
     def __init__(
         self,
@@ -536,6 +543,11 @@ class PolynomialJDL(JDL):
         positivity: str = "sos",
         sos_margin: float = 1e-8,
         solver_tol: float = 1e-10,
+        seed: int | None = 0,
+        support_size: int | None = None,
+        grid_points: int = GRID_POINTS,
+        grid_rounds: int = 200,
+        grid_seconds: float = 120.0,
     ):
         self.degree = degree
         self.reg = reg
@@ -543,6 +555,11 @@ class PolynomialJDL(JDL):
         self.positivity = positivity
         self.sos_margin = sos_margin
         self.solver_tol = solver_tol
+        self.seed = seed
+        self.support_size = support_size
+        self.grid_points = grid_points
+        self.grid_rounds = grid_rounds
+        self.grid_seconds = grid_seconds
 
     def _check_params(self) -> None:
         _check_degree(self.degree)
@@ -550,6 +567,7 @@ class PolynomialJDL(JDL):
         check_choice(self.constraints, "constraints", CONSTRAINTS)
         check_choice(self.positivity, "positivity", POSITIVITY)
         check_nonnegative(self.sos_margin, "sos_margin")
+        self._check_support_and_grid()
         tol = float(self.solver_tol)
         if not np.isfinite(tol) or tol <= 0:
             raise ValueError(f"solver_tol: must be finite and > 0, got {self.solver_tol!r}")
@@ -565,7 +583,8 @@ class PolynomialJDL(JDL):
         X = as_samples(X, "X", min_rows=2)
         Y = as_samples(Y, "Y", min_rows=2)
         check_paired(X, Y)
-        return self.fit_problem(build_polynomial_problem(X, Y, int(self.degree)), Y)
+        return self.fit_problem(build_polynomial_problem(X, Y, int(self.degree), seed=self.seed,
+                                                         grid_points=int(self.grid_points)), Y)
 
     def _solve(self, problem: JDLProblem, reg: float) -> tuple[np.ndarray, dict[str, Any]]:
         self.__dict__.pop("sos_gram_", None)

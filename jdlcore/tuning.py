@@ -18,7 +18,7 @@ from .kernels import GaussianKernel, Kernel
 from .losses import ClippedLogisticLoss, SecondMomentLoss
 from .validation import as_samples, check_paired
 
-__all__ = ["TuneResult", "tune", "split_rows", "score_pair", "best_row", "resolve_criterion"]
+__all__ = ["TuneResult", "tune", "split_rows", "score_pair", "best_row", "resolve_criterion", "screening_params"]
 
 
 @dataclass
@@ -58,41 +58,75 @@ def split_rows(n: int, validation_fraction: float, seed: int) -> tuple[np.ndarra
     return order[n_val:], order[:n_val]
 
 
+def screening_params(base: JDL) -> dict[str, Any]:
+    """The estimator's parameters as a tuning candidate scores them: its own, except that grid
+    positivity (a cutting-plane solve per candidate) is screened through the projection, the law
+    it falls back to; the winner is then fitted with the estimator's own rule."""
+    params = base.get_params()
+    if params.get("constraints") == "positivity" and params.get("positivity") == "grid":
+        params["positivity"] = "project"
+    return params
+
+
 def score_pair(
     X_train: np.ndarray, Y_train: np.ndarray, X_val: np.ndarray, Y_val: np.ndarray, base: JDL,
     kernel_x: Kernel, kernel_y: Kernel, regs: Sequence[float], score: Callable,
 ) -> list[dict[str, Any]]:
-    """Validation scores of every ``reg`` for one pair of kernels: the factorisations, bases and
-    reductions are computed once on the training rows and reused for each ``reg``.
+    """Validation scores of every ``reg`` for one pair of kernels: the factorisations, bases, reductions
+    and support are computed once on the training rows and reused for each ``reg``.
 
     Returns one row per reg: lengthscale_x, lengthscale_y, reg, score, rank_x, rank_y, seconds
-    (the factorisation time shared out over the regs plus the candidate's own solve and scoring).
+    (the factorisation time shared out over the regs plus the candidate's own solve and scoring), and
+    ``error`` (the message) for a candidate that failed, whose score is NaN: the search goes on.
     """
     started = time.perf_counter()
-    problem = build_problem(
-        X_train, Y_train, kernel_x, kernel_y, tol=float(base.tol), max_rank=base.max_rank,
-        pivoting=base.pivoting, seed=base.seed, block_size=base.block_size,
-    )
-    factor_seconds = time.perf_counter() - started
+    params = screening_params(base)
     rows = []
+    try:
+        problem = build_problem(
+            X_train, Y_train, kernel_x, kernel_y, tol=float(base.tol), max_rank=base.max_rank,
+            pivoting=base.pivoting, seed=base.seed, block_size=base.block_size, support_size=base.support_size,
+            grid_points=base.grid_points,
+        )
+    except (ValueError, RuntimeError, np.linalg.LinAlgError, MemoryError) as error:
+        seconds = (time.perf_counter() - started) / len(regs)
+        return [_failed(kernel_x, kernel_y, reg, error, seconds) for reg in regs]
+    factor_seconds = time.perf_counter() - started
     for reg in regs:
         started = time.perf_counter()
-        model = JDL(**{**base.get_params(), "kernel_x": kernel_x, "kernel_y": kernel_y, "reg": float(reg)})
-        model.fit_problem(problem, Y_train)
+        try:
+            model = JDL(**{**params, "kernel_x": kernel_x, "kernel_y": kernel_y, "reg": float(reg)})
+            model.fit_problem(problem, Y_train)
+            value = float(score(model, X_val, Y_val))
+        except (ValueError, RuntimeError, np.linalg.LinAlgError, FloatingPointError) as error:
+            rows.append(_failed(kernel_x, kernel_y, reg, error, factor_seconds / len(regs) + time.perf_counter() - started,
+                                problem.factors))
+            continue
         rows.append({
             "lengthscale_x": kernel_x.lengthscale, "lengthscale_y": kernel_y.lengthscale,
-            "reg": float(reg), "score": float(score(model, X_val, Y_val)),
+            "reg": float(reg), "score": value,
             "rank_x": int(problem.factors["rank_x"]), "rank_y": int(problem.factors["rank_y"]),
             "seconds": factor_seconds / len(regs) + time.perf_counter() - started,
         })
     return rows
 
 
+def _failed(kernel_x: Kernel, kernel_y: Kernel, reg: float, error: Exception, seconds: float,
+            factors: dict | None = None) -> dict[str, Any]:
+    """The table row of a candidate that raised: score NaN, the error's message kept."""
+    return {"lengthscale_x": kernel_x.lengthscale, "lengthscale_y": kernel_y.lengthscale, "reg": float(reg),
+            "score": float("nan"), "rank_x": int((factors or {}).get("rank_x", 0)),
+            "rank_y": int((factors or {}).get("rank_y", 0)), "seconds": seconds,
+            "error": f"{type(error).__name__}: {error}"}
+
+
 def best_row(table: list[dict[str, Any]]) -> dict[str, Any]:
     """The row with the smallest finite score; ``RuntimeError`` if none is finite."""
     finite = [row for row in table if np.isfinite(row["score"])]
     if not finite:
-        raise RuntimeError("tune: every candidate scored NaN or inf")
+        errors = sorted({row["error"] for row in table if "error" in row})
+        raise RuntimeError("tune: every candidate scored NaN or inf" + (f" (errors: {'; '.join(errors)[:500]})"
+                                                                         if errors else ""))
     return min(finite, key=lambda row: row["score"])
 
 

@@ -15,11 +15,12 @@ from typing import Callable
 
 import numpy as np
 
-from jdlcore.atoms import FunctionSums, block_sums
+from jdlcore.atoms import STANDARD_FUNCTIONS, FunctionSums, block_sums
 from jdlcore.basis import FactorPartials, column_extremes, factor_partials, reductions_from_partials, spectral_basis
 from jdlcore.cholesky import PivotedCholesky, run_pivoted_cholesky
-from jdlcore.jdl import JDLProblem, factor_diagnostics
+from jdlcore.jdl import JDLProblem, factor_diagnostics, marginal_sums, support_resolution
 from jdlcore.kernels import Kernel
+from jdlcore.support import SupportPlan, default_support_size, finish_support, plan_support, support_partial
 
 from .chunked_cholesky import ChunkState, DaskFactorStorage, recomputed_factor, slabs
 
@@ -52,9 +53,11 @@ def _factor_slab(state: ChunkState, kernel: Kernel, points: np.ndarray, B: np.nd
 
 def _partials(
     x: ChunkState, y: ChunkState, kernel_x: Kernel, kernel_y: Kernel, points_x: np.ndarray, B_x: np.ndarray,
-    points_y: np.ndarray, B_y: np.ndarray, test_functions: dict,
-) -> tuple[FactorPartials, dict[str, FunctionSums]]:
-    """Pass 1 over a pair of chunks: factor partial sums, and L_Y^T f(y) and f(y)^T 1 per test function."""
+    points_y: np.ndarray, B_y: np.ndarray, test_functions: dict, plan: SupportPlan | None,
+) -> tuple[FactorPartials, dict[str, FunctionSums], object]:
+    """Pass 1 over a pair of chunks: factor partial sums, L_Y^T f(y) and f(y)^T 1 per test function, and
+    the chunk's part of the support (``jdlcore.support.support_partial``; None without a plan)."""
+    support = support_partial(y.X, plan) if plan is not None else None
     partials, sums = None, {}
     for start, stop in slabs(x.X.shape[0]):
         L_x = _factor_slab(x, kernel_x, points_x, B_x, start, stop)
@@ -64,21 +67,18 @@ def _partials(
         for name, f in test_functions.items():
             term = block_sums(f, y.X[start:stop], L_y)
             sums[name] = sums[name] + term if name in sums else term
-    return partials, sums
+    return partials, sums, support
 
 
-def _basis_values(
-    state: ChunkState, kernel: Kernel, points: np.ndarray, B: np.ndarray, rotation: np.ndarray, keep: bool,
-) -> tuple[np.ndarray | None, np.ndarray, np.ndarray]:
-    """Pass 2 over a chunk: A = L V (returned only if ``keep``) and its column minima and maxima."""
-    low, high, values = np.inf, -np.inf, []
+def _basis_extremes(
+    state: ChunkState, kernel: Kernel, points: np.ndarray, B: np.ndarray, rotation: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Pass 2 over a chunk: the column minima and maxima of A = L V."""
+    low, high = np.inf, -np.inf
     for start, stop in slabs(state.X.shape[0]):
-        A = _factor_slab(state, kernel, points, B, start, stop) @ rotation
-        slab_low, slab_high = column_extremes(A)
+        slab_low, slab_high = column_extremes(_factor_slab(state, kernel, points, B, start, stop) @ rotation)
         low, high = np.minimum(low, slab_low), np.maximum(high, slab_high)
-        if keep:
-            values.append(A)
-    return (np.vstack(values) if keep else None), low, high
+    return low, high
 
 
 def chunked_problem(
@@ -93,20 +93,26 @@ def chunked_problem(
     pivoting: str = "random",
     seed: int | None = 0,
     block_size: int | None = None,
-    keep_values: bool = True,
     extremes: bool = True,
     factor_budget: float | None = None,
     test_functions: dict[str, Callable] | None = None,
+    y_sample: np.ndarray | None = None,
+    support_size: int | None = None,
+    grid_x: np.ndarray | None = None,
+    grid_points: int | None = None,
     progress: Callable[[str], None] | None = None,
 ) -> JDLProblem:
     """``jdlcore.build_problem`` computed chunk by chunk; x and y chunks must be paired row for row.
 
-    The basis values A_X (n x m_X) and A_Y (n x m_Y) are gathered to the client only when
-    ``keep_values`` (exact grid positivity needs them); otherwise nothing n-sized leaves the
-    workers. ``extremes``: compute the column minima and maxima of A_X and A_Y (a second pass over
-    the chunks; only the tightening (33) needs them, and they are NaN when skipped).
-    ``test_functions`` (name -> f, row-wise on y) are summed on the workers and registered
-    with models fitted on the problem. ``progress`` is called with a line per finished stage.
+    Nothing n-sized leaves the workers. ``extremes``: compute the column minima and maxima of A_X
+    and A_Y (a second pass over the chunks; only the tightening (33) needs them, and they are NaN
+    when skipped). ``test_functions`` (name -> f, row-wise on y) are summed on the workers and
+    registered with models fitted on the problem, besides the standard mean and second moment.
+    ``y_sample``: the seeded sample of y rows (``jdlcore.support.sample_rows``) that places the
+    support's bins or cells; the support (``support_size`` atoms) is then built in the same pass
+    (else by the fit, in a pass over the atoms). ``grid_x``: training x rows for grid positivity
+    (``grid_points`` accepted for the in-memory signature; the sample is taken by the caller).
+    ``progress`` is called with a line per finished stage.
     """
     started = time.perf_counter()
     say = progress or (lambda line: None)
@@ -123,35 +129,40 @@ def chunked_problem(
     # Arrays go to the workers as explicitly scattered futures: large keyword arguments of
     # client.map would become tasks keyed by the argument's name and collide between x and y.
     mark = time.perf_counter()
+    functions = {**STANDARD_FUNCTIONS, **(test_functions or {})}
+    plan = None
+    if y_sample is not None:
+        size = min(support_size or default_support_size(y_sample.shape[1]), storage_y.n)
+        plan = plan_support(y_sample, size, seed, support_resolution(kernel_y))
     shared = client.scatter([factor_x.pivot_points, factor_x.B_pivots, factor_y.pivot_points, factor_y.B_pivots,
-                             dict(test_functions or {})], broadcast=True)
+                             functions, plan], broadcast=True)
     parts = client.gather([client.submit(_partials, x, y, kernel_x, kernel_y, *shared, pure=False)
                            for x, y in zip(storage_x.states, storage_y.states)])
     partials = reduce(add, [p[0] for p in parts])
     basis_x = spectral_basis(factor_x, kernel_x, gram=partials.gram_x)
     basis_y = spectral_basis(factor_y, kernel_y, gram=partials.gram_y)
-    function_sums = {}
-    for name in test_functions or {}:
-        function_sums[name] = reduce(add, [p[1][name] for p in parts]).rotated(basis_y.rotation)
+    function_sums = {name: reduce(add, [p[1][name] for p in parts]).rotated(basis_y.rotation) for name in functions}
 
-    def values(storage: DaskFactorStorage, points, B, rotation):
+    def column_range(storage: DaskFactorStorage, points, B, rotation):
         rotation = client.scatter(rotation, broadcast=True)
-        parts = client.gather([client.submit(_basis_values, state, storage.kernel, points, B, rotation, keep_values,
-                                             pure=False) for state in storage.states])
-        extremes = np.min([p[1] for p in parts], axis=0), np.max([p[2] for p in parts], axis=0)
-        return (np.vstack([p[0] for p in parts]) if keep_values else None), extremes
+        parts = client.gather([client.submit(_basis_extremes, state, storage.kernel, points, B, rotation, pure=False)
+                               for state in storage.states])
+        return np.min([p[0] for p in parts], axis=0), np.max([p[1] for p in parts], axis=0)
 
-    if keep_values or extremes:
-        A_x, extremes_x = values(storage_x, shared[0], shared[1], basis_x.rotation)
-        A_y, extremes_y = values(storage_y, shared[2], shared[3], basis_y.rotation)
+    if extremes:
+        extremes_x = column_range(storage_x, shared[0], shared[1], basis_x.rotation)
+        extremes_y = column_range(storage_y, shared[2], shared[3], basis_y.rotation)
     else:
-        A_x = A_y = None
         extremes_x = (np.full(basis_x.size, np.nan), np.full(basis_x.size, np.nan))
         extremes_y = (np.full(basis_y.size, np.nan), np.full(basis_y.size, np.nan))
     reductions = reductions_from_partials(partials, basis_x, basis_y, extremes_x, extremes_y)
+    support = None
+    if plan is not None:
+        support = finish_support(reduce(add, [p[2] for p in parts]), basis_y.features,
+                                 marginal_sums(reductions, function_sums))
     seconds["reductions"] = time.perf_counter() - mark
     say(f"reductions: {seconds['reductions']:.1f} s")
     factors = factor_diagnostics(factor_x, factor_y, started)
     factors.update({f"{stage}_seconds": value for stage, value in seconds.items()})
     factors["factor_kept"] = bool(storage_x.keeps_factor and storage_y.keeps_factor)
-    return JDLProblem(basis_x, basis_y, A_x, A_y, reductions, factors, function_sums)
+    return JDLProblem(basis_x, basis_y, None, None, reductions, factors, function_sums, support, grid_x)

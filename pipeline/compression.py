@@ -163,7 +163,7 @@ def _data_embedding(source: SampleSource, kernel_x: Kernel, kernel_y: Kernel, re
         from .chunked_fit import chunked_problem
 
         problem = chunked_problem(source.client, source.x_chunks, source.y_chunks, kernel_x, kernel_y, tol=float(tol),
-                                  seed=seed, keep_values=False, extremes=False)
+                                  seed=seed, extremes=False)
         return cme_embedding(cme.fit_problem(problem))
     return cme_embedding(cme.fit(source.X, source.Y))
 

@@ -17,7 +17,7 @@ import numpy as np
 import zarr
 
 from jdlcore import CME, JDL, KLR, GaussianKernel, GreedyJDL, PolynomialJDL, build_problem
-from jdlcore.atoms import STANDARD_FUNCTIONS
+from jdlcore.support import sample_rows
 from jdlcore.validation import check_choice
 
 from .atomic import refuse_existing
@@ -25,8 +25,7 @@ from .cluster import dask_client, resolve_scheduler
 from .model_store import save_model
 from .staging import data_fingerprint, open_staged
 
-__all__ = ["fit_store", "choose_positivity", "make_estimator", "read_rows", "store_chunks", "METHODS", "GRID_ROWS",
-           "GRID_LIMIT"]
+__all__ = ["fit_store", "choose_positivity", "make_estimator", "read_rows", "read_sample", "store_chunks", "METHODS"]
 
 
 def read_rows(path: str, role: str, start: int, stop: int) -> np.ndarray:
@@ -43,57 +42,65 @@ def store_chunks(client, data: str | os.PathLike, group: zarr.Group) -> dict[str
     return {role: [client.submit(read_rows, path, role, a, b, pure=False) for a, b in bounds] for role in ("x", "y")}
 
 
-NEGATIVE_MASS_PROBES = 16  # first rows of x at which the stored model reports its negative mass
-GRID_ROWS = 20_000
-GRID_LIMIT = 200_000
+def read_sample(path: str | os.PathLike, role: str, rows: np.ndarray) -> np.ndarray:
+    """Rows ``rows`` (ascending indices) of array ``role`` of a staged store, read chunk by chunk."""
+    array = zarr.open_group(str(path), mode="r", zarr_format=3)[role]
+    step = array.chunks[0]
+    parts = []
+    for start in range(0, array.shape[0], step):
+        inside = rows[(rows >= start) & (rows < start + step)]
+        if inside.size:
+            parts.append(np.asarray(array[start:start + step])[inside - start])
+    return np.vstack(parts).astype(np.float64) if parts else np.empty((0, array.shape[1]))
+
+
+PROBES = 16  # first rows of x at which the stored model reports its signed law's negative mass
 METHODS = ("jdl", "jpdl", "cme", "klr", "greedy")
 CHUNKED_METHODS = ("jdl", "cme")  # fitted from the m x m reductions, which Dask computes chunk by chunk
-# What positivity "auto" means per method (jdl: by size, below), and the rules each method knows.
-POSITIVITY_RULES = {"jdl": ("grid", "tightening", "pointwise", "clip"), "jpdl": ("sos", "grid", "clip"),
-                    "greedy": ("atoms", "cube"), "cme": (), "klr": ()}
+# What positivity "auto" means per method (the first rule), and the rules each method knows.
+POSITIVITY_RULES = {"jdl": ("project", "clip", "grid", "tightening", "pointwise"),
+                    "jpdl": ("sos", "project", "grid", "clip"), "greedy": ("atoms", "cube"), "cme": (), "klr": ()}
 
 
-def choose_positivity(positivity: str, constraints: str, n: int, method: str = "jdl") -> str:
-    """Resolve "auto" per method and refuse rules a method does not know, or exact grid positivity
-    where its n^2 pairs are out of reach. Methods without a positivity rule get "none"."""
+def choose_positivity(positivity: str, method: str = "jdl") -> str:
+    """Resolve "auto" (a method's first rule: "project" for jdl, at every n) and refuse rules a method
+    does not know. Methods without a positivity rule get "none"."""
     rules = POSITIVITY_RULES[method]
     if not rules:
         return "none"
     if positivity == "auto":
-        if method != "jdl":
-            return rules[0]
-        return "grid" if n <= GRID_ROWS else "tightening"
+        return rules[0]
     if positivity not in rules:
         raise ValueError(f"positivity: {positivity!r} is not a rule of method {method}; choose one of "
                          f"{', '.join(map(repr, ('auto',) + rules))}")
-    if positivity == "grid" and constraints == "positivity" and n > GRID_LIMIT:
-        raise ValueError(f"positivity: 'grid' checks all n^2 = {n * n:.2g} training pairs and is limited to "
-                         f"{GRID_LIMIT:,} rows (got {n:,}); use tightening, clip, or constraints normalization")
     return positivity
 
 
 def make_estimator(method: str, *, lengthscale_x: float, lengthscale_y: float, reg: float, tol: float,
                    constraints: str, positivity: str, pivoting: str, seed: int, degree: int = 4,
-                   threshold: float | None = None) -> Any:
+                   threshold: float | None = None, support_size: int | None = None) -> Any:
     """The unfitted jdlcore estimator of ``method`` with Gaussian kernels of the given lengthscales.
 
     jdl: JDL; jpdl: PolynomialJDL(degree) (lengthscales unused); cme: CME (constraints none,
     normalization (53) or positivity (53)+(54)); klr: KLR on the X kernel (``threshold``: the event
     Y <= threshold, else Y holds class labels); greedy: GreedyJDL (X holds class labels).
+    ``support_size``: M of the methods whose laws live on support atoms (jdl, jpdl, greedy).
     """
     check_choice(method, "method", METHODS)
     kernel_x, kernel_y = GaussianKernel(lengthscale_x), GaussianKernel(lengthscale_y)
     common = dict(reg=reg, pivoting=pivoting, seed=seed)
     if method == "jdl":
-        estimator = JDL(kernel_x, kernel_y, tol=tol, constraints=constraints, positivity=positivity, **common)
+        estimator = JDL(kernel_x, kernel_y, tol=tol, constraints=constraints, positivity=positivity,
+                        support_size=support_size, **common)
     elif method == "cme":
         estimator = CME(kernel_x, kernel_y, tol=tol, constraints=constraints, **common)
     elif method == "klr":
         estimator = KLR(kernel_x, tol=tol, threshold=threshold, **common)
     elif method == "jpdl":
-        estimator = PolynomialJDL(degree=degree, reg=reg, constraints=constraints, positivity=positivity)
+        estimator = PolynomialJDL(degree=degree, reg=reg, constraints=constraints, positivity=positivity, seed=seed,
+                                  support_size=support_size)
     else:
-        estimator = GreedyJDL(kernel_y, tol=tol, positivity=positivity, **common)
+        estimator = GreedyJDL(kernel_y, tol=tol, positivity=positivity, support_size=support_size, **common)
     estimator._check_params()
     return estimator
 
@@ -113,6 +120,7 @@ def fit_store(
     method: str = "jdl",
     degree: int = 4,
     threshold: float | None = None,
+    support_size: int | None = None,
     scheduler: str | None = None,
     overwrite: bool = False,
     tuning: str | os.PathLike | None = None,
@@ -121,9 +129,9 @@ def fit_store(
 ) -> tuple[Path, Any]:
     """Fit ``method`` on a staged store and save the model store at ``out``; returns its path and the model.
 
-    ``positivity`` "auto" is, for jdl, "grid" (exact on all n^2 training pairs) up to ``GRID_ROWS``
-    rows and "tightening" (the paper's sufficient condition (33), m x m cost) above, "grid" being
-    refused above ``GRID_LIMIT`` rows; for jpdl "sos", for greedy "atoms" (``choose_positivity``).
+    ``positivity`` "auto" is, for jdl, "project" at every n (the conditional laws on the support atoms
+    projected onto probability vectors that keep their mass, mean and second moment); for jpdl
+    "sos", for greedy "atoms" (``choose_positivity``).
     jdl and cme run on Dask above ``AUTO_ROWS`` rows (or as ``scheduler`` says); the other methods
     fit in this process (an explicit cluster scheduler is refused for them). ``progress`` receives
     a line per finished stage. The model's diagnostics carry the time split (``pivots_seconds`` and
@@ -142,29 +150,31 @@ def fit_store(
         table = load_tuning(tuning)
     n = int(group.attrs["n_samples"])
     check_choice(method, "method", METHODS)
-    positivity = choose_positivity(positivity, constraints, n, method)
+    positivity = choose_positivity(positivity, method)
+    if support_size is not None and support_size > n:
+        raise ValueError(f"support_size: {support_size} is more than the {n:,} rows of {data}")
     started = time.perf_counter()
     estimator = make_estimator(method, lengthscale_x=lengthscale_x, lengthscale_y=lengthscale_y, reg=reg, tol=tol,
                                constraints=constraints, positivity=positivity, pivoting=pivoting, seed=seed,
-                               degree=degree, threshold=threshold)
+                               degree=degree, threshold=threshold, support_size=support_size)
     if method not in CHUNKED_METHODS:
         if scheduler not in (None, "", "auto", "memory"):
             raise ValueError(f"scheduler: method {method} fits in memory; use --scheduler memory or auto "
                              f"(got {scheduler!r})")
         scheduler = None
-        model = _fit_in_memory(estimator, group, method)
+        model = _fit_in_memory(estimator, group)
     else:
         scheduler = resolve_scheduler(scheduler, n)
         model = _fit_from_reductions(estimator, data, group, method, scheduler, progress)
     model.diagnostics_["fit_seconds"] = time.perf_counter() - started
-    if method != "klr":
-        mark = time.perf_counter()
-        probes = np.asarray(group["x"][:NEGATIVE_MASS_PROBES], dtype=np.float64)
-        negative = model.negative_mass(probes)  # one pass over the atoms
-        model.diagnostics_.update({
-            "negative_mass_max": float(negative.max()), "negative_mass_mean": float(negative.mean()),
-            "negative_mass_probes": int(probes.shape[0]), "negative_mass_seconds": time.perf_counter() - mark,
-        })
+    if hasattr(model, "negative_support_mass"):
+        probes = np.asarray(group["x"][:PROBES], dtype=np.float64)
+        negative = model.negative_support_mass(probes)
+        model.diagnostics_.update({"negative_mass_max": float(negative.max()),
+                                   "negative_mass_mean": float(negative.mean()), "negative_mass_probes": PROBES})
+        if model.law_rule == "project":
+            levels = model.law_levels(probes)
+            model.diagnostics_["moments_kept_share"] = float(np.mean(levels == 2))
     if progress is not None:
         progress(f"solved: {model.diagnostics_['solve_seconds']:.2f} s")
     provenance: dict[str, Any] = {
@@ -182,21 +192,19 @@ def fit_store(
     return path, model
 
 
-def _fit_in_memory(estimator: Any, group: zarr.Group, method: str) -> Any:
-    """Methods fitted on the whole table in this process; atom models get the scoring functions registered."""
-    model = estimator.fit(group["x"][:], group["y"][:])
-    if method in ("jpdl", "greedy"):
-        for name, f in STANDARD_FUNCTIONS.items():
-            model.register(name, f)
-    return model
+def _fit_in_memory(estimator: Any, group: zarr.Group) -> Any:
+    """Methods fitted on the whole table in this process (the atom models register the mean and second
+    moment themselves)."""
+    return estimator.fit(group["x"][:], group["y"][:])
 
 
 def _fit_from_reductions(estimator: Any, data: str | os.PathLike, group: zarr.Group, method: str,
                          scheduler: str | None, progress: Callable[[str], None] | None) -> Any:
     """JDL and CME from the factorisations and m x m reductions: in this process (``scheduler`` None)
     or chunk by chunk on Dask, where each chunk is a task reading its own rows of the store."""
-    options = dict(tol=estimator.tol, pivoting=estimator.pivoting, seed=estimator.seed,
-                   test_functions=STANDARD_FUNCTIONS if method == "jdl" else None)
+    options = dict(tol=estimator.tol, pivoting=estimator.pivoting, seed=estimator.seed)
+    if method == "jdl":
+        options.update(support_size=estimator.support_size, grid_points=estimator.grid_points)
     if scheduler is None:
         Y = group["y"][:]
         problem = build_problem(group["x"][:], Y, estimator.kernel_x, estimator.kernel_y, **options)
@@ -204,10 +212,14 @@ def _fit_from_reductions(estimator: Any, data: str | os.PathLike, group: zarr.Gr
         from .chunked_fit import chunked_problem
 
         Y = group["y"]  # read lazily: the model store copies the atoms block by block
-        grid = method == "jdl" and estimator.uses_grid
-        tightening = method == "jdl" and estimator.uses_tightening
+        n = int(group.attrs["n_samples"])
+        samples = {}
+        if method == "jdl":
+            samples = dict(y_sample=read_sample(data, "y", sample_rows(n, estimator.seed)),
+                           grid_x=read_sample(data, "x", sample_rows(n, estimator.seed, estimator.grid_points)))
         with dask_client(scheduler) as client:
             chunks = store_chunks(client, data, group)
             problem = chunked_problem(client, chunks["x"], chunks["y"], estimator.kernel_x, estimator.kernel_y,
-                                      keep_values=grid, extremes=tightening, progress=progress, **options)
+                                      extremes=method == "jdl" and estimator.uses_tightening, progress=progress,
+                                      **samples, **options)
     return estimator.fit_problem(problem, Y) if method == "jdl" else estimator.fit_problem(problem)

@@ -75,6 +75,8 @@ def _dataset(state: dict[str, Any], provenance: dict[str, Any] | None, method: s
         "registered": json.dumps(registered),
         "n_samples": state["n_samples"],
     })
+    if "support" in state:
+        ds.attrs["support"] = json.dumps(state["support"])
     return ds
 
 
@@ -135,9 +137,10 @@ def model_from_dataset(ds: xr.Dataset, where: str = "model", atoms: Any = None) 
     _verify_checksums(ds, atoms, where)
     try:
         registered = json.loads(ds.attrs["registered"])
+        version = int(ds.attrs["schema_version"])
         state = {
             "arrays": {name: (atoms if name == ATOMS else ds[name].values)
-                       for name in model_variables(registered, method)},
+                       for name in model_variables(registered, method, version)},
             "kernel_x": json.loads(ds.attrs["kernel_x"]),
             "kernel_y": json.loads(ds.attrs["kernel_y"]),
             "params": json.loads(ds.attrs["params"]),
@@ -145,6 +148,8 @@ def model_from_dataset(ds: xr.Dataset, where: str = "model", atoms: Any = None) 
             "n_samples": int(ds.attrs["n_samples"]),
             "registered": registered,
         }
+        if "support" in ds.attrs:
+            state["support"] = json.loads(ds.attrs["support"])
         provenance = json.loads(ds.attrs["provenance"])
     except (json.JSONDecodeError, TypeError) as error:
         raise ValueError(f"{where}: unreadable attribute ({error})") from None

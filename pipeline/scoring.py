@@ -6,10 +6,13 @@ Functions (names as given on the command line):
   cdf:t1,t2,...        Q(Y <= t | x) for scalar Y, dims (sample, threshold_k)
   quantile:l1,l2,...   conditional quantiles of scalar Y, dims (sample, level_k)
   proba                Q(Y = c | x) for each class c of a discrete scalar Y, dims (sample, class)
-mean and second_moment come registered from the fit and cdf is registered once (one pass over
-the atoms), so their cost per row is independent of n; quantiles need the weights on all n atoms.
-A KLR model answers ``proba`` and, when fitted for the event Y <= q, ``cdf:q``; a CME model answers
-every function with its signed, unnormalized weights on the Y pivots, as they are.
+Models of the JDL family answer every function from their conditional law on the M support atoms
+(projected, clipped or signed, as fitted): mean and second_moment come registered from the fit, cdf
+and proba are registered once (their values at the support atoms), and each chunk of rows costs one
+law per row and one product per function, O(M m_Y) per row whatever n is; all quantile levels are read
+in one pass over the sorted atoms. A KLR model answers ``proba`` and, when fitted for the event
+Y <= q, ``cdf:q``; a CME model answers every function with its signed, unnormalized weights on the
+Y pivots, as they are.
 """
 from __future__ import annotations
 
@@ -137,18 +140,17 @@ def _resolve(model: Any, specs: dict[str, tuple[str, np.ndarray | None]]) -> dic
         if kind in ("cdf", "quantile", "proba") and d_y != 1:
             raise ValueError(f"function {spec!r}: needs a scalar y, the model has {d_y} y features")
         resolved[spec] = (kind, model.classes_ if kind == "proba" else values)
-    if not model.clips:  # mean and second_moment come registered from the fit; the others need one pass
-        for spec, (kind, values) in resolved.items():
-            if kind != "quantile" and spec not in model.registered_:
-                model.register(spec, scoring_function(kind, values))
+    for spec, (kind, values) in resolved.items():  # f at the model's atoms, once
+        if kind != "quantile" and spec not in model.registered_:
+            model.register(spec, scoring_function(kind, values))
     return resolved
 
 
 def score_chunk(model: Any, data: str, out: str, specs: dict, start: int, stop: int) -> int:
     """Score rows [start, stop) of the staged store ``data`` into the arrays of the store ``out``.
 
-    Registered functions share one kernel block per chunk; quantiles (and clipped models) need the
-    weights on all atoms. Returns the number of rows written.
+    Registered functions share one law per row; quantiles read it once more for all levels. Returns
+    the number of rows written.
     """
     block = zarr.open_group(data, mode="r", zarr_format=3)["x"][start:stop]
     root = zarr.open_group(out, mode="r+", zarr_format=3)
@@ -156,13 +158,11 @@ def score_chunk(model: Any, data: str, out: str, specs: dict, start: int, stop: 
         results = {spec: model.predict_proba(block) if kind == "proba" else model.event_probability(block)[:, None]
                    for spec, (kind, _) in specs.items()}
     else:
-        registered = [spec for spec, (kind, _) in specs.items() if kind != "quantile" and not model.clips]
+        registered = [spec for spec, (kind, _) in specs.items() if kind != "quantile"]
         results = model.expectations(registered, block) if registered else {}
         for spec, (kind, values) in specs.items():
             if kind == "quantile":
                 results[spec] = model.conditional_quantile(block, values)
-            elif model.clips:
-                results[spec] = model.conditional_expectation(block, scoring_function(kind, values))
     for spec in specs:
         root[spec][start:stop] = results[spec]
     return stop - start

@@ -55,7 +55,7 @@ def tune_store(
     lengthscales_y: Sequence[float] | None = None,
     regs: Sequence[float] = DEFAULT_REGS,
     tol: float = 1e-3,
-    constraints: str = "normalization",
+    constraints: str = "positivity",
     criterion: str = "second_moment",
     threshold: float | None = None,
     max_rows: int = 20_000,
@@ -125,6 +125,8 @@ def tune_store(
         "validation_fraction": float(validation_fraction), "seed": int(seed),
         "best": json.dumps({k: best[k] for k in ("lengthscale_x", "lengthscale_y", "reg", "score", "rank_x", "rank_y")}),
         "seconds": time.perf_counter() - started, **({"run_key": run_key} if run_key else {}),
+        "failures": json.dumps([{k: row[k] for k in ("lengthscale_x", "lengthscale_y", "reg", "error")}
+                                for row in table if "error" in row]),
     })
     validate_tuning_dataset(ds, f"tuning {target}")
     with atomic_store(target, overwrite=overwrite) as staging:

@@ -280,16 +280,17 @@ def test_state_round_trip_is_bit_identical(small_data, order):
     labels, Y = small_data
     model = GreedyJDL(kernel_y=GaussianKernel(0.4), reg=1e-4, tol=1e-6, positivity="cube",
                       class_order=order).fit(labels, Y)
-    model.register("square", lambda y: y**2)
     state = model.state()
-    m_y, D, n = model.coef_.shape[0], 4, labels.size
+    m_y, D, n, M = model.coef_.shape[0], 4, labels.size, model.support_.size
     expected = {
         "coef": (m_y, D), "y_atoms": (n, 1), "x_classes": (D,), "x_counts": (D,), "x_trace_error": (D + 1,),
         "y_pivot_points": (m_y, 1), "y_coefficients": (m_y, m_y), "y_eigenvalues": (m_y,),
         "y_rotation": (m_y, m_y), "y_trace_error": (m_y + 1,), "reduction_lam_x": (D,), "reduction_lam_y": (m_y,),
         "reduction_cross": (m_y, D), "reduction_sum_x": (D,), "reduction_sum_y": (m_y,), "reduction_min_x": (D,),
         "reduction_max_x": (D,), "reduction_min_y": (m_y,), "reduction_max_y": (m_y,),
-        "registered_0_moments": (m_y, 1), "registered_0_totals": (1,),
+        "support_atoms": (M, 1), "support_weights": (M,),
+        **{f"registered_{k}_{part}": shape for k in (0, 1)
+           for part, shape in (("moments", (m_y, 1)), ("totals", (1,)), ("support", (M, 1)))},
     }
     assert {k: np.shape(v) for k, v in state["arrays"].items()} == expected
     assert state["kernel_x"] == {"name": "delta"}
@@ -297,6 +298,8 @@ def test_state_round_trip_is_bit_identical(small_data, order):
     copy = GreedyJDL.from_state(json.loads(json.dumps({k: v for k, v in state.items() if k != "arrays"}))
                                 | {"arrays": {k: np.array(v) for k, v in state["arrays"].items()}})
     assert isinstance(copy.basis_x_, ClassBasis)
+    for fitted in (model, copy):
+        fitted.register("square", lambda y: y**2)
     Xq = np.array([5.0, 0.0, 1.0, 2.0, 2.0])
     for query in (
         lambda m: m.conditional_weights(Xq), lambda m: m.conditional_expectation(Xq),

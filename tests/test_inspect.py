@@ -71,7 +71,9 @@ def png_size(path):
 
 
 def card_line(card, label):
-    return next(line for line in card.splitlines() if line.strip().startswith(label))
+    """The card row whose label is ``label`` (a prefix of several words, e.g. "trace error x")."""
+    return next(line for line in card.splitlines()
+                if line.strip().startswith(label) and line.strip()[len(label):][:1] in (" ", ""))
 
 
 def test_card_reports_what_the_store_holds(store):
@@ -98,7 +100,14 @@ def test_card_reports_what_the_store_holds(store):
     assert "solve" in timing and "fit" in timing and "factor" in timing
     assert f"max {abs(d['negative_mass_max']):.3e}" in card_line(card, "negative mass")
     assert "mean (1,)" in card_line(card, "registered") and "second_moment (1, 1)" in card
-    assert "positivity" in card_line(card, "constraints") and "grid" in card_line(card, "positivity")
+    assert "positivity" in card_line(card, "constraints") and card_line(card, "positivity").endswith("project")
+    assert card_line(card, "law").split(None, 1)[1].startswith("projected (positive;")
+    support = model.support_
+    assert support.construction == "bins"  # 600 distinct values > 512
+    assert card_line(card, "support").split(None, 1)[1] == (
+        f"M = {support.size} atoms (bins; 512 requested), sums kept exactly up to: {support.exact} "
+        f"(relative defect {support.defect:.1e})")
+    assert "mass, mean and second moment kept at" in card_line(card, "projection")
     assert "tuning" not in card
 
 
@@ -129,7 +138,7 @@ def test_plots_are_pngs_and_the_validation_surface_needs_a_tuning_table(store, t
 
 def brute_force_density(model, x, grid, h, component=0):
     weights = model.conditional_weights(x)
-    atoms = np.asarray(model.y_atoms_[:], dtype=np.float64)[:, component]
+    atoms = model.support_atoms_[:, component]
     density = np.zeros((x.shape[0], grid.size))
     for j in range(atoms.size):
         density += weights[:, j, None] * np.exp(-0.5 * ((grid - atoms[j]) / h) ** 2) / (h * math.sqrt(2 * math.pi))
@@ -155,10 +164,11 @@ def test_density_slices_match_brute_force_and_integrate_to_the_weights(store):
     np.testing.assert_array_equal(conditional_density(model, x, grid), density)
 
 
-@pytest.mark.parametrize("constraints, positivity", [("none", "grid"), ("positivity", "clip")])
+@pytest.mark.parametrize("constraints, positivity", [("none", "project"), ("positivity", "clip"),
+                                                     ("positivity", "project")])
 def test_density_of_signed_and_clipped_weights(constraints, positivity):
-    """Unconstrained weights may be negative, clipped ones are renormalised: either way the smoothed
-    density is sum_j w_j N(y; y_j, h^2) with the model's own weights."""
+    """Unconstrained weights may be negative, clipped and projected ones are probability vectors:
+    either way the smoothed density is sum_k w_k N(y; z_k, h^2) with the model's own weights."""
     generator = np.random.default_rng(5)
     X = generator.standard_normal((300, 1))
     Y = np.sin(2 * X) + 0.3 * generator.standard_normal((300, 1))

@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 
 zarr = pytest.importorskip("zarr")
+from data_schemas.model import SCHEMA_VERSION  # noqa: E402
 from flows.cli import main  # noqa: E402
 from flows.model_card import card_rows, diagnostics_figure  # noqa: E402
 from pipeline.fitting import choose_positivity, fit_store  # noqa: E402
@@ -16,11 +17,11 @@ N = 800
 HYPER = dict(lengthscale_x=0.5, lengthscale_y=0.5, reg=1e-4, tol=1e-3)
 # method -> (data set, extra fit parameters, scoring functions)
 CASES = {
-    "jdl": ("continuous", {"positivity": "clip"}, ["mean", "second_moment", "cdf:-1,0,1", "quantile:0.1,0.9"]),
+    "jdl": ("continuous", {}, ["mean", "second_moment", "cdf:-1,0,1", "quantile:0.1,0.9"]),
     "jpdl": ("continuous", {"degree": 3}, ["mean", "second_moment", "cdf:-1,0,1", "quantile:0.1,0.9"]),
     "cme": ("continuous", {"constraints": "positivity"}, ["mean", "second_moment", "cdf:-1,0,1", "quantile:0.5"]),
     "klr": ("continuous", {"threshold": 0.0}, ["proba", "cdf:0"]),
-    "greedy": ("classes", {}, ["mean", "second_moment", "cdf:-1,0,1", "quantile:0.1,0.9", "proba"]),
+    "greedy": ("classes", {}, ["mean", "second_moment", "cdf:-1,0,1", "quantile:0.1,0.9"]),
 }
 
 
@@ -64,7 +65,7 @@ def test_fit_store_load_score_each_method(stores, method):
     loaded = load_model(path)
     assert type(loaded) is type(fitted) and method_of(loaded) == method
     attrs = zarr.open_group(path, mode="r").attrs
-    assert attrs["method"] == method and attrs["schema_version"] == 3
+    assert attrs["method"] == method and attrs["schema_version"] == SCHEMA_VERSION
     x = zarr.open_group(paths[data], mode="r")["x"][:]
     for spec in functions:  # the stored model answers exactly as the fitted one
         np.testing.assert_array_equal(expected_scores(loaded, spec, x[:50]), expected_scores(fitted, spec, x[:50]))
@@ -102,11 +103,11 @@ def test_in_memory_methods_refuse_a_cluster_and_rules_they_do_not_know(stores):
     root, paths = stores
     with pytest.raises(ValueError, match="method jpdl fits in memory"):
         fit_store(paths["continuous"], root / "x.zarr", method="jpdl", scheduler="local", **HYPER)
-    assert choose_positivity("auto", "positivity", 10**6, "jpdl") == "sos"
-    assert choose_positivity("auto", "positivity", 10, "greedy") == "atoms"
-    assert choose_positivity("auto", "positivity", 10, "cme") == "none"
+    assert choose_positivity("auto", "jpdl") == "sos"
+    assert choose_positivity("auto", "greedy") == "atoms"
+    assert choose_positivity("auto", "cme") == "none"
     with pytest.raises(ValueError, match="positivity: 'sos' is not a rule of method jdl"):
-        choose_positivity("sos", "positivity", 10, "jdl")
+        choose_positivity("sos", "jdl")
     assert not (root / "x.zarr").exists()
 
 
@@ -122,13 +123,22 @@ def test_chunked_cme_on_real_dask_equals_in_memory(stores, dask_client):
 
 
 def test_schema_versions(stores):
-    """A version 2 store (jdl only) still loads; a version 2 store of another method is foreign."""
+    """A store written before the support atoms (versions 2 and 3: no support variables) loads with its
+    support built from its training atoms, as the fit builds it; a version 2 store of another method
+    is foreign."""
     root, paths = stores
-    path, model = fit_store(paths["continuous"], root / "v2.zarr", method="jdl", constraints="normalization", **HYPER)
+    path, model = fit_store(paths["continuous"], root / "v2.zarr", method="jdl", **HYPER)
     group = zarr.open_group(path, mode="r+")
-    group.attrs["schema_version"] = 2
-    np.testing.assert_array_equal(load_model(path).conditional_expectation(np.zeros((1, 1))),
-                                  model.conditional_expectation(np.zeros((1, 1))))
+    for name in [name for name in group.array_keys() if name.startswith("support") or name.endswith("_support")]:
+        del group[name]
+    del group.attrs["support"]
+    Xq = np.linspace(-2, 2, 9)[:, None]
+    for version in (3, 2):
+        group.attrs["schema_version"] = version
+        old = load_model(path)
+        assert old.support_.exact == model.support_.exact and old.positivity == "project"
+        np.testing.assert_allclose(old.support_.atoms, model.support_.atoms, rtol=1e-11)
+        np.testing.assert_allclose(old.conditional_expectation(Xq), model.conditional_expectation(Xq), rtol=0, atol=1e-10)
     group.attrs["method"] = "cme"
     with pytest.raises(ValueError, match="unknown method 'cme'"):
         load_model(path)

@@ -260,7 +260,6 @@ def test_grid_and_clip_positivity_are_inherited():
 def test_state_round_trip_is_bit_identical():
     X, Y = gaussian_pairs(250, 2, seed=12)
     model = PolynomialJDL(degree=2).fit(X, Y)
-    model.register("square", lambda y: y**2)
     state = model.state()
     json.dumps({k: v for k, v in state.items() if k != "arrays"})
     m = {"x": 6, "y": 6}
@@ -271,8 +270,11 @@ def test_state_round_trip_is_bit_identical():
         assert state["arrays"][f"{side}_coefficients"].shape == (m[side], m[side])
         assert state["arrays"][f"{side}_center"].shape == state["arrays"][f"{side}_scale"].shape == (2,)
     assert state["params"] == {"degree": 2, "reg": 1e-3, "constraints": "positivity", "positivity": "sos",
-                               "sos_margin": 1e-8, "solver_tol": 1e-10}
+                               "sos_margin": 1e-8, "solver_tol": 1e-10, "seed": 0, "support_size": None,
+                               "grid_points": 1000, "grid_rounds": 200, "grid_seconds": 120.0}
     loaded = PolynomialJDL.from_state(state)
+    for fitted in (model, loaded):
+        fitted.register("square", lambda y: y**2)
     Xq = np.random.default_rng(0).normal(size=(20, 2)) * 4
     np.testing.assert_array_equal(loaded.conditional_expectation(Xq), model.conditional_expectation(Xq))
     np.testing.assert_array_equal(loaded.conditional_weights(Xq), model.conditional_weights(Xq))

@@ -109,7 +109,7 @@ def _choose_lengthscales(train: tuple, validation: tuple, settings: MomentSettin
     loss = SecondMomentLoss()
     best, chosen = np.inf, None
     for (kx, factor_x), (ky, factor_y) in itertools.product(within[0].values(), within[1].values()):
-        problem = problem_from_factors(factor_x, factor_y, kx, ky, Y, test_functions=TEST_FUNCTIONS)
+        problem = problem_from_factors(factor_x, factor_y, kx, ky, X, Y, test_functions=TEST_FUNCTIONS)
         for reg in settings.regs:
             value = loss(JDL(kx, ky, reg=reg, tol=tol, constraints="normalization").fit_problem(problem, Y), Xv, Yv)
             if np.isfinite(value) and value < best:

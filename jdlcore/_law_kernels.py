@@ -1,0 +1,414 @@
+"""Compiled per-row kernels of ``jdlcore.laws`` (Numba, no GIL): the projection and the quantile merge.
+
+Each kernel walks the M support atoms of one row a few times and writes its row of the output, so a
+block of rows costs O(rows M) memory traffic and no (rows x M x K) temporaries. ``jdlcore.laws``
+documents the mathematics; this module is imported on first use (compiling takes a few seconds
+once, then the machine code is cached next to this file).
+"""
+from __future__ import annotations
+
+import numba as nb
+import numpy as np
+
+__all__ = ["project_scalar", "project_vector", "running_quantiles"]
+
+_ITERATIONS = 60
+_HALVINGS = 40
+_DIVERGED = 1e12
+_DAMPING = 1e-2  # Levenberg-Marquardt ridge in units of the gradient's size: regular at degenerate active sets
+LEVEL_SECOND = 2  # mass, mean and second moment kept
+LEVEL_MEAN = 1  # mass and mean kept
+LEVEL_MASS = 0  # mass kept: the closest probability vector
+LEVEL_SIGNED_EMPTY = -1  # the signed law had no positive mass: the closest probability vector to its weights
+
+
+@nb.njit(cache=True, fastmath=True, inline="always")
+def _power_pass(u, scale, pi, z, z2, z3, z4, t0, t1, t2, S):
+    """One pass over the atoms at theta = (t0, t1, t2): with t_k = scale u_k + t0 + t1 z_k + t2 z_k^2 and
+    w_k = pi_k [t_k >= 0], S[0:5] = sum w z^p (p = 0..4), S[5:8] = sum w t z^p (p = 0..2), S[8] = sum w t^2.
+    (Atoms at exactly t = 0 add nothing to the gradient and the value; counting them in the Jacobian
+    picks the element of the generalised Jacobian that stays regular at a degenerate start.)"""
+    s0 = s1 = s2 = s3 = s4 = f0 = f1 = f2 = ph = 0.0
+    for k in range(u.shape[0]):
+        t = scale * u[k] + t0 + t1 * z[k] + t2 * z2[k]
+        w = pi[k] * (t >= 0.0)
+        s0 += w
+        s1 += w * z[k]
+        s2 += w * z2[k]
+        s3 += w * z3[k]
+        s4 += w * z4[k]
+        wt = w * t
+        f0 += wt
+        f1 += wt * z[k]
+        f2 += wt * z2[k]
+        ph += wt * t
+    S[0] = s0
+    S[1] = s1
+    S[2] = s2
+    S[3] = s3
+    S[4] = s4
+    S[5] = f0
+    S[6] = f1
+    S[7] = f2
+    S[8] = ph
+
+
+@nb.njit(cache=True)
+def _solve_spd(J, F, d, n, ridge):
+    """d = (J + ridge I)^{-1} F for the leading n x n block of a symmetric positive semi-definite J, by
+    Cholesky; retried with 1e-8 of the largest diagonal entry added; False if both fail."""
+    if _cholesky_solve(J, F, d, n, ridge + 1e-13):
+        return True
+    largest = 0.0
+    for i in range(n):
+        largest = max(largest, J[i, i])
+    return largest > 0.0 and _cholesky_solve(J, F, d, n, 1e-8 * largest)
+
+
+@nb.njit(cache=True)
+def _cholesky_solve(J, F, d, n, ridge):
+    L = np.zeros((n, n))
+    for i in range(n):
+        for j in range(i + 1):
+            s = J[i, j]
+            if i == j:
+                s += ridge
+            for k in range(j):
+                s -= L[i, k] * L[j, k]
+            if i == j:
+                if s <= 0.0:
+                    return False
+                L[i, i] = np.sqrt(s)
+            else:
+                L[i, j] = s / L[j, j]
+    y = np.empty(n)
+    for i in range(n):
+        s = F[i]
+        for k in range(i):
+            s -= L[i, k] * y[k]
+        y[i] = s / L[i, i]
+    for i in range(n - 1, -1, -1):
+        s = y[i]
+        for k in range(i + 1, n):
+            s -= L[k, i] * d[k]
+        d[i] = s / L[i, i]
+    return True
+
+
+@nb.njit(cache=True)
+def _newton_scalar(u, scale, pi, z, z2, z3, z4, b, degree, tol, theta):
+    """Semi-smooth Newton with Armijo backtracking on the dual of the projection with the first
+    ``degree`` + 1 moments of z (targets b); theta (3,) in/out. The Newton system carries a ridge
+    proportional to the gradient (regularised semi-smooth Newton), which keeps it solvable when few
+    atoms are active and vanishes at the solution. Returns True on convergence."""
+    n = degree + 1
+    S = np.empty(9)
+    J = np.zeros((3, 3))
+    F = np.zeros(3)
+    d = np.zeros(3)
+    trial = np.zeros(3)
+    for i in range(3):
+        theta[i] = 0.0
+    _power_pass(u, scale, pi, z, z2, z3, z4, 0.0, 0.0, 0.0, S)
+    phi = 0.5 * S[8]
+    for _ in range(_ITERATIONS):
+        err = 0.0
+        for i in range(n):
+            F[i] = S[5 + i] - b[i]
+            err = max(err, abs(F[i]))
+        if err <= tol:
+            return True
+        for i in range(n):
+            for j in range(n):
+                J[i, j] = S[i + j]
+        if not _solve_spd(J, F, d, n, _DAMPING * err):
+            return False
+        slope = 0.0
+        for i in range(n):
+            slope += d[i] * F[i]
+        step = 1.0
+        accepted = False
+        for _h in range(_HALVINGS):
+            for i in range(n):
+                trial[i] = theta[i] - step * d[i]
+            _power_pass(u, scale, pi, z, z2, z3, z4, trial[0], trial[1], trial[2], S)
+            value = 0.5 * S[8]
+            for i in range(n):
+                value -= trial[i] * b[i]
+            if value <= phi - 1e-4 * step * slope + 1e-15 * abs(phi):
+                accepted = True
+                break
+            step *= 0.5
+        if not accepted:
+            return False
+        for i in range(n):
+            theta[i] = trial[i]
+            if abs(theta[i]) > _DIVERGED:
+                return False
+        phi = value
+    return False
+
+
+@nb.njit(cache=True, nogil=True)
+def project_scalar(R, pi, z, tol, P, level):
+    """Projected laws of rows of R (q, M) = 1 + h(x, z_k) on scalar support atoms z (standardised, strictly
+    ascending) with probabilities pi > 0.
+
+    P (q, M) receives pi_k max(0, u_k + theta . (1, z_k, z_k^2)) normalised to sum 1, u = R / sum(pi R);
+    level (q,) the moments kept (LEVEL_*). Feasibility of keeping the mean and the second moment is
+    checked first (they must lie strictly inside the convex hull of the atoms (z_k, z_k^2)), then Newton
+    decides; each failure drops the highest moment.
+    """
+    q, M = R.shape
+    z2 = z * z
+    z3 = z2 * z
+    z4 = z2 * z2
+    b = np.zeros(3)
+    theta = np.zeros(3)
+    span = max(z[M - 1] - z[0], 1e-300)
+    for r in range(q):
+        u = R[r]
+        mass = 0.0
+        m1 = 0.0
+        m2 = 0.0
+        negative = False
+        for k in range(M):
+            w = pi[k] * u[k]
+            mass += w
+            m1 += w * z[k]
+            m2 += w * z2[k]
+            if u[k] < 0.0:
+                negative = True
+        for i in range(3):
+            theta[i] = 0.0
+        if mass > 0.0 and not negative:
+            level[r] = LEVEL_SECOND
+            scale = 1.0 / mass
+        elif mass > 0.0:
+            scale = 1.0 / mass
+            m1 *= scale
+            m2 *= scale
+            b[0] = 1.0
+            b[1] = m1
+            b[2] = m2
+            inside_mean = z[0] + 1e-9 * span < m1 < z[M - 1] - 1e-9 * span
+            inside_second = False
+            if inside_mean:
+                # (m1, m2) strictly inside the hull of the points (z_k, z_k^2): above the chord of the two
+                # atoms around m1, below the chord of the outermost atoms
+                i1 = np.searchsorted(z, m1, side="right")
+                i0 = i1 - 1
+                lower = z2[i0] + (z2[i1] - z2[i0]) * (m1 - z[i0]) / (z[i1] - z[i0])
+                upper = z2[0] + (z2[M - 1] - z2[0]) * (m1 - z[0]) / span
+                gap = 1e-9 * (upper - lower)
+                inside_second = lower + gap < m2 < upper - gap
+            done = False
+            if inside_second:
+                done = _newton_scalar(u, scale, pi, z, z2, z3, z4, b, 2, tol, theta)
+                level[r] = LEVEL_SECOND
+            if not done and inside_mean:
+                done = _newton_scalar(u, scale, pi, z, z2, z3, z4, b, 1, tol, theta)
+                level[r] = LEVEL_MEAN
+            if not done:
+                _newton_scalar(u, scale, pi, z, z2, z3, z4, b, 0, tol, theta)
+                level[r] = LEVEL_MASS
+        else:
+            scale = 1.0
+            b[0] = 1.0
+            _newton_scalar(u, scale, pi, z, z2, z3, z4, b, 0, tol, theta)
+            level[r] = LEVEL_SIGNED_EMPTY
+        total = 0.0
+        for k in range(M):
+            t = scale * u[k] + theta[0] + theta[1] * z[k] + theta[2] * z2[k]
+            value = pi[k] * t if t > 0.0 else 0.0
+            P[r, k] = value
+            total += value
+        if total > 0.0:
+            for k in range(M):
+                P[r, k] /= total
+        else:  # no atom left (cannot happen for a converged projection): the support weights
+            for k in range(M):
+                P[r, k] = pi[k]
+
+
+@nb.njit(cache=True)
+def _newton_vector(u, scale, pi, C, b, K, tol, theta):
+    """As ``_newton_scalar`` for the first K columns of a general moment basis C (M, K_max)."""
+    M = u.shape[0]
+    Kmax = C.shape[1]
+    J = np.zeros((Kmax, Kmax))
+    F = np.zeros(Kmax)
+    d = np.zeros(Kmax)
+    trial = np.zeros(Kmax)
+    for i in range(Kmax):
+        theta[i] = 0.0
+
+    def evaluate(th, J, F):
+        for i in range(K):
+            F[i] = -b[i]
+            for j in range(K):
+                J[i, j] = 0.0
+        value = 0.0
+        for k in range(M):
+            t = scale * u[k]
+            for i in range(K):
+                t += th[i] * C[k, i]
+            if t >= 0.0:
+                w = pi[k]
+                value += 0.5 * w * t * t
+                for i in range(K):
+                    wc = w * C[k, i]
+                    F[i] += wc * t
+                    for j in range(i + 1):
+                        J[i, j] += wc * C[k, j]
+        for i in range(K):
+            value -= th[i] * b[i]
+            for j in range(i):
+                J[j, i] = J[i, j]
+        return value
+
+    phi = evaluate(theta, J, F)
+    for _ in range(_ITERATIONS):
+        err = 0.0
+        for i in range(K):
+            err = max(err, abs(F[i]))
+        if err <= tol:
+            return True
+        if not _solve_spd(J, F, d, K, _DAMPING * err):
+            return False
+        slope = 0.0
+        for i in range(K):
+            slope += d[i] * F[i]
+        step = 1.0
+        accepted = False
+        for _h in range(_HALVINGS):
+            for i in range(K):
+                trial[i] = theta[i] - step * d[i]
+            value = evaluate(trial, J, F)
+            if value <= phi - 1e-4 * step * slope + 1e-15 * abs(phi):
+                accepted = True
+                break
+            step *= 0.5
+        if not accepted:
+            return False
+        for i in range(K):
+            theta[i] = trial[i]
+            if abs(theta[i]) > _DIVERGED:
+                return False
+        phi = value
+    return False
+
+
+@nb.njit(cache=True, nogil=True)
+def project_vector(R, pi, C, K_mean, tol, P, level):
+    """``project_scalar`` for a vector Y: C (M, K) = [1, z_i, z_i z_j (i <= j)] in standardised units;
+    the mean is kept by the first ``K_mean`` columns, the second moment by all K. Keeping the second
+    moment requires a positive definite conditional covariance (checked first)."""
+    q, M = R.shape
+    K = C.shape[1]
+    d = K_mean - 1
+    b = np.zeros(K)
+    theta = np.zeros(K)
+    for r in range(q):
+        u = R[r]
+        mass = 0.0
+        negative = False
+        for i in range(K):
+            b[i] = 0.0
+        for k in range(M):
+            w = pi[k] * u[k]
+            mass += w
+            for i in range(K):
+                b[i] += w * C[k, i]
+            if u[k] < 0.0:
+                negative = True
+        for i in range(K):
+            theta[i] = 0.0
+        if mass > 0.0 and not negative:
+            level[r] = LEVEL_SECOND
+            scale = 1.0 / mass
+        elif mass > 0.0:
+            scale = 1.0 / mass
+            for i in range(K):
+                b[i] *= scale
+            cov = np.empty((d, d))
+            column = K_mean
+            for i in range(d):
+                for j in range(i, d):
+                    cov[i, j] = b[column] - b[1 + i] * b[1 + j]
+                    cov[j, i] = cov[i, j]
+                    column += 1
+            positive = True
+            for i in range(d):  # Cholesky test of the covariance
+                for j in range(i + 1):
+                    s = cov[i, j]
+                    for k in range(j):
+                        s -= cov[i, k] * cov[j, k]
+                    if i == j:
+                        if s <= 1e-12:
+                            positive = False
+                            break
+                        cov[i, i] = np.sqrt(s)
+                    else:
+                        cov[i, j] = s / cov[j, j]
+                if not positive:
+                    break
+            done = False
+            if positive:
+                done = _newton_vector(u, scale, pi, C, b, K, tol, theta)
+                level[r] = LEVEL_SECOND
+            if not done:
+                for i in range(K):
+                    theta[i] = 0.0
+                done = _newton_vector(u, scale, pi, C, b, K_mean, tol, theta)
+                level[r] = LEVEL_MEAN
+            if not done:
+                for i in range(K):
+                    theta[i] = 0.0
+                _newton_vector(u, scale, pi, C, b, 1, tol, theta)
+                level[r] = LEVEL_MASS
+        else:
+            scale = 1.0
+            b[0] = 1.0
+            _newton_vector(u, scale, pi, C, b, 1, tol, theta)
+            level[r] = LEVEL_SIGNED_EMPTY
+        total = 0.0
+        for k in range(M):
+            t = scale * u[k]
+            for i in range(K):
+                t += theta[i] * C[k, i]
+            value = pi[k] * t if t > 0.0 else 0.0
+            P[r, k] = value
+            total += value
+        if total > 0.0:
+            for k in range(M):
+                P[r, k] /= total
+        else:
+            for k in range(M):
+                P[r, k] = pi[k]
+
+
+@nb.njit(cache=True, nogil=True)
+def running_quantiles(P, order, values, levels, out):
+    """Generalised inverse of each row's running CDF over the atoms in ``order`` (their values ascending
+    in ``values``): out[r, l] is the first value whose running maximum CDF reaches levels[l] (ascending),
+    within a relative 1e-12; NaN where the CDF never reaches it. One merge per row, O(M + L)."""
+    q = P.shape[0]
+    M = order.shape[0]
+    L = levels.shape[0]
+    for r in range(q):
+        running = 0.0
+        peak = -np.inf
+        j = 0
+        for k in range(M):
+            running += P[r, order[k]]
+            if running > peak:
+                peak = running
+            while j < L and peak >= levels[j] * (1.0 - 1e-12):
+                out[r, j] = values[k]
+                j += 1
+            if j == L:
+                break
+        while j < L:
+            out[r, j] = np.nan
+            j += 1

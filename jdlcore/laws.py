@@ -1,0 +1,136 @@
+"""Conditional laws on weighted support atoms, and the queries read from them.
+
+A JDL model's signed conditional law at x puts weight pi_k (1 + h(x, z_k)) / Z(x) on the support
+atoms z_k (see ``jdlcore.support``); off the training data 1 + h can be negative. A *rule* turns the
+values R = 1 + h(x, z_k) into the law that queries read:
+
+* "signed": the normalised signed weights, as fitted (not a probability vector where 1 + h < 0);
+* "clip": max(1 + h, 0) renormalised: positive, but the negative mass is discarded, which shifts
+  the conditional mean and spread;
+* "project": the probability vector closest to the signed law that keeps its mass, mean and
+  second moment. With u = R / Z and c(z) = [1, z, z z^T] in standardised units it minimises
+  sum_k (p_k - pi_k u_k)^2 / pi_k subject to p >= 0 and sum_k p_k c(z_k) = sum_k pi_k u_k c(z_k);
+  the solution is p_k = pi_k max(0, u_k + theta . c(z_k)) with the multipliers theta found by a
+  semi-smooth Newton method on the (concave, piecewise quadratic) dual, with backtracking. Where the
+  signed moments cannot belong to a probability law on the atoms (a second moment below the squared
+  mean, a mean outside the atoms' range), the second moment and then the mean are let go, in that
+  order; ``level`` records what each row kept (2: mass, mean and second moment, 1: mass and mean,
+  0: mass, -1: the signed law had no positive mass). Rows without negative values are unchanged.
+
+Every query is a functional of the law: expectations (P @ f(z)), CDFs, quantiles (one merge per
+row over the sorted atoms, all levels at once) and the CRPS of an observation. A query costs
+O(M m_Y) per row for R plus O(M) per row for the rule and the functional, whatever n is.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import numpy as np
+
+from .kernels import _pool
+from .support import Support
+
+__all__ = ["RULES", "LEVELS", "MomentBasis", "apply_rule", "quantiles", "crps", "map_rows", "ROW_ELEMENTS"]
+
+RULES = ("signed", "clip", "project")
+LEVELS = {2: "mass, mean and second moment", 1: "mass and mean", 0: "mass", -1: "none (no positive signed mass)"}
+ROW_ELEMENTS = 1 << 20  # (rows x atoms) entries per block of a query
+_TOLERANCE = 1e-13  # on the dual gradient, in units of the standardised moments
+
+
+def _kernels() -> Any:
+    """The compiled kernels, imported on first use (importing Numba costs about a second)."""
+    from . import _law_kernels
+
+    return _law_kernels
+
+
+class MomentBasis:
+    """The moment functions c(z) = [1, z_i, z_i z_j (i <= j)] of a support, in standardised units.
+
+    z is centred and scaled by the support's mean and standard deviation per component, so the
+    Newton tolerance means the same for every data scale. ``columns`` (M, K); ``mean_columns`` =
+    1 + d (the mass and mean part).
+    """
+
+    def __init__(self, support: Support):
+        atoms, weights = support.atoms, support.weights
+        centre = weights @ atoms
+        spread = np.sqrt(np.maximum(weights @ (atoms - centre) ** 2, 0.0))
+        spread = np.where(spread > 0, spread, 1.0)
+        z = (atoms - centre) / spread
+        d = atoms.shape[1]
+        pairs = [z[:, i] * z[:, j] for i in range(d) for j in range(i, d)]
+        self.z = np.ascontiguousarray(z[:, 0]) if d == 1 else None
+        self.columns = np.ascontiguousarray(np.column_stack([np.ones(z.shape[0]), z, *pairs]))
+        self.mean_columns = 1 + d
+
+
+def apply_rule(R: np.ndarray, weights: np.ndarray, rule: str, moments: MomentBasis | None = None
+               ) -> tuple[np.ndarray, np.ndarray | None]:
+    """The law (q, M) from R (q, M) = 1 + h(x, z_k) under ``rule``; R is overwritten.
+
+    Returns (P, level): level (q,) int8 for "project" (see the module docstring), else None.
+    Rows of P sum to 1 (up to rounding); for "signed" they may hold negative entries.
+    """
+    if rule == "signed":
+        R *= weights
+        R /= R.sum(axis=1, keepdims=True)
+        return R, None
+    if rule == "clip":
+        np.maximum(R, 0.0, out=R)
+        R *= weights
+        total = R.sum(axis=1, keepdims=True)
+        R /= np.where(total > 0, total, 1.0)
+        R[total[:, 0] <= 0] = weights  # nothing left to clip to: the marginal
+        return R, None
+    if moments is None:
+        raise ValueError("moments: the projection needs the support's MomentBasis")
+    P = np.empty_like(R)
+    level = np.empty(R.shape[0], dtype=np.int8)
+    kernels = _kernels()
+    if moments.z is not None:
+        kernels.project_scalar(R, weights, moments.z, _TOLERANCE, P, level)
+    else:
+        kernels.project_vector(R, weights, moments.columns, moments.mean_columns, _TOLERANCE, P, level)
+    return P, level
+
+
+def quantiles(P: np.ndarray, values: np.ndarray, levels: np.ndarray, order: np.ndarray | None = None) -> np.ndarray:
+    """Quantiles (q, L) of laws P (q, M) on atoms with scalar ``values`` (M,) at ``levels`` (L,) in (0, 1].
+
+    The generalised inverse of the (running maximum of the) CDF: the smallest atom value where it
+    reaches the level; NaN where it never does (a signed law). ``order`` sorts the atoms by value
+    (default: argsort of ``values``). All levels in one merge per row.
+    """
+    order = np.argsort(values, kind="stable") if order is None else order
+    rank = np.argsort(levels, kind="stable")
+    out = np.empty((P.shape[0], levels.size))
+    _kernels().running_quantiles(np.ascontiguousarray(P), order.astype(np.int64), values[order], levels[rank], out)
+    result = np.empty_like(out)
+    result[:, rank] = out
+    return result
+
+
+def crps(P: np.ndarray, values: np.ndarray, observed: np.ndarray) -> np.ndarray:
+    """Continuous ranked probability score of laws P (q, M) on scalar atoms ``values`` (M,) at the
+    observations (q,): E|X - y| - E|X - X'| / 2 for X, X' independent draws of the law, exact for
+    weighted atoms: sum_k p_k |z_k - y| - sum_k p_k z_k (2 F_{k-1} + p_k - 1) over atoms in ascending order.
+    """
+    order = np.argsort(values, kind="stable")
+    z, p = values[order], P[:, order]
+    spread = np.abs(z[None, :] - observed[:, None])
+    first = np.einsum("qk,qk->q", p, spread)
+    before = np.cumsum(p, axis=1) - p
+    second = np.einsum("qk,qk->q", p * (2.0 * before + p - 1.0), np.broadcast_to(z, p.shape))
+    return first - second
+
+
+def map_rows(q: int, width: int, work: Callable[[slice], Any]) -> list:
+    """``work(rows)`` over row blocks of about ``ROW_ELEMENTS`` / width rows on the kernel thread pool;
+    results in row order."""
+    step = max(1, ROW_ELEMENTS // max(width, 1))
+    blocks = [slice(start, min(start + step, q)) for start in range(0, q, step)]
+    if len(blocks) == 1:
+        return [work(blocks[0])]
+    return list(_pool().map(work, blocks))

@@ -1,0 +1,151 @@
+"""Conditional laws on support atoms (jdlcore.laws) against independent computations: the projection
+against a conic solver (cvxpy), clipping and quantiles against brute force, the CRPS against quadrature."""
+import numpy as np
+import pytest
+
+from jdlcore.laws import MomentBasis, apply_rule, crps, quantiles
+from jdlcore.support import Support
+
+cp = pytest.importorskip("cvxpy")
+
+
+def scalar_support(M=60, seed=0):
+    rng = np.random.default_rng(seed)
+    atoms = np.sort(rng.standard_normal(M) * 1.3 + 0.2)[:, None]
+    weights = rng.uniform(0.5, 1.5, M)
+    return Support(atoms, weights / weights.sum(), "bins", 0.0, "second moment", M)
+
+
+def ringing_rows(support, count=8, seed=1):
+    """Values R = 1 + h(x, z_k) of a narrow conditional law with negative side lobes, as a kernel fit
+    gives: a Mexican hat (positive mass, negative shoulders) on a small floor."""
+    rng = np.random.default_rng(seed)
+    z = support.atoms[:, 0]
+    rows = []
+    for _ in range(count):
+        t = (z - rng.uniform(-1, 1)) / rng.uniform(0.3, 0.6)
+        rows.append(0.02 + 5.0 * np.exp(-0.5 * t * t) * (1.0 - 0.2 * t * t))
+    return np.array(rows)
+
+
+def reference_projection(R, support, columns):
+    """min sum (p - pi u)^2 / pi  s.t.  p >= 0, sum_k p_k c(z_k) = sum_k pi_k u_k c(z_k)  (cvxpy, Clarabel)."""
+    pi = support.weights
+    out = []
+    for r in R:
+        u = r / (pi @ r)
+        target = (pi * u) @ columns
+        p = cp.Variable(pi.size)
+        problem = cp.Problem(cp.Minimize(cp.sum(cp.multiply(1 / pi, cp.square(p - pi * u)))),
+                             [p >= 0, columns.T @ p == target])
+        problem.solve(solver=cp.CLARABEL, tol_gap_abs=1e-12, tol_gap_rel=1e-12, tol_feas=1e-12)
+        out.append(p.value)
+    return np.array(out)
+
+
+def test_projection_equals_the_conic_solution_and_keeps_the_moments():
+    support = scalar_support()
+    basis = MomentBasis(support)
+    R = ringing_rows(support)
+    assert R.min() < 0  # there is something to project
+    P, level = apply_rule(R.copy(), support.weights, "project", basis)
+    np.testing.assert_array_equal(level, 2)
+    np.testing.assert_allclose(P, reference_projection(R, support, basis.columns), rtol=0, atol=1e-7)
+    signed = support.weights * R / (R @ support.weights)[:, None]
+    np.testing.assert_allclose(P @ basis.columns, signed @ basis.columns, rtol=0, atol=1e-12)
+    assert P.min() >= 0
+    np.testing.assert_allclose(P.sum(1), 1.0, rtol=0, atol=1e-14)
+
+
+def test_projection_of_a_vector_y_equals_the_conic_solution():
+    rng = np.random.default_rng(3)
+    atoms = rng.standard_normal((80, 2))
+    weights = np.full(80, 1 / 80)
+    support = Support(atoms, weights, "cells", 0.0, "second moment", 80)
+    basis = MomentBasis(support)
+    assert basis.columns.shape == (80, 6)  # 1, z1, z2, z1^2, z1 z2, z2^2
+    centre = np.array([0.3, -0.2])
+    distance = np.sum((atoms - centre) ** 2, axis=1)
+    R = (0.05 + 6.0 * np.exp(-distance / 0.6) * (1.0 - distance / 1.2))[None, :]  # a Mexican hat in 2-D
+    assert R.min() < 0
+    P, level = apply_rule(R.copy(), weights, "project", basis)
+    assert level[0] == 2
+    np.testing.assert_allclose(P, reference_projection(R, support, basis.columns), rtol=0, atol=1e-7)
+
+
+def test_rows_without_negative_values_are_the_signed_law():
+    support = scalar_support()
+    R = 1.0 + 0.5 * np.sin(support.atoms[:, 0])[None, :]
+    P, level = apply_rule(R.copy(), support.weights, "project", MomentBasis(support))
+    np.testing.assert_allclose(P, support.weights * R / (R @ support.weights), rtol=0, atol=1e-15)
+    assert level[0] == 2
+
+
+def test_moments_that_no_probability_vector_has_are_let_go_in_order():
+    """A signed law whose second moment is below its squared mean cannot be matched: the mean is
+    kept; one whose mean lies beyond every atom keeps only the mass; one without positive mass
+    becomes the closest probability vector to its weights. All stay probability vectors."""
+    support = scalar_support()
+    z = support.atoms[:, 0]
+    basis = MomentBasis(support)
+    pi = support.weights
+    middle, last = z.size // 2, z.size - 1
+    signed = np.zeros((3, z.size))
+    signed[0, [middle, 0, last]] = [2.0, -0.5, -0.5]  # the outer atoms' negative mass: variance < 0
+    signed[1, [last, 0]] = [1.5, -0.5]  # mean beyond the last atom
+    signed[2] = -pi  # no positive mass at all
+    R = signed / pi
+    normalised = pi * R / (R @ pi)[:, None]
+    mean, second = normalised @ z, normalised @ z**2
+    assert second[0] < mean[0] ** 2 and mean[1] > z.max() and (R[2] @ pi) < 0  # the three cases hold
+    P, level = apply_rule(R.copy(), pi, "project", basis)
+    np.testing.assert_array_equal(level, [1, 0, -1])
+    assert P.min() >= 0
+    np.testing.assert_allclose(P.sum(1), 1.0, rtol=0, atol=1e-14)
+    assert P[0] @ z == pytest.approx(mean[0], abs=1e-12)  # level 1 keeps the mean
+
+
+def test_clip_is_the_brute_force_clip_over_the_support():
+    support = scalar_support()
+    R = ringing_rows(support)
+    P, level = apply_rule(R.copy(), support.weights, "clip")
+    expected = support.weights * np.maximum(R, 0)
+    np.testing.assert_allclose(P, expected / expected.sum(1, keepdims=True), rtol=0, atol=1e-15)
+    assert level is None
+    nothing = apply_rule(-np.ones((1, support.size)), support.weights, "clip")[0]
+    np.testing.assert_allclose(nothing[0], support.weights)  # nothing left: the marginal
+
+
+def test_one_pass_quantiles_equal_the_per_level_search():
+    rng = np.random.default_rng(5)
+    values = rng.standard_normal(300)
+    P = rng.dirichlet(np.ones(300) * 0.3, size=40)
+    levels = np.array([0.9, 0.01, 0.5, 0.25, 1.0, 0.999])  # unsorted on purpose
+    fast = quantiles(P, values, levels)
+    order = np.argsort(values, kind="stable")
+    for i in range(P.shape[0]):
+        cdf = np.cumsum(P[i, order])
+        for k, level in enumerate(levels):
+            index = np.searchsorted(cdf, level * (1 - 1e-12))  # first cumulative weight >= level
+            assert fast[i, k] == values[order][min(index, values.size - 1)]
+
+
+def test_quantiles_of_a_signed_law_use_the_running_maximum():
+    values = np.array([0.0, 1.0, 2.0, 3.0])
+    P = np.array([[0.6, -0.2, 0.3, 0.3]])  # running CDF 0.6, 0.4, 0.7, 1.0
+    np.testing.assert_array_equal(quantiles(P, values, np.array([0.5, 0.65, 1.0])), [[0.0, 2.0, 3.0]])
+    short = np.array([[0.3, 0.3, -0.2, 0.1]])  # never reaches 0.9
+    assert np.isnan(quantiles(short, values, np.array([0.9])))[0, 0]
+
+
+def test_crps_equals_quadrature():
+    rng = np.random.default_rng(7)
+    values = rng.standard_normal(50)
+    P = rng.dirichlet(np.ones(50), size=6)
+    y = np.array([-3.0, -0.5, 0.0, 0.1, 1.2, 4.0])
+    grid = np.linspace(-8, 8, 800_001)
+    order = np.argsort(values)
+    cdf = np.array([np.cumsum(p[order])[np.clip(np.searchsorted(values[order], grid, side="right") - 1, 0, None)]
+                    * (grid >= values.min()) for p in P])
+    brute = np.trapezoid((cdf - (y[:, None] <= grid[None, :])) ** 2, grid, axis=1)
+    np.testing.assert_allclose(crps(P, values, y), brute, rtol=0, atol=1e-4)

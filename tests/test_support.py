@@ -1,0 +1,170 @@
+"""Weighted support atoms (jdlcore.support) against brute-force sums over the training atoms."""
+import numpy as np
+import pytest
+
+from jdlcore import JDL, GaussianKernel, build_problem
+from jdlcore.support import (
+    MarginalSums, Support, build_support, plan_support, reweight, sample_rows, sum_groups, support_partial,
+)
+
+cp = pytest.importorskip("cvxpy")
+
+
+def heteroscedastic(n, seed=0):
+    rng = np.random.default_rng(seed)
+    x = rng.uniform(-3, 3, n)
+    return x[:, None], (np.sin(x) + x / 3 + (0.15 + 0.25 * np.abs(x)) * rng.standard_normal(n))[:, None]
+
+
+def brute_force_sums(Y, features):
+    """sum_j f(y_j) [1, Psi_Y(y_j)] for f = 1, y, y^2 (scalar Y), by an explicit loop-free product."""
+    P = np.column_stack([np.ones(Y.shape[0]), features(Y)])
+    return [P.sum(axis=0), (Y[:, :1] * P).sum(axis=0), (Y[:, :1] ** 2 * P).sum(axis=0)]
+
+
+@pytest.fixture(scope="module")
+def fitted():
+    X, Y = heteroscedastic(20_000)
+    model = JDL(GaussianKernel(0.4), GaussianKernel(0.2), reg=1e-6).fit(X, Y)
+    return model, X, Y
+
+
+def test_support_reproduces_every_kept_sum_to_1e10(fitted):
+    """On the demo's data (lengthscale_y 0.2, m_Y = 47) the default 512 atoms carry the normalisation,
+    mean and second moment groups: each sum over the M atoms equals the sum over the n training atoms
+    to 1e-10 (relative to its size)."""
+    model, X, Y = fitted
+    support = model.support_
+    assert support.construction == "bins" and support.exact == "second moment"
+    assert 300 <= support.size <= 512
+    features = model.basis_y_.features
+    P = np.column_stack([np.ones(support.size), features(support.atoms)])
+    n = Y.shape[0]
+    for power, brute in enumerate(brute_force_sums(Y, features)):
+        on_support = n * (support.weights * support.atoms[:, 0] ** power) @ P
+        scale = np.abs(np.column_stack([np.ones(n), features(Y)]) * Y ** power).sum(axis=0)
+        assert np.max(np.abs(on_support - brute) / scale) < 1e-10
+
+
+def test_signed_law_on_the_support_equals_the_signed_law_on_the_training_atoms(fitted):
+    """Because the sums are kept, the signed conditional mean and second moment on M atoms equal those
+    of the n training atoms (brute force through radon_nikodym), at any x."""
+    model, X, Y = fitted
+    signed = JDL(**{**model.get_params(), "constraints": "normalization"}).fit(X, Y)
+    Xq = np.linspace(-5, 5, 31)[:, None]
+    raw = signed.radon_nikodym(Xq)
+    W = raw / raw.sum(axis=1, keepdims=True)
+    np.testing.assert_allclose(signed.conditional_expectation(Xq)[:, 0], W @ Y[:, 0], rtol=0, atol=1e-9)
+    np.testing.assert_allclose(signed.conditional_expectation(Xq, lambda y: y**2)[:, 0], W @ Y[:, 0] ** 2,
+                               rtol=0, atol=1e-9)
+
+
+def test_distinct_values_are_kept_exactly():
+    rng = np.random.default_rng(1)
+    labels = rng.integers(0, 7, 3000).astype(float)
+    X = labels[:, None] + rng.standard_normal((3000, 1))
+    model = JDL(GaussianKernel(0.5), GaussianKernel(0.5), reg=1e-5).fit(X, labels)
+    support = model.support_
+    assert support.construction == "distinct" and support.defect == 0.0
+    values, counts = np.unique(labels, return_counts=True)
+    np.testing.assert_array_equal(support.atoms[:, 0], values)
+    np.testing.assert_array_equal(support.weights, counts / 3000)
+
+
+def test_reweight_is_the_chi_square_projection_onto_the_sums():
+    """Against cvxpy: min sum (w - c)^2 / c  s.t.  columns^T w = targets, w >= 0."""
+    rng = np.random.default_rng(2)
+    counts = rng.integers(1, 30, 40).astype(float)
+    columns = np.column_stack([np.ones(40), rng.standard_normal((40, 3))])
+    targets = columns.T @ (counts * rng.uniform(0.8, 1.2, 40))
+    weights, defect = reweight(columns, counts, targets)
+    w = cp.Variable(40)
+    cp.Problem(cp.Minimize(cp.sum(cp.multiply(1 / counts, cp.square(w - counts)))),
+               [columns.T @ w == targets, w >= 0]).solve(solver=cp.CLARABEL)
+    np.testing.assert_allclose(weights, w.value, rtol=0, atol=1e-6)
+    assert defect < 1e-12 and weights.min() >= 0
+
+
+def test_partials_add_up_over_blocks_as_over_the_whole():
+    _, Y = heteroscedastic(5000, seed=3)
+    plan = plan_support(Y[sample_rows(5000, 0, 1000)], 200, resolution=0.05)
+    whole = support_partial(Y, plan)
+    parts = [support_partial(Y[a:a + 777], plan) for a in range(0, 5000, 777)]
+    total = parts[0]
+    for part in parts[1:]:
+        total = total + part
+    np.testing.assert_array_equal(total.counts, whole.counts)
+    np.testing.assert_allclose(total.sums, whole.sums, rtol=1e-12)
+    assert total.n == 5000 and total.counts.sum() == 5000 and total.distinct is None
+    assert np.all(np.diff(plan.edges) > 0)
+
+
+def test_bins_resolve_the_kernel_where_equal_count_bins_are_wide():
+    """Half the edges on an even grid of spacing >= half the Y lengthscale: no bin wider than that."""
+    _, Y = heteroscedastic(20_000, seed=4)
+    plan = plan_support(Y, 512, resolution=0.05)  # 256 bins of two atoms, 128 of them from the even grid
+    widths = np.diff(np.concatenate([[Y.min()], plan.edges, [Y.max()]]))
+    assert widths.max() <= max(0.05, (Y.max() - Y.min()) / 128) + 1e-12
+    assert plan.cells <= 256
+
+
+def test_vector_y_cells_keep_the_mean_and_report_their_defect():
+    rng = np.random.default_rng(5)
+    X = rng.standard_normal((4000, 2))
+    Y = np.column_stack([X[:, 0] + 0.3 * rng.standard_normal(4000), rng.standard_normal(4000)])
+    model = JDL(GaussianKernel(1.0), GaussianKernel(1.0), reg=1e-4, support_size=600).fit(X, Y)
+    support = model.support_
+    assert support.construction == "cells" and support.size <= 600
+    np.testing.assert_allclose(support.weights.sum(), 1.0, atol=1e-14)
+    if support.exact == "none":  # the cells' means with their counts: the mean of y is still kept
+        np.testing.assert_allclose(support.weights @ support.atoms, Y.mean(axis=0), rtol=0, atol=1e-12)
+    assert np.isfinite(support.defect)
+
+
+def test_sum_groups_are_the_normalisation_mean_and_second_moment_columns():
+    atoms = np.array([[0.0, 1.0], [2.0, -1.0], [1.0, 1.0]])
+    psi = np.array([[1.0], [2.0], [3.0]])
+    from jdlcore.atoms import FunctionSums
+
+    sums = MarginalSums(3, np.array([6.0]), FunctionSums(np.zeros((1, 2)), np.zeros(2), (2,)),
+                        FunctionSums(np.zeros((1, 4)), np.zeros(4), (2, 2)))
+    groups = sum_groups(atoms, psi, sums)
+    assert [g[0].shape[1] for g in groups] == [2, 4, 6]  # [1, psi], y_i [1, psi], y_i y_j [1, psi] (i <= j)
+    np.testing.assert_array_equal(groups[1][0][:, 2:], atoms[:, 1:2] * np.column_stack([np.ones(3), psi]))
+    np.testing.assert_array_equal(groups[2][0][:, 2:4], atoms[:, :1] * atoms[:, 1:2] * np.column_stack([np.ones(3), psi]))
+
+
+def test_support_of_a_problem_is_reused_across_reg(fitted):
+    model, X, Y = fitted
+    problem = build_problem(X[:3000], Y[:3000], GaussianKernel(0.4), GaussianKernel(0.2), tol=1e-3)
+    first = JDL(GaussianKernel(0.4), GaussianKernel(0.2), reg=1e-6).fit_problem(problem, Y[:3000])
+    second = JDL(GaussianKernel(0.4), GaussianKernel(0.2), reg=1e-3).fit_problem(problem, Y[:3000])
+    assert first.support_ is second.support_ is problem.support
+    smaller = JDL(GaussianKernel(0.4), GaussianKernel(0.2), reg=1e-3, support_size=100).fit_problem(problem, Y[:3000])
+    assert smaller.support_.requested == 100 and smaller.support_.size <= 100
+
+
+def test_support_class_is_plain_data():
+    support = Support(np.zeros((2, 1)), np.array([0.5, 0.5]), "distinct")
+    assert support.size == 2 and support.d == 1
+    assert set(support.to_arrays()) == {"support_atoms", "support_weights"}
+
+
+def test_build_support_from_blocks_equals_the_single_block(fitted):
+    model, X, Y = fitted
+    from jdlcore.jdl import marginal_sums
+
+    sums = marginal_sums(model.reductions_, model._training_sums)
+    args = (Y[sample_rows(Y.shape[0], 0)], 512, model.basis_y_.features, sums, 0, 0.1)
+    whole = build_support([Y], *args)
+    blocks = build_support([Y[a:a + 1000] for a in range(0, Y.shape[0], 1000)], *args)
+    np.testing.assert_allclose(blocks.atoms, whole.atoms, rtol=1e-11)  # sums in another order
+    # The weights solve an ill-conditioned system (they agree to about 1e-4); what they keep is unique:
+    assert blocks.exact == whole.exact == "second moment"
+    Xq = np.linspace(-3, 3, 20)[:, None]
+    R = model._directions(Xq)
+    for support in (blocks, whole):
+        assert support.defect < 1e-9
+    means = [((1 + R @ model.basis_y_.features(s.atoms).T) * s.weights) @ s.atoms[:, 0]
+             / ((1 + R @ model.basis_y_.features(s.atoms).T) @ s.weights) for s in (blocks, whole)]
+    np.testing.assert_allclose(means[0], means[1], rtol=0, atol=1e-10)
