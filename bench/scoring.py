@@ -1,44 +1,72 @@
-"""Scoring throughput: conditional expectations of registered test functions, m_X = m_Y = 100.
+"""Scoring throughput of a stored model with a vector y: rows per second, by training size.
 
-Baseline (REFERENCES.md): FMCA's low-rank CME evaluates 1e4 conditional expectations in 0.17 s.
-Target: at least 1e6 queries per second on 2 cores.
+Data: correlated Gaussian (x, y) in R^(3+3) (``end_to_end.write_source``), n training rows staged
+and fitted through the pipeline (Gaussian kernels of lengthscale 1, ``--tol``, the default positivity:
+each conditional law projected onto probability vectors that keep its mass, mean and 3 x 3 second
+moment). The stored model then scores ``--queries`` fresh rows in this process: the conditional mean
+(3), the second-moment matrix (3 x 3), the joint CDF at 9 threshold vectors and 99 quantile levels of
+the first y component; median of ``--repeats`` runs. Every query reads the law on the model's M
+support atoms, so the rate should not depend on n.
 
-    python bench/scoring.py [--queries 1000000] [--repeats 5]
+    python bench/scoring.py [--n 100000 1000000 10000000] [--queries 100000] [--repeats 5]
 """
 from __future__ import annotations
 
 import argparse
+import shutil
+import tempfile
+from pathlib import Path
 
 import numpy as np
 
 from _common import median_time, write_json
-from jdlcore import JDL, GaussianKernel
+from end_to_end import write_source
+from pipeline.fitting import fit_store
+from pipeline.model_store import load_model
+from pipeline.staging import stage
+
+
+def rates(model, Xq: np.ndarray, repeats: int) -> dict[str, float]:
+    thresholds = np.repeat(np.linspace(-2, 2, 9)[:, None], 3, axis=1)
+    levels = np.linspace(0.01, 0.99, 99)
+    model.conditional_quantile(Xq[:10], levels)  # the compiled kernels, loaded once
+    work = {"mean": lambda: model.expectation("mean", Xq),
+            "second moment (3 x 3)": lambda: model.expectation("second_moment", Xq),
+            "cdf (9 thresholds)": lambda: model.conditional_cdf(Xq, thresholds),
+            "quantiles (99 levels)": lambda: model.conditional_quantile(Xq, levels)}
+    return {name: Xq.shape[0] / median_time(run, repeats)[0] for name, run in work.items()}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--queries", type=int, default=1_000_000)
+    parser.add_argument("--n", type=int, nargs="+", default=[100_000, 1_000_000, 10_000_000])
+    parser.add_argument("--queries", type=int, default=100_000)
     parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--train", type=int, default=20_000)
+    parser.add_argument("--tol", type=float, default=1e-2)
     args = parser.parse_args()
-    rng = np.random.default_rng(0)
-    X = rng.standard_normal((args.train, 3))
-    Y = X @ rng.standard_normal((3, 3)) * 0.5 + rng.standard_normal((args.train, 3))
-    model = JDL(GaussianKernel(1.0), GaussianKernel(1.5), reg=1e-4, tol=0.0, max_rank=100,
-                constraints="normalization").fit(X, Y)
-    m_x, m_y = model.diagnostics_["rank_x"], model.diagnostics_["rank_y"]
-    model.register("mean", lambda y: y)
-    model.register("second_moment", lambda y: y[:, :, None] * y[:, None, :])
+    root = Path(tempfile.mkdtemp(prefix="jdl-scoring-"))
+    rng = np.random.default_rng(5)
     Xq = rng.standard_normal((args.queries, 3))
     rows = []
-    for name in ("mean", "second_moment"):
-        seconds, times, out = median_time(lambda: model.expectation(name, Xq), args.repeats)
-        rate = args.queries / seconds
-        rows.append({"function": name, "queries": args.queries, "seconds": seconds, "times": times,
-                     "queries_per_second": rate, "fmca_cme_queries_per_second": 1e4 / 0.17})
-        print(f"{name:<14} m_X={m_x} m_Y={m_y} output {out.shape[1:]}: {args.queries:,} queries in {seconds:.3f}s "
-              f"(median of {args.repeats}) = {rate:,.0f} queries/s; FMCA CME {1e4 / 0.17:,.0f}/s -> {rate / (1e4 / 0.17):.1f}x")
-    print("wrote", write_json("scoring", {"m_x": m_x, "m_y": m_y, "rows": rows}))
+    try:
+        for n in args.n:
+            write_source(root / "source.npy", n, 0)
+            data = stage(root / "source.npy", root / f"data-{n}.zarr", ["0", "1", "2"], ["3", "4", "5"],
+                         chunk_size=131_072)
+            path, _ = fit_store(data, root / f"model-{n}.zarr", lengthscale_x=1.0, lengthscale_y=1.0, reg=1e-6,
+                                tol=args.tol)
+            model = load_model(path)
+            row = {"n": n, "rank_x": model.diagnostics_["rank_x"], "rank_y": model.diagnostics_["rank_y"],
+                   "support": model.support_.size, "rows_per_second": rates(model, Xq, args.repeats)}
+            rows.append(row)
+            print(f"n = {n:>10,}: m_X = {row['rank_x']}, m_Y = {row['rank_y']}, M = {row['support']}; "
+                  + ", ".join(f"{name} {rate:,.0f}/s" for name, rate in row["rows_per_second"].items()), flush=True)
+            shutil.rmtree(data)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    first, last = rows[0]["rows_per_second"], rows[-1]["rows_per_second"]
+    print("ratio largest / smallest n: " + ", ".join(f"{k} {last[k] / first[k]:.2f}" for k in first))
+    print("wrote", write_json("scoring", {"rows": rows, "args": vars(args)}))
 
 
 if __name__ == "__main__":

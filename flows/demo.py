@@ -60,15 +60,27 @@ class DemoReport:
         ]
 
 
-def make_data(n: int, seed: int) -> pd.DataFrame:
+def make_data(n: int, seed: int, d: int = 1) -> pd.DataFrame:
+    """n rows of the demo's data: x ~ U(-3, 3)^d (d = 1, or 3 for the variant below), y given x Gaussian
+    with the mean and standard deviation of ``truth``; columns x (or x1, x2, x3) and y."""
     rng = np.random.default_rng(seed)
-    x = rng.uniform(-3, 3, n)
-    y = np.sin(x) + x / 3 + (0.15 + 0.25 * np.abs(x)) * rng.standard_normal(n)
-    return pd.DataFrame({"x": x, "y": y})
+    x = rng.uniform(-3, 3, (n, d))
+    mean, sd = truth(x)
+    y = mean + sd * rng.standard_normal(n)
+    names = ["x"] if d == 1 else [f"x{k + 1}" for k in range(d)]
+    return pd.DataFrame({**{name: x[:, k] for k, name in enumerate(names)}, "y": y})
 
 
 def truth(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Conditional mean and standard deviation of the demo's y given x."""
+    """Conditional mean and standard deviation of the demo's y given x: (n,) or (n, 1) x gives
+    sin(x) + x/3 and 0.15 + 0.25 |x|; (n, 3) x gives the 3-D variant, where x1 acts as in 1-D, x2
+    bends the mean and x3 shifts it and widens the spread:
+    sin(x1) + x1/3 + 0.5 sin(x2) + 0.2 x3 and 0.15 + 0.2 |x1| + 0.1 |x3|."""
+    x = np.asarray(x, dtype=np.float64)
+    if x.ndim == 2 and x.shape[1] == 3:
+        x1, x2, x3 = x.T
+        return np.sin(x1) + x1 / 3 + 0.5 * np.sin(x2) + 0.2 * x3, 0.15 + 0.2 * np.abs(x1) + 0.1 * np.abs(x3)
+    x = x.reshape(-1) if x.ndim == 2 else x
     return np.sin(x) + x / 3, 0.15 + 0.25 * np.abs(x)
 
 
