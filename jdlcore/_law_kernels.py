@@ -22,7 +22,7 @@ LEVEL_MASS = 0  # mass kept: the closest probability vector
 LEVEL_SIGNED_EMPTY = -1  # the signed law had no positive mass: the closest probability vector to its weights
 
 
-@nb.njit(cache=True, fastmath=True, inline="always")
+@nb.njit(cache=True, fastmath=True)
 def _power_pass(u, scale, pi, z, z2, z3, z4, t0, t1, t2, S):
     """One pass over the atoms at theta = (t0, t1, t2): with t_k = scale u_k + t0 + t1 z_k + t2 z_k^2 and
     w_k = pi_k [t_k >= 0], S[0:5] = sum w z^p (p = 0..4), S[5:8] = sum w t z^p (p = 0..2), S[8] = sum w t^2.
@@ -51,6 +51,37 @@ def _power_pass(u, scale, pi, z, z2, z3, z4, t0, t1, t2, S):
     S[6] = f1
     S[7] = f2
     S[8] = ph
+
+
+@nb.njit(cache=True, fastmath=True)
+def _signed_moments(u, pi, z, z2):
+    """(mass, sum pi u z, sum pi u z^2, min u) of one row: the signed law's moments, unnormalised."""
+    mass = m1 = m2 = 0.0
+    low = np.inf
+    for k in range(u.shape[0]):
+        w = pi[k] * u[k]
+        mass += w
+        m1 += w * z[k]
+        m2 += w * z2[k]
+        low = min(low, u[k])
+    return mass, m1, m2, low
+
+
+@nb.njit(cache=True, fastmath=True)
+def _emit(u, scale, pi, z, z2, t0, t1, t2, out):
+    """out_k = pi_k max(0, scale u_k + t0 + t1 z_k + t2 z_k^2), normalised to sum 1 (pi if nothing is left)."""
+    total = 0.0
+    for k in range(u.shape[0]):
+        t = scale * u[k] + t0 + t1 * z[k] + t2 * z2[k]
+        value = pi[k] * t if t > 0.0 else 0.0
+        out[k] = value
+        total += value
+    if total > 0.0:
+        for k in range(u.shape[0]):
+            out[k] /= total
+    else:  # no atom left (cannot happen for a converged projection): the support weights
+        for k in range(u.shape[0]):
+            out[k] = pi[k]
 
 
 @nb.njit(cache=True)
@@ -168,17 +199,8 @@ def project_scalar(R, pi, z, tol, P, level):
     span = max(z[M - 1] - z[0], 1e-300)
     for r in range(q):
         u = R[r]
-        mass = 0.0
-        m1 = 0.0
-        m2 = 0.0
-        negative = False
-        for k in range(M):
-            w = pi[k] * u[k]
-            mass += w
-            m1 += w * z[k]
-            m2 += w * z2[k]
-            if u[k] < 0.0:
-                negative = True
+        mass, m1, m2, low = _signed_moments(u, pi, z, z2)
+        negative = low < 0.0
         for i in range(3):
             theta[i] = 0.0
         if mass > 0.0 and not negative:
@@ -217,18 +239,7 @@ def project_scalar(R, pi, z, tol, P, level):
             b[0] = 1.0
             _newton_scalar(u, scale, pi, z, z2, z3, z4, b, 0, tol, theta)
             level[r] = LEVEL_SIGNED_EMPTY
-        total = 0.0
-        for k in range(M):
-            t = scale * u[k] + theta[0] + theta[1] * z[k] + theta[2] * z2[k]
-            value = pi[k] * t if t > 0.0 else 0.0
-            P[r, k] = value
-            total += value
-        if total > 0.0:
-            for k in range(M):
-                P[r, k] /= total
-        else:  # no atom left (cannot happen for a converged projection): the support weights
-            for k in range(M):
-                P[r, k] = pi[k]
+        _emit(u, scale, pi, z, z2, theta[0], theta[1], theta[2], P[r])
 
 
 @nb.njit(cache=True)
