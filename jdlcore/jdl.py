@@ -17,7 +17,6 @@ README); their laws are still projected at query time wherever a fresh x breaks 
 """
 from __future__ import annotations
 
-import threading
 import time
 import warnings
 from dataclasses import dataclass, field
@@ -51,7 +50,6 @@ CONSTRAINTS = ("none", "normalization", "positivity")
 POSITIVITY = ("project", "clip", "grid", "tightening", "pointwise")
 GRID_POINTS = 1000  # training x rows of the grid positivity constraints (a seeded sample above that)
 _QUERY_ELEMENTS = 1 << 22  # (queries x training atoms) entries per batch of the n-atom diagnostics
-_BLAS = threading.Lock()
 
 
 class GridBudgetWarning(UserWarning):
@@ -543,12 +541,10 @@ class JDL(Estimator):
         out = np.empty((Xq.shape[0], width))
 
         def work(rows: slice) -> None:
-            with _BLAS:  # one product at a time: concurrent BLAS calls may split (and round) differently
-                R = g[rows] @ self._support_psi.T
+            R = g[rows] @ self._support_psi.T
             R += 1.0
             P, _ = apply_rule(R, self.support_.weights, self.law_rule, self._moments)
-            with _BLAS:
-                out[rows] = read(P, rows)
+            out[rows] = read(P, rows)
 
         map_rows(Xq.shape[0], self.support_.size, work)
         return out

@@ -7,15 +7,17 @@ values R = 1 + h(x, z_k) into the law that queries read:
 * "signed": the normalised signed weights, as fitted (not a probability vector where 1 + h < 0);
 * "clip": max(1 + h, 0) renormalised: positive, but the negative mass is discarded, which shifts
   the conditional mean and spread;
-* "project": the probability vector closest to the signed law that keeps its mass, mean and
-  second moment. With u = R / Z and c(z) = [1, z, z z^T] in standardised units it minimises
+* "project": the probability vector closest to the signed law that keeps its mass, mean and (for a
+  scalar Y) second moment. With u = R / Z and c(z) = [1, z, z^2] ([1, z] for a vector Y) in
+  standardised units it minimises
   sum_k (p_k - pi_k u_k)^2 / pi_k subject to p >= 0 and sum_k p_k c(z_k) = sum_k pi_k u_k c(z_k);
   the solution is p_k = pi_k max(0, u_k + theta . c(z_k)) with the multipliers theta found by a
-  semi-smooth Newton method on the (concave, piecewise quadratic) dual, with backtracking. Where the
+  semi-smooth Newton method on the (convex, piecewise quadratic) dual, with backtracking. Where the
   signed moments cannot belong to a probability law on the atoms (a second moment below the squared
   mean, a mean outside the atoms' range), the second moment and then the mean are let go, in that
   order; ``level`` records what each row kept (2: mass, mean and second moment, 1: mass and mean,
-  0: mass, -1: the signed law had no positive mass). Rows without negative values are unchanged.
+  0: mass, -1: the signed law had no positive mass). Rows without negative values are unchanged
+  (level 2 for a scalar Y, 1 for a vector Y).
 
 Every query is a functional of the law: expectations (P @ f(z)), CDFs, quantiles (one merge per
 row over the sorted atoms, all levels at once) and the CRPS of an observation. A query costs
@@ -46,11 +48,13 @@ def _kernels() -> Any:
 
 
 class MomentBasis:
-    """The moment functions c(z) = [1, z_i, z_i z_j (i <= j)] of a support, in standardised units.
+    """The moment functions a projection keeps, in standardised units: c(z) = [1, z, z^2] for a
+    scalar Y (mass, mean and second moment), [1, z_1, ..., z_d] for a vector Y (mass and mean).
 
     z is centred and scaled by the support's mean and standard deviation per component, so the
     Newton tolerance means the same for every data scale. ``columns`` (M, K); ``mean_columns`` =
-    1 + d (the mass and mean part).
+    1 + d (the mass and mean part); ``monomials`` (D, M) the distinct products of two columns,
+    ``products`` (K, K) the row of each product, ``columns_by_row`` the columns transposed (K, M).
     """
 
     def __init__(self, support: Support):
@@ -60,10 +64,18 @@ class MomentBasis:
         spread = np.where(spread > 0, spread, 1.0)
         z = (atoms - centre) / spread
         d = atoms.shape[1]
-        pairs = [z[:, i] * z[:, j] for i in range(d) for j in range(i, d)]
+        exponents = [np.zeros(d, dtype=int)] + [np.eye(d, dtype=int)[i] for i in range(d)]
+        if d == 1:
+            exponents.append(np.array([2]))
         self.z = np.ascontiguousarray(z[:, 0]) if d == 1 else None
-        self.columns = np.ascontiguousarray(np.column_stack([np.ones(z.shape[0]), z, *pairs]))
+        self.columns = np.ascontiguousarray(np.column_stack([np.prod(z**e, axis=1) for e in exponents]))
         self.mean_columns = 1 + d
+        # every product of two columns is a monomial of degree <= 4: the Newton Jacobian's entries
+        products = [tuple(a + b) for a in exponents for b in exponents]
+        distinct = sorted(set(products))
+        self.products = np.array([distinct.index(p) for p in products], dtype=np.int64).reshape(len(exponents), -1)
+        self.monomials = np.ascontiguousarray(np.stack([np.prod(z**np.array(e), axis=1) for e in distinct]))
+        self.columns_by_row = np.ascontiguousarray(self.columns.T)  # (K, M): the kernels run along atoms
 
 
 def apply_rule(R: np.ndarray, weights: np.ndarray, rule: str, moments: MomentBasis | None = None
@@ -92,7 +104,8 @@ def apply_rule(R: np.ndarray, weights: np.ndarray, rule: str, moments: MomentBas
     if moments.z is not None:
         kernels.project_scalar(R, weights, moments.z, _TOLERANCE, P, level)
     else:
-        kernels.project_vector(R, weights, moments.columns, moments.mean_columns, _TOLERANCE, P, level)
+        kernels.project_vector(R, weights, moments.columns_by_row, moments.monomials, moments.products,
+                               _TOLERANCE, P, level)
     return P, level
 
 

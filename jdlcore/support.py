@@ -43,11 +43,11 @@ __all__ = [
 SAMPLE_ROWS = 1 << 17  # rows that place the bin edges or cell centres
 _ASSIGN_ELEMENTS = 1 << 22  # (rows x centres) distances per slab
 _SIZE_SCALAR = 512
-_SIZE_VECTOR = 2048
+_SIZE_VECTOR = 512
 
 
 def default_support_size(d_y: int) -> int:
-    """The default number of support atoms M: 512 for a scalar Y, 2048 for a vector Y."""
+    """The default number of support atoms M: 512 (a scalar Y in 256 two-atom bins, a vector Y in 512 cells)."""
     return _SIZE_SCALAR if d_y == 1 else _SIZE_VECTOR
 
 

@@ -58,19 +58,21 @@ def test_projection_equals_the_conic_solution_and_keeps_the_moments():
 
 
 def test_projection_of_a_vector_y_equals_the_conic_solution():
+    """A vector y keeps mass and mean (level 1)."""
     rng = np.random.default_rng(3)
     atoms = rng.standard_normal((80, 2))
     weights = np.full(80, 1 / 80)
     support = Support(atoms, weights, "cells", 0.0, "second moment", 80)
     basis = MomentBasis(support)
-    assert basis.columns.shape == (80, 6)  # 1, z1, z2, z1^2, z1 z2, z2^2
+    assert basis.columns.shape == (80, 3)  # 1, z1, z2
     centre = np.array([0.3, -0.2])
     distance = np.sum((atoms - centre) ** 2, axis=1)
     R = (0.05 + 6.0 * np.exp(-distance / 0.6) * (1.0 - distance / 1.2))[None, :]  # a Mexican hat in 2-D
     assert R.min() < 0
     P, level = apply_rule(R.copy(), weights, "project", basis)
-    assert level[0] == 2
+    assert level[0] == 1
     np.testing.assert_allclose(P, reference_projection(R, support, basis.columns), rtol=0, atol=1e-7)
+    np.testing.assert_allclose(P @ atoms, (weights * R / (R @ weights)) @ atoms, rtol=0, atol=1e-12)
 
 
 def test_rows_without_negative_values_are_the_signed_law():
