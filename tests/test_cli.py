@@ -69,3 +69,33 @@ def test_stage_tune_fit_inspect_through_the_cli(tmp_path, capsys):
         assert (tmp_path / "plots" / name).read_bytes()[:4] == b"\x89PNG"
     assert main(["inspect", str(tmp_path / "d.zarr")]) == 2
     assert "not a jdl model store" in capsys.readouterr().err
+
+
+def test_positivity_and_support_size_are_checked_in_one_line_and_nothing_is_written(tmp_path, capsys):
+    """Bad positivity settings fail before any work with one line naming the parameter and the rule,
+    and leave no output store."""
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal(300)
+    np.savez(tmp_path / "t.npz", a=x, b=x + 0.3 * rng.standard_normal(300))
+    assert main(["stage", str(tmp_path / "t.npz"), "--x", "a", "--y", "b", "--out", str(tmp_path / "d.zarr")]) == 0
+    capsys.readouterr()
+    base = ["fit", str(tmp_path / "d.zarr"), "--out", str(tmp_path / "m.zarr"), "--lengthscale-x", "0.5",
+            "--lengthscale-y", "0.5", "--reg", "1e-4", "--scheduler", "memory"]
+    cases = [
+        (["--support-size", "0"], "parameter support_size: Input should be greater than or equal to 1"),
+        (["--support-size", "301"], "support_size: 301 is more than the 300 rows of"),
+        (["--positivity", "magic"], "parameter positivity: Input should be 'auto', 'project', 'clip'"),
+        (["--positivity", "sos"], "positivity: 'sos' is not a rule of method jdl"),
+        (["--reg", "0"], "parameter reg: Input should be greater than 0"),
+    ]
+    for extra, message in cases:
+        assert main(base + extra) == 2, extra
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and message in err[0], (extra, err)
+        assert not (tmp_path / "m.zarr").exists() and not list(tmp_path.glob(".m.zarr*")), extra
+    assert main(base + ["--support-size", "64"]) == 0
+    from pipeline.model_store import load_model
+
+    model = load_model(tmp_path / "m.zarr")
+    assert model.support_.requested == 64 and model.support_.size <= 64
+    assert model.conditional_weights(x[:20, None]).min() >= 0

@@ -101,3 +101,31 @@ def test_positivity_choice_and_scheduler_values(staged, capsys):
     assert main(fit_args(tmp_path, "m.zarr", "--scheduler", "nowhere")) == 2
     assert "scheduler: 'nowhere' is not auto, memory, local" in capsys.readouterr().err
     assert not (tmp_path / "m.zarr").exists()
+
+
+def test_tuning_records_a_failing_candidate_and_goes_on(staged, monkeypatch):
+    """A candidate that raises is kept in the tuning store (NaN loss, its error in ``failures``); the
+    search picks the best of the others."""
+    import json
+
+    import jdlcore.tuning
+    from pipeline.tuning import load_tuning, tune_store
+
+    tmp_path, _, _ = staged
+    real = jdlcore.tuning.JDL.fit_problem
+
+    def fragile(self, problem, Y):
+        if self.reg == 1e-3:
+            raise ValueError("this candidate broke")
+        return real(self, problem, Y)
+
+    monkeypatch.setattr(jdlcore.tuning.JDL, "fit_problem", fragile)
+    path = tune_store(tmp_path / "d.zarr", tmp_path / "t.zarr", lengthscales_x=[0.5], lengthscales_y=[0.5],
+                      regs=[1e-5, 1e-3], scheduler="memory")
+    table = load_tuning(path)
+    loss = table["validation_loss"].values.ravel()
+    assert np.isfinite(loss[0]) and np.isnan(loss[1])
+    failures = json.loads(table.attrs["failures"])
+    assert failures == [{"lengthscale_x": 0.5, "lengthscale_y": 0.5, "reg": 1e-3,
+                         "error": "ValueError: this candidate broke"}]
+    assert json.loads(table.attrs["best"])["reg"] == 1e-5
