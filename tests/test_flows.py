@@ -213,7 +213,9 @@ def test_flows_run_their_dask_work_on_a_real_scheduler(tmp_path, dask_client):
 RUNNER = textwrap.dedent("""
     import json, sys
     from flows.jdl_flows import {flow}
-    result = {flow}(**json.loads(sys.argv[1]))
+    from flows.progress import displayed
+    with displayed(lambda line: print(line, file=sys.stderr, flush=True)):  # whatever Prefect's log config
+        result = {flow}(**json.loads(sys.argv[1]))
     print(json.dumps(result))
 """)
 
@@ -239,7 +241,9 @@ def test_a_killed_run_resumes_and_ends_with_the_undisturbed_model(tmp_path, pref
         if "fit: writing" in line:
             break
     else:
-        raise AssertionError("the flow ended before its fit started:\n" + "".join(seen[-20:]))
+        out, _ = process.communicate()
+        raise AssertionError(f"the flow ended (exit {process.returncode}) before its fit started:\n"
+                             + "".join(seen[-20:]) + out[-2000:])
     os.killpg(process.pid, signal.SIGKILL)
     process.communicate()
     assert (crashed / "tuning.zarr").exists() and not (crashed / "model.zarr").exists()
