@@ -12,6 +12,7 @@ import contextlib
 import logging
 import os
 import sys
+import warnings
 
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 
@@ -34,6 +35,9 @@ def _console_logging(verbose: bool) -> None:
     if not verbose:  # read by Prefect's logging configuration when it is first imported
         os.environ.setdefault("PREFECT_LOGGING_HANDLERS_CONSOLE_LEVEL", "WARNING")
     import prefect  # noqa: F401  (configures its logging)
+    from jdlcore.degeneracy import DegeneracyWarning
+
+    warnings.filterwarnings("ignore", category=DegeneracyWarning)  # printed from the stored diagnostics instead
 
     for logger in [logging.getLogger()] + [logging.getLogger(name) for name in logging.root.manager.loggerDict]:
         for handler in getattr(logger, "handlers", []):
@@ -144,6 +148,8 @@ def _fit(args: argparse.Namespace) -> int:
     law = f", law {d['law']} on M = {d['support_size']} support atoms" if "support_size" in d else ""
     print(f"fitted {args.method} on n = {model.n_samples_:,}: {ranks}{objective}{law}, fit {d['fit_seconds']:.1f}s "
           f"-> {result['path']}{_reused(result)}")
+    for kind, message in d.get("degeneracies", {}).items():
+        print(f"warning: {kind}: {message}")
     return 0
 
 

@@ -159,6 +159,10 @@ def card_rows(path: str | os.PathLike, model: JDL | None = None) -> list[tuple[s
                                       f"at the first {d.get('negative_mass_probes', '?')} x rows"))
     if hasattr(model, "support_"):
         rows += _law_rows(model)
+    if "marginal_ratio" in d:
+        rows.append(("vs marginal", f"{d.get('marginal_score', 'loss')} {d['marginal_ratio']:.3f} of the marginal law's "
+                                    "on training rows (1: x adds nothing)"))
+    rows += [(f"warning {kind}", message) for kind, message in d.get("degeneracies", {}).items()]
     if hasattr(model, "registered_"):
         registered = model.registered_
         rows.append(("registered", ", ".join(f"{name} {tuple(shape)}".replace(" ()", "")

@@ -12,6 +12,7 @@ from .psd import GaussianPSDModel
 from .psd_fit import fit_psd_density
 from .psd_jdl import PSDJDL
 from .cholesky import FactorStorage, InMemoryFactorStorage, PivotedCholesky, pivoted_cholesky, run_pivoted_cholesky
+from .degeneracy import DegeneracyWarning, GridBudgetWarning
 from .jdl import JDL, JDLProblem, build_problem
 from .kernels import (
     DeltaKernel,
@@ -35,5 +36,5 @@ __all__ = [
     "SpectralBasis", "spectral_basis", "tune", "TuneResult", "SecondMomentLoss", "ClippedLogisticLoss",
     "relative_second_moment_loss", "clipped_logistic_loss", "CME", "KLR", "PolynomialJDL", "PolynomialBasis",
     "GreedyJDL", "ClassBasis", "GaussianPSDModel", "fit_psd_density", "PSDJDL", "amcmd", "jmmd", "compress",
-    "run_compression",
+    "run_compression", "DegeneracyWarning", "GridBudgetWarning",
 ]

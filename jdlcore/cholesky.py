@@ -425,7 +425,7 @@ def pivoted_cholesky(
     X = as_samples(X, "X")
     if not np.isfinite(tol) or tol < 0:
         raise ValueError(f"tol: must be finite and >= 0, got {tol!r}")
-    storage = InMemoryFactorStorage(kernel, X, capacity=max_rank)
+    storage = InMemoryFactorStorage(kernel, X, capacity=None if max_rank is None else min(int(max_rank), 128))
     run = run_pivoted_cholesky(
         storage, kernel, tol=tol, atol=atol, max_rank=max_rank, pivoting=pivoting,
         block_size=block_size, seed=seed, pivot_floor=pivot_floor, progress=progress,

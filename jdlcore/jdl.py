@@ -18,7 +18,6 @@ README); their laws are still projected at query time wherever a fresh x breaks 
 from __future__ import annotations
 
 import time
-import warnings
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -29,7 +28,10 @@ from .basis import (
     JDLReductions, SpectralBasis, column_extremes, factor_partials, reductions_from_partials, spectral_basis,
 )
 from .cholesky import PivotedCholesky, pivoted_cholesky
-from .estimator import Estimator
+from .degeneracy import (
+    MARGINAL_ROWS, GridBudgetWarning, announce, factor_degeneracies, marginal_degeneracy, rank_budget,
+)
+from .estimator import Estimator, paired_samples
 from .kernels import Kernel, kernel_from_dict
 from .laws import MomentBasis, apply_rule, crps as law_crps, map_rows, quantiles
 from .queries import below_thresholds, check_levels, class_indicator
@@ -50,10 +52,6 @@ CONSTRAINTS = ("none", "normalization", "positivity")
 POSITIVITY = ("project", "clip", "grid", "tightening", "pointwise")
 GRID_POINTS = 1000  # training x rows of the grid positivity constraints (a seeded sample above that)
 _QUERY_ELEMENTS = 1 << 22  # (queries x training atoms) entries per batch of the n-atom diagnostics
-
-
-class GridBudgetWarning(UserWarning):
-    """Grid positivity stopped at its budget; the fit fell back to normalization plus projection."""
 
 
 @dataclass
@@ -99,10 +97,13 @@ def build_problem(
     models fitted on the problem, besides the standard mean and second moment.
     """
     started = time.perf_counter()
-    factor_x = pivoted_cholesky(kernel_x, X, tol=tol, max_rank=max_rank, pivoting=pivoting, seed=seed, block_size=block_size)
-    factor_y = pivoted_cholesky(kernel_y, Y, tol=tol, max_rank=max_rank, pivoting=pivoting, seed=seed, block_size=block_size)
+    budget = rank_budget(len(X)) if max_rank is None else None
+    options = dict(tol=tol, max_rank=budget if max_rank is None else max_rank, pivoting=pivoting, seed=seed, block_size=block_size)
+    factor_x = pivoted_cholesky(kernel_x, X, **options)
+    factor_y = pivoted_cholesky(kernel_y, Y, **options)
     return problem_from_factors(factor_x, factor_y, kernel_x, kernel_y, X, Y, test_functions=test_functions,
-                                started=started, support_size=support_size, seed=seed, grid_points=grid_points)
+                                started=started, support_size=support_size, seed=seed, grid_points=grid_points,
+                                rank_budget=budget)
 
 
 def problem_from_factors(
@@ -118,10 +119,12 @@ def problem_from_factors(
     support_size: int | None = None,
     seed: int | None = 0,
     grid_points: int = GRID_POINTS,
+    rank_budget: int | None = None,
 ) -> JDLProblem:
     """``build_problem`` from given in-memory factorisations of K_X and K_Y (n rows each; X (n, d_x) and
     Y (n, d_y) the samples): a lengthscale search factorises each side once per lengthscale and pairs
-    them here. ``started``: the perf_counter time the factorisations began (for ``factor_seconds``)."""
+    them here. ``started``: the perf_counter time the factorisations began (for ``factor_seconds``);
+    ``rank_budget``: the default rank cap they ran under, if any (``jdlcore.degeneracy``)."""
     started = time.perf_counter() if started is None else started
     partials = factor_partials(factor_x.L, factor_y.L)
     basis_x = spectral_basis(factor_x, kernel_x, gram=partials.gram_x)
@@ -134,8 +137,8 @@ def problem_from_factors(
     size = support_size or default_support_size(Y.shape[1])
     support = build_support([Y], Y[sample_rows(n, seed)], min(size, n), basis_y.features,
                             marginal_sums(reductions, sums), seed, support_resolution(kernel_y))
-    return JDLProblem(basis_x, basis_y, A_x, A_y, reductions, factor_diagnostics(factor_x, factor_y, started), sums,
-                      support, X[sample_rows(n, seed, grid_points)])
+    return JDLProblem(basis_x, basis_y, A_x, A_y, reductions, factor_diagnostics(factor_x, factor_y, started, rank_budget),
+                      sums, support, X[sample_rows(n, seed, grid_points)])
 
 
 def marginal_sums(reductions: JDLReductions, sums: dict[str, FunctionSums]) -> MarginalSums:
@@ -150,9 +153,12 @@ def support_resolution(kernel_y: Kernel | None) -> float | None:
     return None if scale is None or np.ndim(scale) else 0.5 * float(scale)
 
 
-def factor_diagnostics(factor_x: PivotedCholesky, factor_y: PivotedCholesky, started: float) -> dict:
-    """Ranks, residual traces and stop reasons of the two factorisations."""
+def factor_diagnostics(factor_x: PivotedCholesky, factor_y: PivotedCholesky, started: float,
+                       rank_budget: int | None = None) -> dict:
+    """Ranks, residual traces and stop reasons of the two factorisations, and the default rank budget
+    they ran under (None: the caller's own max_rank)."""
     return {
+        "rank_budget": rank_budget,
         "rank_x": factor_x.rank,
         "rank_y": factor_y.rank,
         "trace_error_x": factor_x.trace_error,
@@ -258,13 +264,20 @@ class JDL(Estimator):
             raise ValueError(f"grid_seconds: must be finite and > 0, got {self.grid_seconds!r}")
 
     def fit(self, X: Any, Y: Any) -> "JDL":
-        """Fit on paired samples X (n, d_X) and Y (n, d_Y); returns self."""
+        """Fit on paired samples X (n, d_X) and Y (n, d_Y); returns self. A degenerate fit warns
+        (``jdlcore.degeneracy.DegeneracyWarning``) and lists why in ``diagnostics_["degeneracies"]``."""
         self._check_params()
         problem, X, Y = self._kernel_problem(X, Y)
-        return self.fit_problem(problem, Y)
+        self.fit_problem(problem, Y)
+        rows = sample_rows(X.shape[0], self.seed, MARGINAL_ROWS)
+        self.check_degeneracies(X[rows], Y[rows])
+        return self
 
     def fit_problem(self, problem: JDLProblem, Y: Any) -> "JDL":
         """Solve for ``coef_`` on a prepared problem (reused across ``reg`` values when tuning).
+
+        The rank and solver degeneracies are listed in ``diagnostics_["degeneracies"]`` without a
+        warning; ``check_degeneracies`` adds the comparison with the marginal and announces them.
 
         Y: the training atoms (n, d_y), in memory or a lazily read array (a zarr array).
         """
@@ -296,7 +309,11 @@ class JDL(Estimator):
             "support_construction": support.construction,
             "support_exact": support.exact,
             "support_defect": support.defect,
-            **solver_info,
+            **{k: v for k, v in solver_info.items() if k != "grid_budget"},
+        }
+        self.diagnostics_["degeneracies"] = {
+            **factor_degeneracies(self.diagnostics_, red.n, float(getattr(self, "tol", 0.0))),
+            **({"grid_budget": solver_info["grid_budget"]} if "grid_budget" in solver_info else {}),
         }
         self._training_sums: dict[str, FunctionSums] = sums
         self._support_values = {name: evaluate_function(f, support.atoms) for name, f in STANDARD_FUNCTIONS.items()}
@@ -357,10 +374,10 @@ class JDL(Estimator):
                 "active": solution.active, "grid_points": int(grid_x.shape[0]), "grid_converged": solution.converged}
         if solution.converged:
             return solution.H, info
-        warnings.warn(
+        info["grid_budget"] = (
             f"positivity 'grid' stopped at its budget ({solution.rounds} rounds, {solution.seconds:.1f} s; grid "
             f"minimum of 1 + h {solution.grid_min:.2e}): using the normalized fit, projected at query time. "
-            "Raise grid_rounds / grid_seconds, or raise reg", GridBudgetWarning, stacklevel=3)
+            "Change: raise grid_rounds / grid_seconds, raise reg, or use positivity='project'")
         return solve_normalized(problem.reductions, reg), info
 
     @property
@@ -647,6 +664,36 @@ class JDL(Estimator):
             raise ValueError(f"y: has {observed.size} rows, Xq has {Xq.shape[0]}")
         column = self.support_.atoms[:, 0]
         return self._map_law(Xq, lambda P, rows: law_crps(P, column, observed[rows])[:, None], 1)[:, 0]
+
+    def marginal_ratio(self, X: Any, Y: Any) -> tuple[float, str]:
+        """How much x informs the model on paired rows X (q, d_X), Y (q, d_Y): the model's mean loss over
+        that of the marginal law of Y (the support weights, the law at h = 0), and the loss's name.
+
+        The loss is the CRPS for a scalar Y, the squared error of the conditional mean (summed over
+        components) for a vector Y. Near 1 (or above): the model is no better than the marginal.
+        """
+        self._fitted()
+        X, Y = paired_samples(X, Y)
+        marginal = self.support_.weights / self.support_.weights.sum()
+        if self.support_.d == 1:
+            model_loss = float(np.mean(self.crps(X, Y)))
+            marginal_loss = float(np.mean(law_crps(np.broadcast_to(marginal, (len(Y), marginal.size)),
+                                                     self.support_.atoms[:, 0], Y[:, 0])))
+            return (model_loss / marginal_loss if marginal_loss > 0 else np.nan), "CRPS"
+        model_loss = float(np.mean(np.sum((Y - self.conditional_expectation(X)) ** 2, axis=1)))
+        marginal_loss = float(np.mean(np.sum((Y - marginal @ self.support_.atoms) ** 2, axis=1)))
+        return (model_loss / marginal_loss if marginal_loss > 0 else np.nan), "squared error of the mean"
+
+    def check_degeneracies(self, X: Any, Y: Any) -> dict[str, str]:
+        """Compare the fitted model with the marginal on paired training rows X, Y (a sample of up to
+        ``MARGINAL_ROWS``), add the finding to ``diagnostics_["degeneracies"]`` with the rank and
+        solver ones of the fit, store ``marginal_ratio``, and warn once per finding
+        (``DegeneracyWarning``). Returns the findings, kind -> message."""
+        ratio, score = self.marginal_ratio(X, Y)
+        found = {**self.diagnostics_.get("degeneracies", {}), **marginal_degeneracy(ratio, len(X), score)}
+        self.diagnostics_.update({"marginal_ratio": ratio, "marginal_score": score, "degeneracies": found})
+        announce(found)
+        return found
 
     def predict_proba(self, Xq: Any, classes: Any | None = None) -> np.ndarray:
         """Q(Y = c | X = x_q) for each class c of a discrete scalar Y, shape (q, C).

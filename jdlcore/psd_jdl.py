@@ -41,6 +41,7 @@ from typing import Any, Callable
 import numpy as np
 
 from .atoms import evaluate_function
+from .degeneracy import announce, factor_degeneracies, solver_degeneracy
 from .estimator import Estimator
 from .kernels import Kernel
 from .psd_fit import project_psd_affine
@@ -174,7 +175,9 @@ class PSDJDL(Estimator):
         self._check_factorisation()
 
     def fit(self, X: Any, Y: Any) -> "PSDJDL":
-        """Fit on paired samples X (n, d_X) and Y (n, d_Y); returns self."""
+        """Fit on paired samples X (n, d_X) and Y (n, d_Y); returns self. An unconverged solve or a
+        degenerate factorisation warns (``DegeneracyWarning``) and is listed in
+        ``diagnostics_["degeneracies"]``."""
         self._check_params()
         problem, X, Y = self._kernel_problem(X, Y)
         n = X.shape[0]
@@ -210,6 +213,11 @@ class PSDJDL(Estimator):
             "solve_seconds": time.perf_counter() - started,
             **info,
         }
+        self.diagnostics_["degeneracies"] = {
+            **factor_degeneracies({**factors, **self.diagnostics_}, n, float(self.tol)),
+            **solver_degeneracy(info, "FISTA solver", f"max_iter = {self.max_iter}, solver_tol = {self.solver_tol:g}"),
+        }
+        announce(self.diagnostics_["degeneracies"], stacklevel=2)
         self._registered: dict[str, tuple[np.ndarray, tuple]] = {}
         return self
 

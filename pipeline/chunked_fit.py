@@ -18,6 +18,7 @@ import numpy as np
 from jdlcore.atoms import STANDARD_FUNCTIONS, FunctionSums, block_sums
 from jdlcore.basis import FactorPartials, column_extremes, factor_partials, reductions_from_partials, spectral_basis
 from jdlcore.cholesky import PivotedCholesky, run_pivoted_cholesky
+from jdlcore.degeneracy import rank_budget
 from jdlcore.jdl import JDLProblem, factor_diagnostics, marginal_sums, support_resolution
 from jdlcore.kernels import Kernel
 from jdlcore.support import SupportPlan, default_support_size, finish_support, plan_support, support_partial
@@ -31,10 +32,13 @@ def chunked_factor(client, kernel: Kernel, chunks: list, factor_budget: float | 
                    **options) -> tuple[PivotedCholesky, DaskFactorStorage]:
     """Pivoted Cholesky over chunks (futures of (n_c, d) arrays); L stays on the workers or is dropped.
 
-    ``options`` are those of ``run_pivoted_cholesky`` (tol, atol, max_rank, pivoting, seed, ...);
-    ``factor_budget`` that of ``DaskFactorStorage``. The returned ``PivotedCholesky`` has ``L=None``.
+    ``options`` are those of ``run_pivoted_cholesky`` (tol, atol, max_rank, pivoting, seed, ...); a
+    max_rank of None is the default budget (``jdlcore.degeneracy.rank_budget``, L not held in this
+    process). ``factor_budget``: that of ``DaskFactorStorage``. The returned factor has ``L=None``.
     """
     storage = DaskFactorStorage(client, kernel, chunks, factor_budget=factor_budget)
+    if options.get("max_rank") is None:
+        options["max_rank"] = rank_budget(storage.n, holds_factor=False)
     run = run_pivoted_cholesky(storage, kernel, **options)
     points, B = storage.pivot_basis()
     factor = PivotedCholesky(
@@ -162,7 +166,8 @@ def chunked_problem(
                                  marginal_sums(reductions, function_sums))
     seconds["reductions"] = time.perf_counter() - mark
     say(f"reductions: {seconds['reductions']:.1f} s")
-    factors = factor_diagnostics(factor_x, factor_y, started)
+    budget = rank_budget(storage_x.n, holds_factor=False) if max_rank is None else None
+    factors = factor_diagnostics(factor_x, factor_y, started, budget)
     factors.update({f"{stage}_seconds": value for stage, value in seconds.items()})
     factors["factor_kept"] = bool(storage_x.keeps_factor and storage_y.keeps_factor)
     return JDLProblem(basis_x, basis_y, None, None, reductions, factors, function_sums, support, grid_x)

@@ -18,6 +18,7 @@ import zarr
 
 from jdlcore import CME, JDL, KLR, GaussianKernel, GreedyJDL, PolynomialJDL, build_problem
 from jdlcore.support import sample_rows
+from jdlcore.degeneracy import MARGINAL_ROWS
 from jdlcore.validation import check_choice
 
 from .atomic import refuse_existing
@@ -167,6 +168,9 @@ def fit_store(
         scheduler = resolve_scheduler(scheduler, n)
         model = _fit_from_reductions(estimator, data, group, method, scheduler, progress)
     model.diagnostics_["fit_seconds"] = time.perf_counter() - started
+    if hasattr(model, "check_degeneracies"):  # warns; the findings go into the store's diagnostics
+        rows = sample_rows(n, seed, MARGINAL_ROWS)
+        model.check_degeneracies(read_sample(data, "x", rows), read_sample(data, "y", rows))
     if hasattr(model, "negative_support_mass"):
         probes = np.asarray(group["x"][:PROBES], dtype=np.float64)
         negative = model.negative_support_mass(probes)

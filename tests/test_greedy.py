@@ -261,7 +261,7 @@ def test_e2_conditional_cdfs_close_to_truth_and_to_full_jdl():
     greedy = GreedyJDL(kernel_y=kernel, reg=reg, tol=tol).fit(labels, Y)
     greedy_seconds = time.perf_counter() - started
     started = time.perf_counter()
-    full = JDL(kernel_x=DeltaKernel(), kernel_y=kernel, reg=reg, tol=tol).fit(labels, Y)  # exact grid positivity
+    full = JDL(kernel_x=DeltaKernel(), kernel_y=kernel, reg=reg, tol=tol).fit(labels, Y)  # the default positive law (projection)
     full_seconds = time.perf_counter() - started
     classes = np.array([0.0, 1.0, 2.0])
     truth = norm.cdf(THRESHOLDS)[None, :]
