@@ -270,7 +270,7 @@ class JDL(Estimator):
         problem, X, Y = self._kernel_problem(X, Y)
         self.fit_problem(problem, Y)
         rows = sample_rows(X.shape[0], self.seed, MARGINAL_ROWS)
-        self.check_degeneracies(X[rows], Y[rows])
+        self.check_degeneracies(X[rows], Y[rows], stacklevel=4)
         return self
 
     def fit_problem(self, problem: JDLProblem, Y: Any) -> "JDL":
@@ -684,7 +684,7 @@ class JDL(Estimator):
         marginal_loss = float(np.mean(np.sum((Y - marginal @ self.support_.atoms) ** 2, axis=1)))
         return (model_loss / marginal_loss if marginal_loss > 0 else np.nan), "squared error of the mean"
 
-    def check_degeneracies(self, X: Any, Y: Any) -> dict[str, str]:
+    def check_degeneracies(self, X: Any, Y: Any, stacklevel: int = 3) -> dict[str, str]:
         """Compare the fitted model with the marginal on paired training rows X, Y (a sample of up to
         ``MARGINAL_ROWS``), add the finding to ``diagnostics_["degeneracies"]`` with the rank and
         solver ones of the fit, store ``marginal_ratio``, and warn once per finding
@@ -692,7 +692,7 @@ class JDL(Estimator):
         ratio, score = self.marginal_ratio(X, Y)
         found = {**self.diagnostics_.get("degeneracies", {}), **marginal_degeneracy(ratio, len(X), score)}
         self.diagnostics_.update({"marginal_ratio": ratio, "marginal_score": score, "degeneracies": found})
-        announce(found)
+        announce(found, stacklevel)
         return found
 
     def predict_proba(self, Xq: Any, classes: Any | None = None) -> np.ndarray:

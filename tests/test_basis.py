@@ -1,6 +1,8 @@
 import numpy as np
+import pytest
 
 from jdlcore import GaussianKernel, Matern52Kernel, build_problem, pivoted_cholesky, spectral_basis
+from jdlcore.jdl import problem_from_factors
 from jdlcore.basis import reductions_from_values
 
 
@@ -29,9 +31,23 @@ def test_reductions_are_sums_over_samples(rng):
     halves = [reductions_from_values(A_x[s], A_y[s]) for s in (slice(0, 250), slice(250, 500))]
     np.testing.assert_allclose(halves[0].cross + halves[1].cross, red.cross, atol=1e-10)
     np.testing.assert_allclose(np.minimum(halves[0].min_y, halves[1].min_y), red.min_y)
-    # the objective (22) equals the full objective (14) evaluated at H = Q_Y Htil Q_X^T
-    H = rng.standard_normal(red.cross.shape)
-    n = 500
-    values = A_y @ H @ A_x.T  # h on the grid
-    direct = (np.sum(values**2) / n**2 - 2 / n * np.trace(values) + 2 / n**2 * values.sum() + 1e-3 * np.sum(H**2))
-    assert abs(red.objective(H, 1e-3) - direct) < 1e-9 * abs(direct)
+
+
+def test_low_rank_objective_is_the_full_objective_14_from_the_kernel_matrices(rng):
+    """(22) at Htil equals the paper's (14), written with the n x n kernel matrices K_X, K_Y, at
+    H = Q_Y Htil Q_X^T with Q = B V (21); this holds at any rank, since K B = L and Q^T K Q = I."""
+    n, reg = 300, 1e-3
+    X, Y = rng.standard_normal((n, 2)), rng.standard_normal((n, 1))
+    kernel_x, kernel_y = GaussianKernel(0.9), Matern52Kernel(0.7)
+    factor_x, factor_y = (pivoted_cholesky(k, Z, tol=1e-4) for k, Z in ((kernel_x, X), (kernel_y, Y)))
+    problem = problem_from_factors(factor_x, factor_y, kernel_x, kernel_y, X, Y)
+    Q_x = factor_x.basis() @ problem.basis_x.rotation
+    Q_y = factor_y.basis() @ problem.basis_y.rotation
+    K_x, K_y = kernel_x(X), kernel_y(Y)
+    ones = np.ones(n)
+    for _ in range(3):
+        Htil = rng.standard_normal((problem.basis_y.size, problem.basis_x.size))
+        H = Q_y @ Htil @ Q_x.T  # (n, n)
+        full = (np.trace(H.T @ K_y @ K_y @ H @ K_x @ K_x) / n**2 - 2 / n * np.trace(K_y @ H @ K_x)
+                + 2 / n**2 * ones @ K_y @ H @ K_x @ ones + reg * np.trace(H.T @ K_y @ H @ K_x))
+        assert problem.reductions.objective(Htil, reg) == pytest.approx(full, rel=1e-9)
