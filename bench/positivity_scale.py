@@ -116,16 +116,24 @@ def accuracy(model, Xq: np.ndarray) -> dict:
     return out
 
 
-def throughput(model, queries: int, repeats: int, d: int) -> dict:
+def throughput(models: dict[int, object], queries: int, repeats: int, d: int) -> dict[int, dict[str, float]]:
+    """Rows per second of each model (by n) for each query, median of ``repeats``; the models take
+    turns within each repeat, so that they are measured side by side under the same conditions."""
     Xq = make_data(queries, 99, d).drop(columns="y").to_numpy()
     thresholds = np.linspace(-2, 2, 9)
     levels = np.linspace(0.01, 0.99, 99)
-    model.conditional_quantile(Xq[:10], levels)  # the compiled kernels, loaded once
-    work = {"mean": lambda: model.expectation("mean", Xq),
-            "second_moment": lambda: model.expectation("second_moment", Xq),
-            "cdf (9 thresholds)": lambda: model.conditional_cdf(Xq, thresholds),
-            "quantiles (99 levels)": lambda: model.conditional_quantile(Xq, levels)}
-    return {name: queries / median_time(run, repeats)[0] for name, run in work.items()}
+    work = {"mean": lambda m: m.expectation("mean", Xq),
+            "second_moment": lambda m: m.expectation("second_moment", Xq),
+            "cdf (9 thresholds)": lambda m: m.conditional_cdf(Xq, thresholds),
+            "quantiles (99 levels)": lambda m: m.conditional_quantile(Xq, levels)}
+    for model in models.values():
+        model.conditional_quantile(Xq[:10], levels)  # the compiled kernels, loaded once
+    times = {n: {name: [] for name in work} for n in models}
+    for _ in range(repeats):
+        for n, model in models.items():
+            for name, run in work.items():
+                times[n][name].append(median_time(lambda: run(model), 1)[0])
+    return {n: {name: queries / float(np.median(t)) for name, t in by_name.items()} for n, by_name in times.items()}
 
 
 def main() -> None:
@@ -136,7 +144,18 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--fit-tol", type=float, default=1e-2)
     parser.add_argument("--keep", help="directory to keep the stores in (default: a temporary one)")
+    parser.add_argument("--scoring-only", action="store_true",
+                        help="only the scoring throughput of the models kept in --keep by an earlier run")
     args = parser.parse_args()
+    if args.scoring_only:
+        models = {n: load_model(Path(args.keep) / f"n{n}" / "model.zarr") for n in args.n}
+        rates = throughput(models, args.queries, args.repeats, args.dims)
+        print_rates(rates, models)
+        print("wrote", write_json(f"positivity_scale_scoring_d{args.dims}", {
+            "rows_per_second": {str(n): r for n, r in rates.items()}, "args": vars(args),
+            "models": {str(n): {"support": m.support_.size, "rank_x": m.basis_x_.size, "rank_y": m.basis_y_.size}
+                       for n, m in models.items()}}))
+        return
     root = Path(args.keep or tempfile.mkdtemp(prefix="jdl-positivity-"))
     root.mkdir(parents=True, exist_ok=True)
     rows = []
@@ -164,7 +183,6 @@ def main() -> None:
                         "support": model.support_.size, "support_exact": model.support_.exact,
                         "hyperparameters": json.loads(json.dumps(model.provenance_.get("tuning", {}).get("best")))})
             row.update(accuracy(model, Xq))
-            row["rows_per_second"] = throughput(model, args.queries, args.repeats, args.dims)
             for label, extra in (("project", []), ("normalization", ["--constraints", "normalization"])):
                 best = row["hyperparameters"]
                 seconds, peak = jdl("fit", str(work / "data.zarr"), "--out", str(work / f"fit-{label}.zarr"),
@@ -175,16 +193,28 @@ def main() -> None:
             rows.append(row)
             print(json.dumps({k: v for k, v in row.items() if k != "hyperparameters"}, default=float), flush=True)
             (work / "train.parquet").unlink()
+        models = {row["n"]: load_model(root / f"n{row['n']}" / "model.zarr") for row in rows}
+        for row, rates in zip(rows, throughput(models, args.queries, args.repeats, args.dims).values()):
+            row["rows_per_second"] = rates
     finally:
         if not args.keep:
             shutil.rmtree(root, ignore_errors=True)
-    print(f"\n{'n':>10}{'mean':>8}{'q10':>8}{'q50':>8}{'q90':>8}  (ratio to clip over all n atoms)   "
-          f"{'mean/s':>10}{'2nd/s':>10}{'cdf9/s':>10}{'q99/s':>10}")
+    print(f"\n{'n':>10}{'mean':>8}{'q10':>8}{'q50':>8}{'q90':>8}  (ratio to clip over all n atoms)")
     for row in rows:
-        rates = row["rows_per_second"]
         print(f"{row['n']:>10,}{row['mean_ratio']:>8.3f}{row['q10_ratio']:>8.3f}{row['q50_ratio']:>8.3f}"
-              f"{row['q90_ratio']:>8.3f}{'':36}" + "".join(f"{v:>10,.0f}" for v in rates.values()))
+              f"{row['q90_ratio']:>8.3f}")
+    print_rates({row["n"]: row["rows_per_second"] for row in rows}, models)
     print("wrote", write_json(f"positivity_scale_d{args.dims}", {"rows": rows, "args": vars(args)}))
+
+
+def print_rates(rates: dict[int, dict[str, float]], models: dict[int, object]) -> None:
+    """Rows per second by training size, and each against the smallest n's."""
+    first = min(rates)
+    print(f"\n{'n':>10}{'M':>6}{'m_Y':>5}{'mean/s':>10}{'2nd/s':>10}{'cdf9/s':>10}{'q99/s':>10}   ratio to n = {first:,}")
+    for n, by_name in rates.items():
+        model = models[n]
+        print(f"{n:>10,}{model.support_.size:>6}{model.basis_y_.size:>5}" + "".join(f"{v:>10,.0f}" for v in by_name.values())
+              + "   " + " ".join(f"{v / rates[first][k]:.2f}" for k, v in by_name.items()))
 
 
 if __name__ == "__main__":

@@ -98,7 +98,8 @@ def build_problem(
     """
     started = time.perf_counter()
     budget = rank_budget(len(X)) if max_rank is None else None
-    options = dict(tol=tol, max_rank=budget if max_rank is None else max_rank, pivoting=pivoting, seed=seed, block_size=block_size)
+    options = dict(tol=tol, max_rank=budget if max_rank is None else max_rank, pivoting=pivoting, seed=seed,
+                   block_size=block_size)
     factor_x = pivoted_cholesky(kernel_x, X, **options)
     factor_y = pivoted_cholesky(kernel_y, Y, **options)
     return problem_from_factors(factor_x, factor_y, kernel_x, kernel_y, X, Y, test_functions=test_functions,
@@ -137,8 +138,8 @@ def problem_from_factors(
     size = support_size or default_support_size(Y.shape[1])
     support = build_support([Y], Y[sample_rows(n, seed)], min(size, n), basis_y.features,
                             marginal_sums(reductions, sums), seed, support_resolution(kernel_y))
-    return JDLProblem(basis_x, basis_y, A_x, A_y, reductions, factor_diagnostics(factor_x, factor_y, started, rank_budget),
-                      sums, support, X[sample_rows(n, seed, grid_points)])
+    factors = factor_diagnostics(factor_x, factor_y, started, rank_budget)
+    return JDLProblem(basis_x, basis_y, A_x, A_y, reductions, factors, sums, support, X[sample_rows(n, seed, grid_points)])
 
 
 def marginal_sums(reductions: JDLReductions, sums: dict[str, FunctionSums]) -> MarginalSums:
@@ -195,9 +196,10 @@ class JDL(Estimator):
         the last three shrink the model toward independence; at a fresh x where their constraint
         does not reach, the law is projected as for "project".
     pivoting: "random" (default) or "greedy" pivoted Cholesky; seed for random pivoting and samples.
-    max_rank: cap on each rank m_X, m_Y.
-    support_size: M, the number of support atoms of the Y marginal (default 512 for a scalar Y,
-        2048 for a vector Y; at most n). Fewer distinct training values: those values, exactly.
+    max_rank: cap on each rank m_X, m_Y (None: the default budget, max(512, n / 8) within a quarter of
+        the machine's memory for L, ``jdlcore.degeneracy.rank_budget``; a fit stopped there warns).
+    support_size: M, the number of support atoms of the Y marginal (default 512; at most n). Fewer
+        distinct training values: those values, exactly.
     grid_points, grid_rounds, grid_seconds: the budget of positivity="grid" (training x rows,
         cutting-plane rounds, wall-clock seconds).
 

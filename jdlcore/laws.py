@@ -29,7 +29,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from .kernels import _pool
+from .kernels import pool_map
 from .support import Support
 
 __all__ = ["RULES", "LEVELS", "MomentBasis", "apply_rule", "quantiles", "crps", "map_rows", "ROW_ELEMENTS"]
@@ -143,7 +143,4 @@ def map_rows(q: int, width: int, work: Callable[[slice], Any]) -> list:
     """``work(rows)`` over row blocks of about ``ROW_ELEMENTS`` / width rows on the kernel thread pool;
     results in row order."""
     step = max(1, ROW_ELEMENTS // max(width, 1))
-    blocks = [slice(start, min(start + step, q)) for start in range(0, q, step)]
-    if len(blocks) == 1:
-        return [work(blocks[0])]
-    return list(_pool().map(work, blocks))
+    return pool_map(work, [slice(start, min(start + step, q)) for start in range(0, q, step)])

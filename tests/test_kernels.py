@@ -74,3 +74,34 @@ def test_median_heuristic_matches_brute_force(rng):
     assert per_feature.shape == (2,)
     with pytest.raises(ValueError, match="median"):
         median_heuristic(np.ones((10, 2)))
+
+
+def test_pooled_maps_hold_blas_to_one_thread_and_restore_it():
+    """Inside a pooled map BLAS runs on one thread (the pool is the parallelism); the original setting
+    comes back when the last of several overlapping maps ends."""
+    import threading
+
+    from threadpoolctl import ThreadpoolController
+
+    from jdlcore import kernels
+
+    controller = ThreadpoolController()
+    blas = controller.select(user_api="blas")
+    before = [info["num_threads"] for info in blas.info()]
+    seen, release = [], threading.Event()
+
+    def work(item):
+        seen.append(max(info["num_threads"] for info in ThreadpoolController().select(user_api="blas").info()))
+        if item == 0:
+            release.wait(timeout=60)  # keep the first map open while a second one runs
+        return item
+
+    if kernels._THREADS == 1:
+        pytest.skip("one kernel thread: nothing is pooled")
+    first = threading.Thread(target=kernels.pool_map, args=(work, [0, 1]))
+    first.start()
+    assert kernels.pool_map(work, [2, 3, 4]) == [2, 3, 4]
+    release.set()
+    first.join(timeout=60)
+    assert seen and max(seen) == 1
+    assert [info["num_threads"] for info in ThreadpoolController().select(user_api="blas").info()] == before
