@@ -132,6 +132,20 @@ def test_one_pass_quantiles_equal_the_per_level_search():
             assert fast[i, k] == values[order][min(index, values.size - 1)]
 
 
+def test_quantiles_at_levels_the_cdf_hits_exactly_are_the_atoms_where_it_does():
+    """The generalised inverse inf{z: F(z) >= level}: where F equals a level at an atom, that atom (a
+    strict inequality would give the next one), as scipy's discrete law says."""
+    from scipy.stats import rv_discrete
+
+    values = np.array([3.0, -1.0, 0.5, 2.0])  # unsorted on purpose
+    P = np.full((1, 4), 0.25)
+    levels = np.array([0.25, 0.5, 0.75, 1.0, 0.3])
+    law = rv_discrete(values=(np.arange(4), [0.25] * 4))  # on the ranks of the sorted values
+    expected = np.sort(values)[law.ppf(levels).astype(int)]
+    np.testing.assert_array_equal(quantiles(P, values, levels)[0], expected)
+    np.testing.assert_array_equal(expected, [-1.0, 0.5, 2.0, 3.0, 0.5])
+
+
 def test_quantiles_of_a_signed_law_use_the_running_maximum():
     values = np.array([0.0, 1.0, 2.0, 3.0])
     P = np.array([[0.6, -0.2, 0.3, 0.3]])  # running CDF 0.6, 0.4, 0.7, 1.0
