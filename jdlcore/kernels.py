@@ -43,21 +43,22 @@ def _pool() -> ThreadPoolExecutor:
 
 
 _BLAS_LOCK = threading.Lock()
-_BLAS_STATE: dict[str, Any] = {"depth": 0, "limit": None, "controller": None}
+_BLAS_STATE: dict[str, Any] = {"depth": 0, "limit": None}
 
 
 @contextlib.contextmanager
 def _single_threaded_blas() -> Iterator[None]:
     """Hold BLAS to one thread while any pooled map runs (the pool's threads are the parallelism;
     BLAS threads nested in them oversubscribe the cores: measured 1.6x slower scoring on 2 cores).
-    Counted, so that overlapping maps from several threads restore the setting once, at the end."""
+    The BLAS libraries are looked up afresh each time (a library loaded since, such as SciPy's, is
+    covered; about 0.3 ms). Counted, so that overlapping maps from several threads restore the setting
+    once, at the end; measured with OpenBLAS, a map started while another thread's map runs does not
+    always see the limit (its BLAS then uses its default threads: slower, never wrong)."""
     with _BLAS_LOCK:
         if _BLAS_STATE["depth"] == 0:
-            if _BLAS_STATE["controller"] is None:
-                from threadpoolctl import ThreadpoolController
+            from threadpoolctl import threadpool_limits
 
-                _BLAS_STATE["controller"] = ThreadpoolController()
-            _BLAS_STATE["limit"] = _BLAS_STATE["controller"].limit(limits=1, user_api="blas")
+            _BLAS_STATE["limit"] = threadpool_limits(limits=1, user_api="blas")
         _BLAS_STATE["depth"] += 1
     try:
         yield
