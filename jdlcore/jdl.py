@@ -559,13 +559,16 @@ class JDL(Estimator):
         g = self._directions(Xq)  # the bases' thread pool: outside the row blocks below
         out = np.empty((Xq.shape[0], width))
 
-        def work(rows: slice) -> None:
+        def prepare(rows: slice) -> np.ndarray:
             R = g[rows] @ self._support_psi.T
             R += 1.0
+            return R
+
+        def work(rows: slice, R: np.ndarray) -> None:
             P, _ = apply_rule(R, self.support_.weights, self.law_rule, self._moments)
             out[rows] = read(P, rows)
 
-        map_rows(Xq.shape[0], self.support_.size, work)
+        map_rows(Xq.shape[0], self.support_.size, prepare, work)
         return out
 
     def conditional_weights(self, Xq: Any) -> np.ndarray:

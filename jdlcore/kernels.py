@@ -9,11 +9,9 @@ threads, else one per core up to 4 (Dask workers of the embedded cluster use 1).
 """
 from __future__ import annotations
 
-import contextlib
 import os
-import threading
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Callable, ClassVar, Iterator
+from typing import Any, Callable, ClassVar
 
 import numpy as np
 
@@ -42,40 +40,12 @@ def _pool() -> ThreadPoolExecutor:
     return _POOL
 
 
-_BLAS_LOCK = threading.Lock()
-_BLAS_STATE: dict[str, Any] = {"depth": 0, "limit": None}
-
-
-@contextlib.contextmanager
-def _single_threaded_blas() -> Iterator[None]:
-    """Hold BLAS to one thread while any pooled map runs (the pool's threads are the parallelism;
-    BLAS threads nested in them oversubscribe the cores: measured 1.6x slower scoring on 2 cores).
-    The BLAS libraries are looked up afresh each time (a library loaded since, such as SciPy's, is
-    covered; about 0.3 ms). Counted, so that overlapping maps from several threads restore the setting
-    once, at the end; measured with OpenBLAS, a map started while another thread's map runs does not
-    always see the limit (its BLAS then uses its default threads: slower, never wrong)."""
-    with _BLAS_LOCK:
-        if _BLAS_STATE["depth"] == 0:
-            from threadpoolctl import threadpool_limits
-
-            _BLAS_STATE["limit"] = threadpool_limits(limits=1, user_api="blas")
-        _BLAS_STATE["depth"] += 1
-    try:
-        yield
-    finally:
-        with _BLAS_LOCK:
-            _BLAS_STATE["depth"] -= 1
-            if _BLAS_STATE["depth"] == 0:
-                _BLAS_STATE["limit"].restore_original_limits()
-
-
 def pool_map(work: Callable[[Any], Any], items: list) -> list:
-    """``work(item)`` for each item, results in order: on the kernel thread pool (with BLAS held to one
-    thread) when there are several items and threads, else in this thread."""
+    """``work(item)`` for each item, results in order: on the kernel thread pool when there are several
+    items and threads, else in this thread."""
     if len(items) <= 1 or _THREADS == 1:
         return [work(item) for item in items]
-    with _single_threaded_blas():
-        return list(_pool().map(work, items))
+    return list(_pool().map(work, items))
 
 
 class Kernel:

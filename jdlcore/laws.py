@@ -29,7 +29,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from .kernels import pool_map
+from .kernels import _THREADS, pool_map
 from .support import Support
 
 __all__ = ["RULES", "LEVELS", "MomentBasis", "apply_rule", "quantiles", "crps", "map_rows", "ROW_ELEMENTS"]
@@ -139,8 +139,19 @@ def crps(P: np.ndarray, values: np.ndarray, observed: np.ndarray) -> np.ndarray:
     return first - second
 
 
-def map_rows(q: int, width: int, work: Callable[[slice], Any]) -> list:
-    """``work(rows)`` over row blocks of about ``ROW_ELEMENTS`` / width rows on the kernel thread pool;
-    results in row order."""
+def map_rows(q: int, width: int, prepare: Callable[[slice], np.ndarray],
+             work: Callable[[slice, np.ndarray], Any]) -> list:
+    """``work(rows, block)`` over row blocks of about ``ROW_ELEMENTS`` / width rows, on the kernel thread
+    pool; results in row order. ``prepare(rows)`` -> (rows, width) array runs first in this thread, for
+    as many blocks as the pool has threads at a time, and each block gets its rows of it: BLAS work
+    belongs there (at BLAS's own thread count), the compiled per-row kernels in ``work`` (nested BLAS
+    threads in the pool oversubscribed the cores, and made results depend on how calls overlapped)."""
     step = max(1, ROW_ELEMENTS // max(width, 1))
-    return pool_map(work, [slice(start, min(start + step, q)) for start in range(0, q, step)])
+    group = step * _THREADS
+    results: list = []
+    for start in range(0, q, group):
+        stop = min(start + group, q)
+        prepared = prepare(slice(start, stop))
+        blocks = [slice(first, min(first + step, stop)) for first in range(start, stop, step)]
+        results += pool_map(lambda rows: work(rows, prepared[rows.start - start:rows.stop - start]), blocks)
+    return results

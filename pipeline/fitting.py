@@ -17,8 +17,8 @@ import numpy as np
 import zarr
 
 from jdlcore import CME, JDL, KLR, GaussianKernel, GreedyJDL, PolynomialJDL, build_problem
-from jdlcore.support import sample_rows
 from jdlcore.degeneracy import MARGINAL_ROWS
+from jdlcore.support import sample_rows
 from jdlcore.validation import check_choice
 
 from .atomic import refuse_existing

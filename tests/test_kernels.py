@@ -74,24 +74,3 @@ def test_median_heuristic_matches_brute_force(rng):
     assert per_feature.shape == (2,)
     with pytest.raises(ValueError, match="median"):
         median_heuristic(np.ones((10, 2)))
-
-
-def test_pooled_maps_hold_blas_to_one_thread_and_restore_it():
-    """Inside a pooled map BLAS runs on one thread (the pool is the parallelism), a BLAS loaded after
-    the pool's first use included; the original setting comes back when the map ends."""
-    from threadpoolctl import ThreadpoolController
-
-    from jdlcore import kernels
-
-    if kernels._THREADS == 1:
-        pytest.skip("one kernel thread: nothing is pooled")
-    kernels.pool_map(lambda item: item, [0, 1])
-    import scipy.linalg  # noqa: F401  (a second BLAS, loaded after the pool's first use)
-
-    def threads() -> list[int]:
-        return [info["num_threads"] for info in ThreadpoolController().select(user_api="blas").info()]
-
-    before = threads()
-    inside = kernels.pool_map(lambda item: threads(), [0, 1, 2])
-    assert all(counts == [1] * len(before) for counts in inside), inside
-    assert threads() == before

@@ -165,3 +165,25 @@ def test_crps_equals_quadrature():
                     * (grid >= values.min()) for p in P])
     brute = np.trapezoid((cdf - (y[:, None] <= grid[None, :])) ** 2, grid, axis=1)
     np.testing.assert_allclose(crps(P, values, y), brute, rtol=0, atol=1e-4)
+
+
+def test_map_rows_prepares_in_the_caller_and_hands_each_block_its_rows(monkeypatch):
+    """prepare runs in the calling thread (BLAS at its own thread count), work gets exactly its rows."""
+    import threading
+
+    import jdlcore.laws as laws
+
+    monkeypatch.setattr(laws, "ROW_ELEMENTS", 40)  # 4 rows per block at width 10: many blocks and groups
+    data = np.arange(103 * 10, dtype=float).reshape(103, 10)
+    callers = []
+
+    def prepare(rows):
+        callers.append(threading.current_thread() is threading.main_thread())
+        return data[rows] * 2.0
+
+    out = laws.map_rows(103, 10, prepare, lambda rows, block: (rows, block.copy()))
+    assert all(callers) and len(callers) == -(-103 // (4 * laws._THREADS))
+    covered = np.concatenate([np.arange(rows.start, rows.stop) for rows, _ in out])
+    np.testing.assert_array_equal(covered, np.arange(103))
+    for rows, block in out:
+        np.testing.assert_array_equal(block, data[rows] * 2.0)
