@@ -256,9 +256,21 @@ def test_a_killed_run_resumes_and_ends_with_the_undisturbed_model(tmp_path, pref
     assert not list(crashed.glob(".*.tmp-*"))  # nothing partial left behind by the killed writer
 
     undisturbed = train_and_score_flow(**arguments, workdir=str(tmp_path / "clean"))
-    attrs = [dict(zarr.open_group(r["fit"]["path"], mode="r").attrs) for r in (resumed, undisturbed)]
-    assert attrs[0]["checksums"] == attrs[1]["checksums"]  # every variable bit for bit
-    assert attrs[0]["run_key"] == attrs[1]["run_key"]
+    stores = [zarr.open_group(r["fit"]["path"], mode="r") for r in (resumed, undisturbed)]
+    sums = [json.loads(store.attrs["checksums"]) for store in stores]
+    assert sums[0].keys() == sums[1].keys()
+    # the model's own variables bit for bit; the copy of the tuning table (computed by the killed
+    # process for the resumed run, by this one for the undisturbed run) to rounding: on a clean clone
+    # its losses were seen to differ in the last bits between the two processes
+    model = [name for name in sums[0] if not name.startswith("tuning_")]
+    assert {name: sums[0][name] for name in model} == {name: sums[1][name] for name in model}
+    for name in sums[0].keys() - set(model):
+        a, b = (np.asarray(store[name][:]) for store in stores)
+        if a.dtype.kind == "f":
+            np.testing.assert_allclose(a, b, rtol=1e-10, atol=0, err_msg=name)
+        else:
+            np.testing.assert_array_equal(a, b, err_msg=name)
+    assert stores[0].attrs["run_key"] == stores[1].attrs["run_key"]
 
 
 def test_two_concurrent_score_runs_on_one_model(tmp_path, prefect_api):
