@@ -18,6 +18,7 @@ _DIVERGED = 1e12
 _DAMPING = 1e-2  # Levenberg-Marquardt ridge in units of the gradient's size: regular at degenerate active sets
 _VECTOR_DAMPING = 1e-4  # measured on a 3-D y: fewer stalled rows than 1e-2
 _VECTOR_DIVERGED = 1e5
+_VECTOR_ITERATIONS = 30  # no exact feasibility test for a vector Y: infeasible rows stop here
 LEVEL_SECOND = 2  # mass, mean and second moment kept
 LEVEL_MEAN = 1  # mass and mean kept
 LEVEL_MASS = 0  # mass kept: the closest probability vector
@@ -72,17 +73,25 @@ def _signed_moments(u, pi, z, z2):
 @nb.njit(cache=True, fastmath=True)
 def _emit(u, scale, pi, z, z2, t0, t1, t2, out):
     """out_k = pi_k max(0, scale u_k + t0 + t1 z_k + t2 z_k^2), normalised to sum 1 (pi if nothing is left)."""
-    total = 0.0
     for k in range(u.shape[0]):
-        t = scale * u[k] + t0 + t1 * z[k] + t2 * z2[k]
-        value = pi[k] * t if t > 0.0 else 0.0
+        out[k] = scale * u[k] + t0 + t1 * z[k] + t2 * z2[k]
+    _clip_normalise(pi, out)
+
+
+@nb.njit(cache=True, fastmath=True)
+def _clip_normalise(pi, out):
+    """out_k <- pi_k max(0, out_k), normalised to sum 1; the support weights pi where nothing is left
+    (which a converged projection never leaves)."""
+    total = 0.0
+    for k in range(out.shape[0]):
+        value = pi[k] * out[k] if out[k] > 0.0 else 0.0
         out[k] = value
         total += value
     if total > 0.0:
-        for k in range(u.shape[0]):
+        for k in range(out.shape[0]):
             out[k] /= total
-    else:  # no atom left (cannot happen for a converged projection): the support weights
-        for k in range(u.shape[0]):
+    else:
+        for k in range(out.shape[0]):
             out[k] = pi[k]
 
 
@@ -293,7 +302,7 @@ def _newton_vector(u, scale, pi, C, monomials, products, b, K, tol, theta):
     for i in range(Kmax):
         theta[i] = 0.0
     phi = 0.5 * _vector_pass(u, scale, pi, C, monomials, theta, K, S, F, w, wt)
-    for _ in range(30):
+    for _ in range(_VECTOR_ITERATIONS):
         err = 0.0
         for i in range(K):
             F[i] -= b[i]
@@ -332,22 +341,13 @@ def _newton_vector(u, scale, pi, C, monomials, products, b, K, tol, theta):
 
 @nb.njit(cache=True, fastmath=True)
 def _vector_emit(u, scale, pi, C, theta, out):
+    """out_k = pi_k max(0, scale u_k + theta . C_k), normalised to sum 1 (pi if nothing is left)."""
     for k in range(u.shape[0]):
         out[k] = scale * u[k]
     for i in range(C.shape[0]):
         for k in range(u.shape[0]):
             out[k] += theta[i] * C[i, k]
-    total = 0.0
-    for k in range(u.shape[0]):
-        value = pi[k] * out[k] if out[k] > 0.0 else 0.0
-        out[k] = value
-        total += value
-    if total > 0.0:
-        for k in range(u.shape[0]):
-            out[k] /= total
-    else:
-        for k in range(u.shape[0]):
-            out[k] = pi[k]
+    _clip_normalise(pi, out)
 
 
 @nb.njit(cache=True, nogil=True)

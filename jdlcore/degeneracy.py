@@ -73,7 +73,7 @@ def rank_budget(n: int, holds_factor: bool = True, memory_bytes: int | None = No
     return max(1, min(n, budget))
 
 
-_SIDE = {"x": ("K_X", "lengthscale_x", "x"), "y": ("K_Y", "lengthscale_y", "y")}
+_SIDES = ("x", "y")
 
 
 def factor_degeneracies(diagnostics: dict[str, Any], n: int, tol: float) -> dict[str, str]:
@@ -81,7 +81,8 @@ def factor_degeneracies(diagnostics: dict[str, Any], n: int, tol: float) -> dict
     ``relative_error_*`` and ``rank_budget``, the default cap when it applied)."""
     found: dict[str, str] = {}
     budget = diagnostics.get("rank_budget")
-    for side, (matrix, lengthscale, name) in _SIDE.items():
+    for side in _SIDES:
+        matrix, lengthscale, name = f"K_{side.upper()}", f"lengthscale_{side}", side
         rank, stop = diagnostics.get(f"rank_{side}"), diagnostics.get(f"stop_reason_{side}")
         if rank is None or stop in ("classes", "exact"):
             continue

@@ -311,11 +311,12 @@ class JDL(Estimator):
             "support_construction": support.construction,
             "support_exact": support.exact,
             "support_defect": support.defect,
-            **{k: v for k, v in solver_info.items() if k != "grid_budget"},
+            **solver_info,
         }
+        budget_hit = self.diagnostics_.pop("grid_budget", None)  # the solver's message, a finding
         self.diagnostics_["degeneracies"] = {
             **factor_degeneracies(self.diagnostics_, red.n, float(getattr(self, "tol", 0.0))),
-            **({"grid_budget": solver_info["grid_budget"]} if "grid_budget" in solver_info else {}),
+            **({"grid_budget": budget_hit} if budget_hit else {}),
         }
         self._training_sums: dict[str, FunctionSums] = sums
         self._support_values = {name: evaluate_function(f, support.atoms) for name, f in STANDARD_FUNCTIONS.items()}

@@ -52,9 +52,9 @@ class MomentBasis:
     scalar Y (mass, mean and second moment), [1, z_1, ..., z_d] for a vector Y (mass and mean).
 
     z is centred and scaled by the support's mean and standard deviation per component, so the
-    Newton tolerance means the same for every data scale. ``columns`` (M, K); ``mean_columns`` =
-    1 + d (the mass and mean part); ``monomials`` (D, M) the distinct products of two columns,
-    ``products`` (K, K) the row of each product, ``columns_by_row`` the columns transposed (K, M).
+    Newton tolerance means the same for every data scale. ``columns_by_row`` (K, M) the functions at
+    the atoms (``columns`` (M, K) the same, transposed); ``monomials`` (D, M) the distinct products of
+    two of them, ``products`` (K, K) the row of each product.
     """
 
     def __init__(self, support: Support):
@@ -68,14 +68,17 @@ class MomentBasis:
         if d == 1:
             exponents.append(np.array([2]))
         self.z = np.ascontiguousarray(z[:, 0]) if d == 1 else None
-        self.columns = np.ascontiguousarray(np.column_stack([np.prod(z**e, axis=1) for e in exponents]))
-        self.mean_columns = 1 + d
+        self.columns_by_row = np.ascontiguousarray(np.stack([np.prod(z**e, axis=1) for e in exponents]))  # (K, M)
         # every product of two columns is a monomial of degree <= 4: the Newton Jacobian's entries
         products = [tuple(a + b) for a in exponents for b in exponents]
         distinct = sorted(set(products))
         self.products = np.array([distinct.index(p) for p in products], dtype=np.int64).reshape(len(exponents), -1)
         self.monomials = np.ascontiguousarray(np.stack([np.prod(z**np.array(e), axis=1) for e in distinct]))
-        self.columns_by_row = np.ascontiguousarray(self.columns.T)  # (K, M): the kernels run along atoms
+
+    @property
+    def columns(self) -> np.ndarray:
+        """The moment functions at the atoms, (M, K)."""
+        return self.columns_by_row.T
 
 
 def apply_rule(R: np.ndarray, weights: np.ndarray, rule: str, moments: MomentBasis | None = None
@@ -144,8 +147,8 @@ def map_rows(q: int, width: int, prepare: Callable[[slice], np.ndarray],
     """``work(rows, block)`` over row blocks of about ``ROW_ELEMENTS`` / width rows, on the kernel thread
     pool; results in row order. ``prepare(rows)`` -> (rows, width) array runs first in this thread, for
     as many blocks as the pool has threads at a time, and each block gets its rows of it: BLAS work
-    belongs there (at BLAS's own thread count), the compiled per-row kernels in ``work`` (nested BLAS
-    threads in the pool oversubscribed the cores, and made results depend on how calls overlapped)."""
+    belongs there (at BLAS's own thread count), the compiled per-row kernels in ``work`` (BLAS threads
+    nested in the pool's oversubscribed the cores)."""
     step = max(1, ROW_ELEMENTS // max(width, 1))
     group = step * _THREADS
     results: list = []

@@ -42,13 +42,13 @@ __all__ = [
 
 SAMPLE_ROWS = 1 << 17  # rows that place the bin edges or cell centres
 _ASSIGN_ELEMENTS = 1 << 22  # (rows x centres) distances per slab
-_SIZE_SCALAR = 512
-_SIZE_VECTOR = 512
+_DEFAULT_SIZE = 512
 
 
 def default_support_size(d_y: int) -> int:
-    """The default number of support atoms M: 512 (a scalar Y in 256 two-atom bins, a vector Y in 512 cells)."""
-    return _SIZE_SCALAR if d_y == 1 else _SIZE_VECTOR
+    """The default number of support atoms M for a Y of d_y components: 512 whatever d_y (a scalar Y
+    in 256 two-atom bins, a vector Y in 512 cells)."""
+    return _DEFAULT_SIZE
 
 
 def check_support_size(value: Any) -> int | None:
