@@ -3,10 +3,10 @@
 Data: correlated Gaussian (x, y) in R^(3+3) (``end_to_end.write_source``), n training rows staged
 and fitted through the pipeline (Gaussian kernels of lengthscale 1, ``--tol``, the default positivity:
 each conditional law projected onto probability vectors that keep its mass, mean and 3 x 3 second
-moment). The stored model then scores ``--queries`` fresh rows in this process: the conditional mean
-(3), the second-moment matrix (3 x 3), the joint CDF at 9 threshold vectors and 99 quantile levels of
-the first y component; median of ``--repeats`` runs. Every query reads the law on the model's M
-support atoms, so the rate should not depend on n.
+moment). The stored models then score ``--queries`` fresh rows in this process: the conditional
+mean (3), the second-moment matrix (3 x 3), the joint CDF at 9 threshold vectors and 99 quantile
+levels of the first y component; median of ``--repeats`` runs, the models taking turns within each
+run. Every query reads the law on the model's M support atoms, so the rate should not depend on n.
 
     python bench/scoring.py [--n 100000 1000000 10000000] [--queries 100000] [--repeats 5]
 """
@@ -26,15 +26,24 @@ from pipeline.model_store import load_model
 from pipeline.staging import stage
 
 
-def rates(model, Xq: np.ndarray, repeats: int) -> dict[str, float]:
+def rates(models: dict[int, object], Xq: np.ndarray, repeats: int) -> dict[int, dict[str, float]]:
+    """Rows per second of each model (by n) for each query, median of ``repeats``; the models take
+    turns within each repeat, so that they are measured side by side under the same conditions."""
     thresholds = np.repeat(np.linspace(-2, 2, 9)[:, None], 3, axis=1)
     levels = np.linspace(0.01, 0.99, 99)
-    model.conditional_quantile(Xq[:10], levels)  # the compiled kernels, loaded once
-    work = {"mean": lambda: model.expectation("mean", Xq),
-            "second moment (3 x 3)": lambda: model.expectation("second_moment", Xq),
-            "cdf (9 thresholds)": lambda: model.conditional_cdf(Xq, thresholds),
-            "quantiles (99 levels)": lambda: model.conditional_quantile(Xq, levels)}
-    return {name: Xq.shape[0] / median_time(run, repeats)[0] for name, run in work.items()}
+    work = {"mean": lambda m: m.expectation("mean", Xq),
+            "second moment (3 x 3)": lambda m: m.expectation("second_moment", Xq),
+            "cdf (9 thresholds)": lambda m: m.conditional_cdf(Xq, thresholds),
+            "quantiles (99 levels)": lambda m: m.conditional_quantile(Xq, levels)}
+    for model in models.values():
+        model.conditional_quantile(Xq[:10], levels)  # the compiled kernels, loaded once
+    times = {n: {name: [] for name in work} for n in models}
+    for _ in range(repeats):
+        for n, model in models.items():
+            for name, run in work.items():
+                times[n][name].append(median_time(lambda: run(model), 1)[0])
+    return {n: {name: Xq.shape[0] / float(np.median(t)) for name, t in by_name.items()}
+            for n, by_name in times.items()}
 
 
 def main() -> None:
@@ -47,7 +56,7 @@ def main() -> None:
     root = Path(tempfile.mkdtemp(prefix="jdl-scoring-"))
     rng = np.random.default_rng(5)
     Xq = rng.standard_normal((args.queries, 3))
-    rows = []
+    models = {}
     try:
         for n in args.n:
             write_source(root / "source.npy", n, 0)
@@ -55,15 +64,19 @@ def main() -> None:
                          chunk_size=131_072)
             path, _ = fit_store(data, root / f"model-{n}.zarr", lengthscale_x=1.0, lengthscale_y=1.0, reg=1e-6,
                                 tol=args.tol)
-            model = load_model(path)
-            row = {"n": n, "rank_x": model.diagnostics_["rank_x"], "rank_y": model.diagnostics_["rank_y"],
-                   "support": model.support_.size, "rows_per_second": rates(model, Xq, args.repeats)}
-            rows.append(row)
-            print(f"n = {n:>10,}: m_X = {row['rank_x']}, m_Y = {row['rank_y']}, M = {row['support']}; "
-                  + ", ".join(f"{name} {rate:,.0f}/s" for name, rate in row["rows_per_second"].items()), flush=True)
+            models[n] = load_model(path)
+            print(f"fitted n = {n:,}", flush=True)
             shutil.rmtree(data)
+        by_n = rates(models, Xq, args.repeats)
     finally:
         shutil.rmtree(root, ignore_errors=True)
+    rows = []
+    for n, model in models.items():
+        row = {"n": n, "rank_x": model.diagnostics_["rank_x"], "rank_y": model.diagnostics_["rank_y"],
+               "support": model.support_.size, "rows_per_second": by_n[n]}
+        rows.append(row)
+        print(f"n = {n:>10,}: m_X = {row['rank_x']}, m_Y = {row['rank_y']}, M = {row['support']}; "
+              + ", ".join(f"{name} {rate:,.0f}/s" for name, rate in row["rows_per_second"].items()), flush=True)
     first, last = rows[0]["rows_per_second"], rows[-1]["rows_per_second"]
     print("ratio largest / smallest n: " + ", ".join(f"{k} {last[k] / first[k]:.2f}" for k in first))
     print("wrote", write_json("scoring", {"rows": rows, "args": vars(args)}))

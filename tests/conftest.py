@@ -16,6 +16,15 @@ def bivariate_gaussian(n: int, rho: float = 0.8, seed: int = 0) -> tuple[np.ndar
     return x[:, None], y[:, None]
 
 
+def step_crps(cdf_at, y: float, atoms: np.ndarray) -> float:
+    """The CRPS integral of (F(t) - 1{t >= y})^2 dt for a step CDF, exactly: the integrand is constant
+    between consecutive breakpoints (the atoms and y) and zero outside them. ``cdf_at(t)`` gives F at
+    the points t (right-continuous)."""
+    points = np.unique(np.append(np.asarray(atoms, dtype=float).ravel(), y))
+    heights = np.asarray(cdf_at(points[:-1]), dtype=float) - (points[:-1] >= y)
+    return float(sum(h * h * (b - a) for h, a, b in zip(heights, points[:-1], points[1:])))
+
+
 def _free_port() -> int:
     import socket
 

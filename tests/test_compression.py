@@ -68,9 +68,9 @@ def test_low_rank_amcmd_equals_exact_at_full_rank():
     kx, ky = GaussianKernel(0.9), GaussianKernel(0.6)
     exact = amcmd(X, Y, Xc, Yc, kernel_x=kx, kernel_y=ky, reg=0.1, squared=True)
     low_rank = amcmd(X, Y, Xc, Yc, kernel_x=kx, kernel_y=ky, reg=0.1, squared=True, rank_tol=1e-14)
-    assert abs(low_rank - exact) < 1e-8
+    assert abs(low_rank - exact) < 1e-11 * exact
     rough = amcmd(X, Y, Xc, Yc, kernel_x=kx, kernel_y=ky, reg=0.1, squared=True, rank_tol=1e-3)
-    assert abs(rough - exact) < 1e-2 * exact  # a coarse factorisation is close, not equal
+    assert 1e-5 * exact < abs(rough - exact) < 1e-2 * exact  # a coarse factorisation is close, not equal
 
 
 def test_jmmd_equals_brute_force():
@@ -176,13 +176,10 @@ def test_discrete_response_gradient_and_label_objective(objective_class):
     assert evaluation.grad_y is None
     numeric = _finite_differences(objective, Xc, Yc, source, "x")
     assert np.max(np.abs(evaluation.grad_x - numeric)) <= 1e-7 * max(1.0, np.max(np.abs(numeric)))
-    # the label objective is the objective, for any labelling
-    for labels in itertools.product(range(classes.size), repeat=5):
-        labels = np.array(labels)
+    # the label objective is the objective, for 30 random labellings (every point and pair of points varies)
+    for labels in np.random.default_rng(7).integers(0, classes.size, size=(30, 5)):
         direct = objective.evaluate(Xc, classes[labels][:, None], source, gradient=False).value
         assert label_objective(labels, evaluation.labels) == pytest.approx(direct, abs=1e-12)
-        if labels.sum() > 3:
-            break
 
 
 def test_label_search_moves_each_label_to_its_exact_best_class():
@@ -254,8 +251,9 @@ def test_every_method_returns_m_points_reproducibly(method):
     again = compress(X, Y, **options)
     np.testing.assert_array_equal(Xc, again[0])
     np.testing.assert_array_equal(Yc, again[1])
-    if method == "random":  # a subsample of the data's rows
-        assert all(any(np.array_equal(row, data) for data in X) for row in Xc)
+    if method == "random":  # a subsample of the data's (x, y) rows, pairs kept together
+        pairs = np.hstack([X, Y])
+        assert all(any(np.array_equal(row, data) for data in pairs) for row in np.hstack([Xc, Yc]))
 
 
 def test_herding_trace_has_one_value_per_point_and_lbfgs_descends():
@@ -272,7 +270,8 @@ def test_classification_compression_keeps_labels_among_the_classes():
         result = run_compression(ArraySource(X, Y), m=8, method=method, kernel_y=DeltaKernel(), steps=20,
                                  seed=1, optimizer=optimizer)
         assert set(np.unique(result.Y)) <= set(np.unique(Y))
-        assert result.value <= result.initial_value
+        # a real descent (measured: 4.6 % to 176 % of |initial|), not only the best value kept from the start
+        assert result.value < result.initial_value - 0.01 * abs(result.initial_value), (method, optimizer)
 
 
 @pytest.mark.parametrize("kwargs, message", [

@@ -94,7 +94,7 @@ def test_compressed_set_is_a_staged_store_with_its_summary(staged, in_memory):
                       "n_init", "kernel_x", "kernel_y", "amcmd_tol"}
     assert (c["method"], c["m"], c["n_data"], c["steps"], c["objective"]) == ("ackip", 15, N, 20, "ackip")
     assert c["data_fingerprint"] == data.attrs["fingerprint"] and c["kernel_x"]["name"] == "gaussian"
-    assert c["value"] <= c["initial_value"]
+    assert c["value"] < c["initial_value"] - 1e-3 * abs(c["initial_value"])  # the descent moved the set
     assert group["objective_trace"].shape == (21,)
     assert np.isfinite(c["amcmd"]) and 0 <= c["amcmd"] < c["amcmd_random"]
     ds = xr.open_zarr(in_memory, consolidated=False)

@@ -153,19 +153,24 @@ def test_amcmd_squared_nonnegative_on_random_sets():
 
 
 def test_amcmd_terms_monte_carlo():
-    """E_x beta^T L beta and E beta(x)^T l(Yt, y) as sample averages over 2e5 pairs (loose)."""
+    """E_x beta^T L beta and E beta(x)^T l(Yt, y) against sample averages over 2e5 pairs, each to five
+    of its own standard errors."""
     xt, yt = np.array([-0.5, 0.5, 1.0, 1.8, 3.0]), np.array([-1.0, -0.2, 0.1, 0.4, 1.2])
     reg = 1e-2
     W = np.linalg.inv(KX(xt[:, None]) + reg * np.eye(5))
     X, Y = MODEL.sample(200_000, seed=7)
     B = KX(X, xt[:, None]) @ W  # rows beta(x)^T
-    fit_mc = np.mean(np.einsum("ni,ij,nj->n", B, KY(yt[:, None]), B))
-    cross_mc = np.mean(np.sum(B * KY(Y, yt[:, None]), axis=1))
+    fit_terms = np.einsum("ni,ij,nj->n", B, KY(yt[:, None]), B)
+    cross_terms = np.sum(B * KY(Y, yt[:, None]), axis=1)
+    fit_mc, cross_mc = fit_terms.mean(), cross_terms.mean()
     M, Q = MODEL.marginal_moments(xt, KX), MODEL.joint_moments(xt, yt, KX, KY)
-    assert np.sum((W @ KY(yt[:, None]) @ W) * M) == pytest.approx(fit_mc, rel=0.02)
-    assert np.sum(W * Q.T) == pytest.approx(cross_mc, rel=0.02)
+    standard_error = {name: terms.std() / np.sqrt(terms.size) for name, terms in
+                      (("fit", fit_terms), ("cross", cross_terms))}
+    assert np.sum((W @ KY(yt[:, None]) @ W) * M) == pytest.approx(fit_mc, abs=5 * standard_error["fit"])
+    assert np.sum(W * Q.T) == pytest.approx(cross_mc, abs=5 * standard_error["cross"])
     total_mc = MODEL.embedding_norm(KY) - 2 * cross_mc + fit_mc
-    assert MODEL.amcmd_squared(xt, yt, KX, KY, reg) == pytest.approx(total_mc, rel=0.05)
+    assert MODEL.amcmd_squared(xt, yt, KX, KY, reg) == pytest.approx(
+        total_mc, abs=5 * (2 * standard_error["cross"] + standard_error["fit"]))
 
 
 # -- test functions -------------------------------------------------------------------------------

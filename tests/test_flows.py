@@ -16,7 +16,7 @@ zarr = pytest.importorskip("zarr")
 
 from flows import jdl_flows  # noqa: E402
 from flows.jdl_flows import fit_flow, score_flow, stage_flow, train_and_score_flow, tune_flow  # noqa: E402
-from flows.tasks import is_transient  # noqa: E402
+from flows.stages import is_transient  # noqa: E402
 from pipeline.model_store import load_model  # noqa: E402
 from pipeline.tuning import load_tuning  # noqa: E402
 
@@ -138,11 +138,11 @@ def test_environment_variables_in_paths_and_the_scheduler_default(tmp_path, monk
 
 
 def test_transient_failures_are_retried_and_bad_input_is_not(tmp_path, monkeypatch):
-    import flows.tasks as tasks
+    import flows.stages as stages
 
     source = write_table(tmp_path / "t.npz", 300, 5)
     data = stage_flow(str(source), str(tmp_path / "d.zarr"), ["x"], ["y"])["path"]
-    real, calls = tasks.fit_store, []
+    real, calls = stages.fit_store, []
 
     def flaky(*args, **kwargs):
         calls.append(kwargs["reg"])
@@ -150,7 +150,7 @@ def test_transient_failures_are_retried_and_bad_input_is_not(tmp_path, monkeypat
             raise ConnectionResetError("scheduler connection lost")
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(tasks, "fit_store", flaky)
+    monkeypatch.setattr(stages, "fit_store", flaky)
     result = fit_flow(data, str(tmp_path / "m.zarr"), lengthscale_x=0.5, lengthscale_y=0.5, reg=1e-4)
     assert len(calls) == 2 and load_model(result["path"]).reg == 1e-4
 
@@ -158,7 +158,7 @@ def test_transient_failures_are_retried_and_bad_input_is_not(tmp_path, monkeypat
         calls.append("bad")
         raise ValueError("y: column 'y' is constant")
 
-    monkeypatch.setattr(tasks, "fit_store", broken)
+    monkeypatch.setattr(stages, "fit_store", broken)
     calls.clear()
     with pytest.raises(ValueError, match="column 'y' is constant"):
         fit_flow(data, str(tmp_path / "n.zarr"), lengthscale_x=0.5, lengthscale_y=0.5, reg=1e-4)
@@ -176,9 +176,12 @@ def test_fit_tunes_first_when_the_tuning_store_is_missing_or_stale(tmp_path):
     stamp = modified_times(tuning)
     fit_flow(data, str(tmp_path / "m.zarr"), tuning=str(tuning), tol=1e-2, scheduler="memory")
     assert modified_times(tuning) == stamp  # same data: the tuning store is used as it is
+    before = load_tuning(tuning).attrs["data_fingerprint"]
     stage_flow(str(write_table(tmp_path / "b.npz", 500, 7)), str(tmp_path / "d.zarr"), ["x"], ["y"])
     fit_flow(data, str(tmp_path / "m.zarr"), tuning=str(tuning), tol=1e-2, scheduler="memory")
-    assert load_tuning(tuning).attrs["data_fingerprint"] == load_model(tmp_path / "m.zarr").provenance_["data_fingerprint"]
+    after = load_tuning(tuning).attrs["data_fingerprint"]
+    assert after != before and modified_times(tuning) != stamp  # other data: tuned again
+    assert after == load_model(tmp_path / "m.zarr").provenance_["data_fingerprint"]
 
 
 def test_flows_run_their_dask_work_on_a_real_scheduler(tmp_path, dask_client):

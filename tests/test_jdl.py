@@ -13,7 +13,7 @@ from jdlcore import JDL, DegeneracyWarning, DeltaKernel, GaussianKernel, tune
 from jdlcore.jdl import GridBudgetWarning
 from jdlcore.losses import clipped_logistic_loss, conditional_second_moments, relative_second_moment_loss, second_moment
 
-from .conftest import bivariate_gaussian
+from .conftest import bivariate_gaussian, step_crps
 
 RULES = ["none", "normalization", "project", "clip", "tightening", "pointwise", "grid"]
 
@@ -47,12 +47,21 @@ def test_support_holds_the_training_values_when_there_are_few(model, data):
     np.testing.assert_array_equal(support.weights, np.full(400, 1 / 400))
 
 
-def test_signed_law_mass_equals_the_mean_radon_nikodym_value_over_the_training_atoms(model):
-    """sum_k pi_k (1 + h(x, z_k)) against the mean of 1 + h(x, y_j) over the n training atoms, by brute force."""
+def test_signed_law_mass_on_binned_atoms_equals_the_mass_identity():
+    """n = 2000 > M = 512, so the support is binned: sum_k pi_k (1 + h(x, z_k)), with Psi_Y evaluated
+    afresh at the atoms, equals 1 + s_Y^T H Psi_X(x) / n (the mass identity, s_Y = sum_j Psi_Y(y_j)) and
+    the mean of 1 + h(x, y_j) over the n training atoms (``radon_nikodym``). Unconstrained, so that the
+    mass varies with x (the normalisation constraint would hold it at 1)."""
+    X, Y = bivariate_gaussian(2000, seed=3)
+    model = make("none").fit(X, Y)  # unconstrained: the mass is not held at 1
+    assert model.support_.construction == "bins"
     Xq = queries()
-    R = model._directions(Xq) @ model._support_psi.T + 1.0
-    mass = R @ model.support_.weights
-    np.testing.assert_allclose(mass, model.radon_nikodym(Xq).mean(axis=1), rtol=0, atol=1e-12)
+    g = model.basis_x_.features(Xq) @ model.coef_.T
+    on_support = (1.0 + g @ model.basis_y_.features(model.support_.atoms).T) @ model.support_.weights
+    identity = 1.0 + g @ model.basis_y_.features(Y).sum(axis=0) / 2000
+    np.testing.assert_allclose(on_support, identity, rtol=0, atol=1e-12)
+    np.testing.assert_allclose(identity, model.radon_nikodym(Xq).mean(axis=1), rtol=0, atol=1e-12)
+    assert np.ptp(identity) > 1e-3  # the mass varies with x: the identity is not met by a constant
 
 
 def test_positive_laws_are_probability_vectors_anywhere(model):
@@ -138,12 +147,12 @@ def test_quantiles_are_the_generalised_inverse_of_the_cdf(model):
 
 
 def test_crps_equals_the_integral_of_the_squared_cdf_difference(data):
+    """Against the exact integral of the step CDF that ``conditional_cdf`` reads at the breakpoints."""
     model = make("project").fit(*data)
     Xq, y = queries(5, spread=2.0), np.array([-1.0, 0.0, 0.3, 2.5, -3.0])
-    grid = np.linspace(-8, 8, 400_001)
-    cdf = model.conditional_cdf(Xq, grid)
-    brute = np.trapezoid((cdf - (y[:, None] <= grid[None, :])) ** 2, grid, axis=1)
-    np.testing.assert_allclose(model.crps(Xq, y), brute, rtol=0, atol=1e-4)
+    atoms = model.support_atoms_[:, 0]
+    exact = [step_crps(lambda t, i=i: model.conditional_cdf(Xq[i:i + 1], t)[0], y[i], atoms) for i in range(5)]
+    np.testing.assert_allclose(model.crps(Xq, y), exact, rtol=0, atol=1e-12)
     with pytest.raises(ValueError, match="y: has 4 rows"):
         model.crps(Xq, y[:4])
 
@@ -276,11 +285,17 @@ def test_losses_match_definitions(rng):
     assert clipped_logistic_loss(p, event, eta) == pytest.approx(expected, rel=1e-12)
 
 
-def test_tune_reuses_factors_picks_the_best_and_records_failures(data):
+def test_tune_reuses_factors_picks_the_best_and_records_failures(data, monkeypatch):
+    import jdlcore.tuning as tuning_module
+
     X, Y = data
+    built = []
+    real = tuning_module.build_problem
+    monkeypatch.setattr(tuning_module, "build_problem", lambda *a, **k: built.append(a[2:4]) or real(*a, **k))
     result = tune(X, Y, estimator=JDL(tol=1e-4, constraints="normalization"),
                   lengthscales_x=(0.3, 1.0), lengthscales_y=(0.5,), regs=(1e-5, 1e-2))
     assert len(result.table) == 4
+    assert [(kx.lengthscale, ky.lengthscale) for kx, ky in built] == [(0.3, 0.5), (1.0, 0.5)]  # once per pair
     scores = result.scores()
     assert result.best["score"] == scores.min()
     assert result.model.kernel_x.lengthscale == result.best["lengthscale_x"]

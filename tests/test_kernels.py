@@ -37,8 +37,11 @@ def test_kernel_blocks_match_formulas(cls, lengthscale, rng):
 def test_threaded_large_block_equals_unthreaded(rng):
     A, B = rng.standard_normal((20_000, 2)), rng.standard_normal((60, 2))
     kernel = GaussianKernel(0.8)
-    big = kernel(A, B)
-    np.testing.assert_allclose(big[:100], kernel(A[:100], B), rtol=0, atol=1e-15)
+    big = kernel(A, B)  # several threaded slabs of rows
+    blocks = np.vstack([kernel(A[start:start + 1000], B) for start in range(0, 20_000, 1000)])  # unthreaded
+    np.testing.assert_allclose(big, blocks, rtol=0, atol=1e-15)
+    rows = [0, 8737, 8738, 17475, 17476, 19999]  # either side of each slab boundary, by the formula itself
+    np.testing.assert_allclose(big[rows], brute(kernel, A[rows], B), rtol=1e-12, atol=1e-12)
 
 
 def test_delta_kernel():
@@ -71,6 +74,8 @@ def test_median_heuristic_matches_brute_force(rng):
     distances = [np.linalg.norm(X[i] - X[j]) for i in range(50) for j in range(i + 1, 50)]
     assert median_heuristic(X) == pytest.approx(np.median(distances), rel=1e-12)
     per_feature = median_heuristic(X, per_feature=True)
-    assert per_feature.shape == (2,)
+    for k in range(2):
+        gaps = [abs(X[i, k] - X[j, k]) for i in range(50) for j in range(i + 1, 50)]
+        assert per_feature[k] == pytest.approx(np.median(gaps), rel=1e-12)
     with pytest.raises(ValueError, match="median"):
         median_heuristic(np.ones((10, 2)))

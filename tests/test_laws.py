@@ -6,6 +6,8 @@ import pytest
 from jdlcore.laws import MomentBasis, apply_rule, crps, quantiles
 from jdlcore.support import Support
 
+from .conftest import step_crps
+
 cp = pytest.importorskip("cvxpy")
 
 
@@ -105,6 +107,14 @@ def test_moments_that_no_probability_vector_has_are_let_go_in_order():
     assert P.min() >= 0
     np.testing.assert_allclose(P.sum(1), 1.0, rtol=0, atol=1e-14)
     assert P[0] @ z == pytest.approx(mean[0], abs=1e-12)  # level 1 keeps the mean
+    # each row is the chi-square projection keeping what its level names (cvxpy): mass and mean, mass,
+    # and for the row without positive mass, mass 1 near its signed weights pi R themselves
+    np.testing.assert_allclose(P[:1], reference_projection(R[:1], support, basis.columns[:, :2]), rtol=0, atol=1e-7)
+    np.testing.assert_allclose(P[1:2], reference_projection(R[1:2], support, basis.columns[:, :1]), rtol=0, atol=1e-7)
+    p = cp.Variable(z.size)
+    cp.Problem(cp.Minimize(cp.sum(cp.multiply(1 / pi, cp.square(p - pi * R[2])))), [p >= 0, cp.sum(p) == 1]).solve(
+        solver=cp.CLARABEL, tol_gap_abs=1e-12, tol_gap_rel=1e-12, tol_feas=1e-12)
+    np.testing.assert_allclose(P[2], p.value, rtol=0, atol=1e-7)
 
 
 def test_clip_is_the_brute_force_clip_over_the_support():
@@ -154,17 +164,14 @@ def test_quantiles_of_a_signed_law_use_the_running_maximum():
     assert np.isnan(quantiles(short, values, np.array([0.9])))[0, 0]
 
 
-def test_crps_equals_quadrature():
+def test_crps_equals_the_exact_integral_of_the_step_cdf():
     rng = np.random.default_rng(7)
     values = rng.standard_normal(50)
     P = rng.dirichlet(np.ones(50), size=6)
-    y = np.array([-3.0, -0.5, 0.0, 0.1, 1.2, 4.0])
-    grid = np.linspace(-8, 8, 800_001)
-    order = np.argsort(values)
-    cdf = np.array([np.cumsum(p[order])[np.clip(np.searchsorted(values[order], grid, side="right") - 1, 0, None)]
-                    * (grid >= values.min()) for p in P])
-    brute = np.trapezoid((cdf - (y[:, None] <= grid[None, :])) ** 2, grid, axis=1)
-    np.testing.assert_allclose(crps(P, values, y), brute, rtol=0, atol=1e-4)
+    y = np.array([-3.0, -0.5, 0.0, values[3], 1.2, 4.0])  # outside, between and on an atom
+    exact = [step_crps(lambda t, p=p: (p[None, :] * (values[None, :] <= t[:, None])).sum(axis=1), y_i, values)
+             for p, y_i in zip(P, y)]
+    np.testing.assert_allclose(crps(P, values, y), exact, rtol=0, atol=1e-12)
 
 
 def test_map_rows_prepares_in_the_caller_and_hands_each_block_its_rows(monkeypatch):

@@ -250,6 +250,7 @@ def test_certificate_detects_a_non_sos_solution():
 
 def test_grid_and_clip_positivity_are_inherited():
     X, Y = gaussian_pairs(120, 1, seed=11)
+    assert PolynomialJDL(degree=4, constraints="normalization").fit(X, Y).grid_minimum(X) < -1.0  # binding here
     grid = PolynomialJDL(degree=4, positivity="grid").fit(X, Y)
     assert grid.grid_minimum(X) >= -1e-9
     clip = PolynomialJDL(degree=4, positivity="clip").fit(X, Y)

@@ -5,7 +5,7 @@ import pytest
 import xarray as xr
 
 from flows.cli import main
-from jdlcore import CME, GaussianKernel
+from jdlcore import CME, JDL, GaussianKernel
 from pipeline.reproduce.metrics import negative_share, psd_failure
 from pipeline.reproduce.report import claims, structural_checks
 from pipeline.reproduce.runner import Cell, load, plan, to_datasets
@@ -20,11 +20,22 @@ def test_psd_failure_counts_matrices_with_a_negative_eigenvalue():
     assert psd_failure(np.stack([good, bad, rounding, bad])) == 0.5
 
 
-def test_negative_share_of_cme_counts_negative_weights():
+def test_negative_share_counts_negative_weights_of_cme_and_jdl():
+    """The share of entries below -1e-12, counted one by one: CME weights (small lengthscale, so some
+    are negative), and the JDL signed law's Radon-Nikodym values at every training atom."""
     X, Y = bivariate_gaussian(500)
-    model = CME(GaussianKernel(0.3), GaussianKernel(0.3), reg=1e-8).fit(X, Y)
     Xq = np.linspace(-3, 3, 25)[:, None]
-    assert negative_share(model, Xq) == np.mean(model.conditional_weights(Xq) < -1e-12)
+
+    def counted(values):
+        flat = np.asarray(values).ravel()
+        return sum(1 for value in flat if value < -1e-12) / flat.size
+
+    cme = CME(GaussianKernel(0.3), GaussianKernel(0.3), reg=1e-8).fit(X, Y)
+    expected = counted(cme.conditional_weights(Xq))
+    assert expected > 0.05 and negative_share(cme, Xq) == pytest.approx(expected, rel=1e-12)
+    jdl = JDL(GaussianKernel(0.3), GaussianKernel(0.2), reg=1e-6, constraints="normalization").fit(X, Y)
+    expected = counted(jdl.radon_nikodym(Xq))
+    assert expected > 0.001 and negative_share(jdl, Xq) == pytest.approx(expected, rel=1e-12)
 
 
 def _fake(kind, part, d, n, replicate, losses, psd=0.0, normalization=0.0):

@@ -3,8 +3,10 @@ import numpy as np
 import pytest
 
 from jdlcore import JDL, GaussianKernel, build_problem
+from jdlcore.jdl import marginal_sums
 from jdlcore.support import (
-    MarginalSums, Support, build_support, plan_support, reweight, sample_rows, sum_groups, support_partial,
+    MarginalSums, Support, build_support, finish_support, plan_support, reweight, sample_rows, sum_groups,
+    support_partial,
 )
 
 cp = pytest.importorskip("cvxpy")
@@ -108,17 +110,36 @@ def test_bins_resolve_the_kernel_where_equal_count_bins_are_wide():
     assert plan.cells <= 256
 
 
-def test_vector_y_cells_keep_the_mean_and_report_their_defect():
+def test_vector_y_cells_reproduce_the_sums_they_report():
+    """A vector Y (M = 600 cells, m_Y = 36): the weights carry the normalisation group, and its sums
+    over the atoms equal the brute-force sums over the n training atoms to 1e-10 (relative to their size)."""
     rng = np.random.default_rng(5)
     X = rng.standard_normal((4000, 2))
     Y = np.column_stack([X[:, 0] + 0.3 * rng.standard_normal(4000), rng.standard_normal(4000)])
     model = JDL(GaussianKernel(1.0), GaussianKernel(1.0), reg=1e-4, support_size=600).fit(X, Y)
     support = model.support_
-    assert support.construction == "cells" and support.size <= 600
-    np.testing.assert_allclose(support.weights.sum(), 1.0, atol=1e-14)
-    if support.exact == "none":  # the cells' means with their counts: the mean of y is still kept
-        np.testing.assert_allclose(support.weights @ support.atoms, Y.mean(axis=0), rtol=0, atol=1e-12)
-    assert np.isfinite(support.defect)
+    assert support.construction == "cells" and support.size <= 600 and support.exact == "normalization"
+    features = model.basis_y_.features
+    on_support = 4000 * support.weights @ np.column_stack([np.ones(support.size), features(support.atoms)])
+    brute = np.column_stack([np.ones(4000), features(Y)])
+    relative = np.abs(on_support - brute.sum(axis=0)) / np.abs(brute).sum(axis=0)
+    assert relative.max() < 1e-10 and support.defect < 1e-9
+
+
+def test_vector_y_cells_without_reweighting_keep_the_mean():
+    """Cells whose sums cannot be carried (a tolerance no reweighting meets) fall back to the cell
+    means with their counts: not even the normalisation group is claimed, and the mean of y stays
+    exact (each atom is its cell's mean, weighted by the cell's count)."""
+    rng = np.random.default_rng(6)
+    X = rng.standard_normal((3000, 1))
+    Y = np.column_stack([X[:, 0], 50.0 * rng.standard_normal(3000)])
+    problem = build_problem(X, Y, GaussianKernel(1.0), GaussianKernel(1.0), tol=1e-3)
+    plan = plan_support(Y, 300, seed=0)
+    partial = support_partial(Y[:1000], plan) + support_partial(Y[1000:], plan)
+    support = finish_support(partial, problem.basis_y.features, marginal_sums(problem.reductions, problem.function_sums),
+                             tolerance=-1.0)
+    assert support.construction == "cells" and support.exact == "none" and support.defect > 0
+    np.testing.assert_allclose(support.weights @ support.atoms, Y.mean(axis=0), rtol=1e-13, atol=1e-13)
 
 
 def test_sum_groups_are_the_normalisation_mean_and_second_moment_columns():
