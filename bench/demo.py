@@ -1,10 +1,10 @@
 """``jdl demo`` end to end, as a user runs it: a fresh work directory and a fresh process each time
-(temporary Prefect API, embedded Dask cluster, stage -> tune -> fit -> score at 1e5 rows).
+(in-process, embedded Dask cluster, stage -> tune -> fit -> score at 1e5 rows).
 
     python bench/demo.py [--repeats 3] [--rows 100000]
 
 Prints the median wall time from the command to the report, the peak RSS summed over the process
-tree (the CLI, the temporary Prefect server, the Dask workers) and the demo's own report, and
+tree (the CLI and the Dask workers) and the demo's own report, and
 writes bench/results/demo.json. The issue's target: under 2 minutes.
 """
 from __future__ import annotations

@@ -1,14 +1,13 @@
-"""Prefect artifacts of a fit: a markdown summary table and a diagnostics PNG.
+"""The diagnostics of a fit: a PNG next to the model store and, in a Prefect run, two artifacts.
 
-The PNG is written next to the model store (``<store>.diagnostics.png``, replaced atomically) and
-linked from the artifacts; Prefect keeps the artifacts with the flow run in its API database.
+The PNG is written next to the model store (``<store>.diagnostics.png``, replaced atomically). Inside
+a Prefect run, a markdown summary table and the PNG's link become artifacts, which Prefect keeps
+with the flow run in its API database.
 """
 from __future__ import annotations
 
 import os
 from pathlib import Path
-
-from prefect.artifacts import create_image_artifact, create_markdown_artifact
 
 from jdlcore import JDL
 
@@ -29,8 +28,10 @@ def fit_summary_markdown(model_path: str | os.PathLike, model: JDL) -> str:
 
 
 def publish_fit(model_path: str | os.PathLike, model: JDL) -> Path:
-    """Write the diagnostics PNG next to the store and create the fit's two artifacts; returns the PNG."""
+    """Write the diagnostics PNG next to the store and, in a Prefect run, create the fit's two
+    artifacts; returns the PNG."""
     from .model_card import diagnostics_figure
+    from .runner import in_prefect_run
 
     png = diagnostics_png_path(model_path)
     partial = png.with_name(f".tmp-{os.getpid()}-{png.name}")
@@ -39,6 +40,10 @@ def publish_fit(model_path: str | os.PathLike, model: JDL) -> Path:
         os.replace(partial, png)
     finally:
         partial.unlink(missing_ok=True)
+    if not in_prefect_run():
+        return png
+    from prefect.artifacts import create_image_artifact, create_markdown_artifact
+
     markdown = fit_summary_markdown(model_path, model) + f"\n\nDiagnostics plot: `{png.resolve()}`\n"
     create_markdown_artifact(markdown, key="jdl-fit-summary", description="JDL fit summary")
     create_image_artifact(png.resolve().as_uri(), key="jdl-fit-diagnostics", description="residual trace and "

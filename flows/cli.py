@@ -1,9 +1,11 @@
 """The ``jdl`` command line. Errors print as one line on stderr with a non-zero exit code.
 
-``stage``, ``tune``, ``fit``, ``score`` and ``compress`` run the Prefect flows of ``flows.jdl_flows`` (on the
-Prefect API configured, or a temporary local one), so a command re-run with the same inputs
-reuses its output store instead of recomputing it, and a store from other inputs is replaced.
-Parameters are validated before any flow starts.
+``stage``, ``tune``, ``fit``, ``score``, ``compress``, ``reproduce`` and ``demo`` run jdl's flows
+(``flows.pipelines``). By default they run in this process, with no server. With ``--prefect``, or
+when a Prefect API is configured (PREFECT_API_URL), each run is a recorded Prefect flow run
+(``flows.jdl_flows``; a temporary local API when none is configured). Either way a command re-run
+with the same inputs reuses its output store instead of recomputing it, and a store from other
+inputs is replaced. Parameters are validated before any work starts.
 """
 from __future__ import annotations
 
@@ -18,6 +20,9 @@ os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 
 _SCHEDULER_HELP = ("where to run: auto (default: an embedded Dask cluster above 200,000 rows), memory, local "
                    "(embedded Dask cluster) or tcp://HOST:PORT; environment variable JDL_SCHEDULER")
+_PREFECT_HELP = ("record the run in Prefect: on PREFECT_API_URL, or a temporary local Prefect API when none is "
+                 "configured (slower to start). Default: run in this process, with no server, unless a Prefect "
+                 "API is configured (PREFECT_API_URL in the environment or the active Prefect profile)")
 _REUSE_NOTE = ("If OUT already holds the result of the same inputs it is reused; a store of the same kind made "
                "from other inputs is replaced; anything else at OUT is refused.")
 
@@ -29,15 +34,21 @@ class _DropErrors(logging.Filter):
         return record.levelno < logging.ERROR
 
 
-def _console_logging(verbose: bool) -> None:
-    """Prefect's console lines: warnings only (the progress bar shows the progress) unless
-    ``verbose``; never errors (the CLI prints them in one line). What reaches the API is unchanged."""
-    if not verbose:  # read by Prefect's logging configuration when it is first imported
-        os.environ.setdefault("PREFECT_LOGGING_HANDLERS_CONSOLE_LEVEL", "WARNING")
-    import prefect  # noqa: F401  (configures its logging)
+def _console_logging(verbose: bool, prefect: bool) -> None:
+    """Console lines: in-process, the ``jdl`` logger's lines only if ``verbose`` (the progress bar
+    shows the progress); under Prefect, its warnings only unless ``verbose``, never errors (the CLI
+    prints them in one line; what reaches the API is unchanged)."""
     from jdlcore.degeneracy import DegeneracyWarning
 
     warnings.filterwarnings("ignore", category=DegeneracyWarning)  # printed from the stored diagnostics instead
+    if not prefect:
+        if verbose:
+            logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(message)s")
+            logging.getLogger("jdl").setLevel(logging.INFO)
+        return
+    if not verbose:  # read by Prefect's logging configuration when it is first imported
+        os.environ.setdefault("PREFECT_LOGGING_HANDLERS_CONSOLE_LEVEL", "WARNING")
+    import prefect  # noqa: F401  (configures its logging)
 
     for logger in [logging.getLogger()] + [logging.getLogger(name) for name in logging.root.manager.loggerDict]:
         for handler in getattr(logger, "handlers", []):
@@ -83,14 +94,31 @@ def _floats(text: str) -> list[float]:
         raise argparse.ArgumentTypeError(f"expected comma-separated numbers, got {text!r}") from None
 
 
-def _run_flow(args: argparse.Namespace, flow, settings_class, name: str, **parameters):
-    """Validate first (no Prefect API is started for bad arguments), then run the flow."""
+@contextlib.contextmanager
+def _session(args: argparse.Namespace, title: str):
+    """Console and progress bar for one command; yields whether its runs are recorded in Prefect."""
+    from .runner import prefect_requested
+
+    prefect = prefect_requested(args.prefect)
+    _console_logging(verbose=args.verbose, prefect=prefect)
+    with _progress_bar(title):
+        yield prefect
+
+
+def _execute(args: argparse.Namespace, name: str, title: str | None = None, **parameters):
+    """Run the flow ``name`` in-process or, if asked or configured, as a recorded Prefect run."""
+    from .runner import execute
+
+    with _session(args, title or name) as prefect:
+        return execute(name, prefect=prefect, **parameters)
+
+
+def _run_flow(args: argparse.Namespace, name: str, settings_class, **parameters):
+    """Validate first (nothing starts for bad arguments), then run the flow."""
     from .settings import validated
 
     validated(settings_class, name, **{k: v for k, v in parameters.items() if v is not None})
-    _console_logging(verbose=args.verbose)
-    with _progress_bar(name):
-        return flow(**parameters)
+    return _execute(args, name, **parameters)
 
 
 def _reused(result: dict) -> str:
@@ -100,10 +128,9 @@ def _reused(result: dict) -> str:
 def _stage(args: argparse.Namespace) -> int:
     from pipeline.staging import open_staged
 
-    from .jdl_flows import stage_flow
     from .settings import StageSettings
 
-    result = _run_flow(args, stage_flow, StageSettings, "stage", source=args.source, out=args.out, x=args.x, y=args.y,
+    result = _run_flow(args, "stage", StageSettings, source=args.source, out=args.out, x=args.x, y=args.y,
                        chunk_size=args.chunk_size)
     group = open_staged(result["path"])
     print(f"staged {group.attrs['n_samples']:,} rows: x {group.attrs['x_features']}, y {group.attrs['y_features']} "
@@ -116,10 +143,9 @@ def _tune(args: argparse.Namespace) -> int:
 
     from pipeline.tuning import load_tuning
 
-    from .jdl_flows import tune_flow
     from .settings import TuneSettings
 
-    result = _run_flow(args, tune_flow, TuneSettings, "tune", data=args.data, out=args.out, lengthscales_x=args.lengthscales_x,
+    result = _run_flow(args, "tune", TuneSettings, data=args.data, out=args.out, lengthscales_x=args.lengthscales_x,
                        lengthscales_y=args.lengthscales_y, regs=args.regs, tol=args.tol, max_rows=args.max_rows,
                        seed=args.seed, scheduler=args.scheduler)
     table = load_tuning(result["path"])
@@ -133,10 +159,9 @@ def _tune(args: argparse.Namespace) -> int:
 def _fit(args: argparse.Namespace) -> int:
     from pipeline.model_store import load_model
 
-    from .jdl_flows import fit_flow
     from .settings import FitSettings
 
-    result = _run_flow(args, fit_flow, FitSettings, "fit", data=args.data, out=args.out, tuning=args.tuning,
+    result = _run_flow(args, "fit", FitSettings, data=args.data, out=args.out, tuning=args.tuning,
                        lengthscale_x=args.lengthscale_x, lengthscale_y=args.lengthscale_y, reg=args.reg, tol=args.tol,
                        constraints=args.constraints, positivity=args.positivity, pivoting=args.pivoting,
                        seed=args.seed, method=args.method, degree=args.degree, threshold=args.threshold,
@@ -154,10 +179,9 @@ def _fit(args: argparse.Namespace) -> int:
 
 
 def _score(args: argparse.Namespace) -> int:
-    from .jdl_flows import score_flow
     from .settings import ScoreSettings
 
-    result = _run_flow(args, score_flow, ScoreSettings, "score", model=args.model, data=args.data, out=args.out,
+    result = _run_flow(args, "score", ScoreSettings, model=args.model, data=args.data, out=args.out,
                        functions=args.function, scheduler=args.scheduler)
     print(f"scored {', '.join(args.function)} -> {result['path']}{_reused(result)}")
     return 0
@@ -166,10 +190,9 @@ def _score(args: argparse.Namespace) -> int:
 def _compress(args: argparse.Namespace) -> int:
     from pipeline.compression import open_compressed
 
-    from .jdl_flows import compress_flow
     from .settings import CompressSettings
 
-    result = _run_flow(args, compress_flow, CompressSettings, "compress", data=args.data, out=args.out, m=args.m,
+    result = _run_flow(args, "compress", CompressSettings, data=args.data, out=args.out, m=args.m,
                        method=args.method, lengthscale_x=args.lengthscale_x, lengthscale_y=args.lengthscale_y,
                        kernel_y=args.kernel_y, reg=args.reg, seed=args.seed, steps=args.steps,
                        optimizer=args.optimizer, learning_rate=args.learning_rate, n_init=args.n_init,
@@ -186,17 +209,14 @@ def _reproduce(args: argparse.Namespace) -> int:
     from pipeline.reproduce.report import structural_checks
     from pipeline.reproduce.runner import load, plan
 
-    from .jdl_flows import reproduce_flow
-
     if args.max_n < 10:
         raise ValueError(f"max-n: must be >= 10, got {args.max_n}")
     if not plan(args.experiment, args.quick, args.max_n, args.min_n, args.part):
         raise ValueError(f"max-n, min-n: [{args.min_n}, {args.max_n}] leaves no cell of the {args.experiment} "
                          "experiment" + (f" ({', '.join(args.part)})" if args.part else ""))
-    _console_logging(verbose=args.verbose)
-    with _progress_bar(f"reproduce {args.experiment}"):
-        result = reproduce_flow(kind=args.experiment, out=args.out, quick=args.quick, report=args.report,
-                                max_n=args.max_n, min_n=args.min_n, parts=args.part, resume=args.resume)
+    result = _execute(args, "reproduce", f"reproduce {args.experiment}", kind=args.experiment, out=args.out,
+                      quick=args.quick, report=args.report, max_n=args.max_n, min_n=args.min_n, parts=args.part,
+                      resume=args.resume)
     print(f"{result['cells']} cells -> {', '.join(result['datasets'])}; report {result['report']}")
     failed = 0
     for name, (holds, evidence) in structural_checks(load(args.out)).items():
@@ -227,24 +247,29 @@ def _demo(args: argparse.Namespace) -> int:
 
     if args.rows < 100:
         raise ValueError(f"rows: the demo needs at least 100 rows, got {args.rows}")
-    _console_logging(verbose=args.verbose)
-    with _progress_bar("demo"):
-        report = run_demo(n=args.rows, workdir=args.workdir, seed=args.seed, scheduler=args.scheduler)
+    with _session(args, "demo") as prefect:
+        report = run_demo(n=args.rows, workdir=args.workdir, seed=args.seed, scheduler=args.scheduler,
+                          prefect=prefect)
     print("\n".join(report.lines()))
     return 0
 
 
 def _add_scheduler(parser: argparse.ArgumentParser, default: str | None = None) -> None:
     parser.add_argument("--scheduler", default=default or os.environ.get("JDL_SCHEDULER", "auto"), help=_SCHEDULER_HELP)
+    _add_prefect(parser)
+
+
+def _add_prefect(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--prefect", action="store_true", help=_PREFECT_HELP)
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="jdl", description="Adaptive joint distribution learning at scale.")
-    parser.add_argument("-v", "--verbose", action="store_true", help="show Prefect's log lines on the console")
+    parser.add_argument("-v", "--verbose", action="store_true", help="show the runs' log lines on the console")
     commands = parser.add_subparsers(dest="command", required=True)
 
-    demo = commands.add_parser("demo", help="stage, tune, fit and score a synthetic heteroscedastic data set as "
-                                            "Prefect flows on an embedded Dask cluster, and report")
+    demo = commands.add_parser("demo", help="stage, tune, fit and score a synthetic heteroscedastic data set on an "
+                                            "embedded Dask cluster, and report")
     demo.add_argument("--rows", type=int, default=100_000, help="training rows (default 100000)")
     demo.add_argument("--workdir", default="jdl-demo", help="where the data and stores go (default ./jdl-demo)")
     demo.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
@@ -258,6 +283,7 @@ def build_parser() -> argparse.ArgumentParser:
     stage.add_argument("--y", type=_columns, required=True, help="comma-separated output columns")
     stage.add_argument("--out", required=True, help="the zarr store to write")
     stage.add_argument("--chunk-size", type=int, default=65_536, help="rows per chunk (default 65536)")
+    _add_prefect(stage)
     stage.set_defaults(run=_stage)
 
     tune = commands.add_parser("tune", help="score a grid of lengthscales and reg on a staged store (validation "
@@ -355,6 +381,7 @@ def build_parser() -> argparse.ArgumentParser:
                            "event level (classification: 0.01, 0.05); repeat for several (default all)")
     reproduce.add_argument("--resume", action="store_true", help="skip the cells whose results are already in OUT "
                            "(a stopped run keeps every finished cell)")
+    _add_prefect(reproduce)
     reproduce.set_defaults(run=_reproduce)
 
     inspect = commands.add_parser("inspect", help="print a model store's card; optionally write diagnostic plots")

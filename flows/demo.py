@@ -1,10 +1,11 @@
-"""``jdl demo``: stage -> tune -> fit -> score as Prefect flows on a nonlinear heteroscedastic data set.
+"""``jdl demo``: stage -> tune -> fit -> score on a nonlinear heteroscedastic data set.
 
 Data: x ~ U(-3, 3), y = sin(x) + x/3 + (0.15 + 0.25 |x|) e, e ~ N(0, 1). The conditional mean is
 sin(x) + x/3 and the conditional standard deviation 0.15 + 0.25 |x|, so the report can compare the
-scored conditional mean, standard deviation and quantiles with the truth. The flows run on the
-Prefect API configured (a temporary local one when none is) and on an embedded Dask cluster; the
-stores stay in ``workdir``, and a second run reuses every stage whose inputs did not change.
+scored conditional mean, standard deviation and quantiles with the truth. The train-and-score flow
+runs in this process (or, with ``prefect``, as a recorded Prefect flow run) on an embedded Dask
+cluster; the stores stay in ``workdir``, and a second run reuses every stage whose inputs did not
+change.
 """
 from __future__ import annotations
 
@@ -85,12 +86,13 @@ def truth(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def run_demo(n: int = 100_000, workdir: str | Path = "jdl-demo", seed: int = 0, scheduler: str = "local",
-             tune_rows: int = 20_000) -> DemoReport:
-    """Write the data as Parquet to ``workdir``, run ``train_and_score_flow`` on it and report."""
+             tune_rows: int = 20_000, prefect: bool = False) -> DemoReport:
+    """Write the data as Parquet to ``workdir``, run the train-and-score flow on it and report;
+    ``prefect``: as a recorded Prefect flow run."""
     from pipeline.model_store import load_model
     from pipeline.tuning import load_tuning
 
-    from .jdl_flows import train_and_score_flow
+    from .runner import execute
 
     if n < 100:
         raise ValueError(f"rows: the demo needs at least 100 rows, got {n}")
@@ -102,8 +104,9 @@ def run_demo(n: int = 100_000, workdir: str | Path = "jdl-demo", seed: int = 0, 
         if not _same_table(sources[name], table):  # keep the bytes, so a re-run is recognised
             table.to_parquet(sources[name], index=False)
     started = time.perf_counter()
-    results = train_and_score_flow(
-        source=str(sources["train"]), workdir=str(root), x=["x"], y=["y"], score_source=str(sources["batch"]),
+    results = execute(
+        "train_and_score", prefect=prefect, source=str(sources["train"]), workdir=str(root), x=["x"], y=["y"],
+        score_source=str(sources["batch"]),
         functions=["mean", "second_moment", "quantile:" + ",".join(map(str, LEVELS))], tune_rows=tune_rows,
         seed=seed, scheduler=scheduler,
     )

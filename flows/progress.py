@@ -1,15 +1,15 @@
-"""Progress of long work: tasks report lines; Prefect's run logger records them (the API and the UI
-keep them with the run) and, where a display is installed (the CLI's progress bar), it shows them.
+"""Progress of long work: stages report lines. Inside a Prefect run its run logger records them (the
+API and the UI keep them with the run); outside one, the ``jdl`` logger of the standard library
+does. Where a display is installed (the CLI's progress bar), it shows them too.
 
 Lines of the form "<what> k/N <unit>" advance a bar; other lines update its description.
 """
 from __future__ import annotations
 
 import contextlib
+import logging
 import re
 from typing import Callable, Iterator
-
-from prefect import get_run_logger
 
 __all__ = ["report", "displayed", "parse_fraction"]
 
@@ -27,8 +27,15 @@ def parse_fraction(line: str) -> tuple[int, int] | None:
 
 
 def report(line: str) -> None:
-    """Log ``line`` to the current Prefect run and show it on the installed display, if any."""
-    get_run_logger().info(line)
+    """Log ``line`` (to the current Prefect run, if any) and show it on the installed display, if any."""
+    from .runner import in_prefect_run
+
+    if in_prefect_run():
+        from prefect import get_run_logger
+
+        get_run_logger().info(line)
+    else:
+        logging.getLogger("jdl").info(line)
     if _display is not None:
         _display(line)
 

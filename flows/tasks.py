@@ -1,54 +1,15 @@
-"""Prefect tasks: one per stage, each writing one store and passing its path on (never arrays).
-
-Every task validates its settings, computes its run key and reuses, writes or replaces its output
-store (``flows.resume``). Transient failures (lost connections, timeouts, a killed Dask worker) are
-retried; bad input is not. A task returns a ``StageResult``: the store's path, whether it was
-reused, and its run key.
+"""The stages of ``flows.stages`` as Prefect tasks: each run is recorded with the flow run, and a
+transient failure (``flows.stages.is_transient``) is retried after ``RETRY_DELAYS``; bad input is not.
 """
 from __future__ import annotations
-
-import json
-from typing import Any, TypedDict
-
-import zarr
 
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
-from data_schemas.data import SCHEMA_NAME as DATA_SCHEMA
-from data_schemas.model import SCHEMA_NAME as MODEL_SCHEMA
-from data_schemas.scores import SCHEMA_NAME as SCORES_SCHEMA
-from data_schemas.tuning import SCHEMA_NAME as TUNING_SCHEMA
-from pipeline.compression import compress_store, open_compressed
-from pipeline.fitting import fit_store
-from pipeline.model_store import load_model
-from pipeline.scoring import open_scores, score_store
-from pipeline.staging import data_fingerprint, open_staged, stage
-from pipeline.tuning import load_tuning, tune_store
+from . import stages
+from .stages import RETRY_DELAYS, is_transient
 
-from .artifacts import publish_fit
-from .progress import report
-from .resume import Decision, decide, run_key, source_fingerprint
-from .settings import CompressSettings, FitSettings, ScoreSettings, StageSettings, TuneSettings
-
-__all__ = ["StageResult", "stage_task", "tune_task", "fit_task", "score_task", "compress_task", "is_transient"]
-
-_NOT_TRANSIENT = (FileNotFoundError, FileExistsError, PermissionError, IsADirectoryError, NotADirectoryError)
-
-
-class StageResult(TypedDict):
-    path: str
-    reused: bool
-    key: str
-
-
-def is_transient(error: BaseException | None) -> bool:
-    """Worth a retry: connection and timeout errors, a Dask worker lost mid-task; not bad input."""
-    if error is None or isinstance(error, (ValueError, TypeError, KeyError) + _NOT_TRANSIENT):
-        return False
-    if isinstance(error, (OSError, TimeoutError, ConnectionError)):
-        return True
-    return type(error).__name__ in ("KilledWorker", "CommClosedError", "FutureCancelledError")
+__all__ = ["stage_task", "tune_task", "fit_task", "score_task", "compress_task", "reproduce_cell_task", "TASKS"]
 
 
 def _retry_on_transient(task_, task_run, state) -> bool:
@@ -59,110 +20,15 @@ def _retry_on_transient(task_, task_run, state) -> bool:
     return is_transient(error if isinstance(error, BaseException) else None)
 
 
-_TASK = dict(retries=2, retry_delay_seconds=[2, 10], retry_condition_fn=_retry_on_transient, cache_policy=NO_CACHE)
+_RETRIED = dict(retries=len(RETRY_DELAYS), retry_delay_seconds=list(RETRY_DELAYS),
+                retry_condition_fn=_retry_on_transient, cache_policy=NO_CACHE)
 
+stage_task = task(name="stage", **_RETRIED)(stages.stage)
+tune_task = task(name="tune", **_RETRIED)(stages.tune)
+fit_task = task(name="fit", **_RETRIED)(stages.fit)
+score_task = task(name="score", **_RETRIED)(stages.score)
+compress_task = task(name="compress", **_RETRIED)(stages.compress)
+reproduce_cell_task = task(name="reproduce-cell", cache_policy=NO_CACHE)(stages.reproduce_cell)
 
-def _run(stage_name: str, out: str, schema: str, key: str, validate, write) -> StageResult:
-    """Reuse ``out`` if it holds this key's result, else ``write(overwrite)`` it; log which."""
-    action = decide(out, schema, key, validate)
-    if action == Decision.REUSE:
-        report(f"{stage_name}: {out} is up to date (run key {key[:12]}), reused")
-    else:
-        report(f"{stage_name}: {'replacing' if action == Decision.REPLACE else 'writing'} {out} (run key {key[:12]})")
-        write(action == Decision.REPLACE)
-    return StageResult(path=str(out), reused=action == Decision.REUSE, key=key)
-
-
-@task(name="stage", **_TASK)
-def stage_task(settings: dict[str, Any]) -> StageResult:
-    """Validate a source table into a staged zarr store."""
-    s = StageSettings(**settings)
-    key = run_key("stage", source=source_fingerprint(s.source), x=s.x, y=s.y, chunk_size=s.chunk_size)
-    return _run("stage", s.out, DATA_SCHEMA, key, open_staged, lambda overwrite: stage(
-        s.source, s.out, s.x, s.y, chunk_size=s.chunk_size, overwrite=overwrite, run_key=key))
-
-
-def tune_key(s: TuneSettings, fingerprint: str) -> str:
-    return run_key("tune", data=fingerprint, **s.model_dump(exclude={"data", "out", "scheduler"}))
-
-
-@task(name="tune", **_TASK)
-def tune_task(settings: dict[str, Any]) -> StageResult:
-    """Score the hyperparameter grid (pairs of lengthscales fanned out on Dask) into a tuning store."""
-    s = TuneSettings(**settings)
-    key = tune_key(s, data_fingerprint(open_staged(s.data)))
-    options = s.model_dump(exclude={"data", "out"})
-    return _run("tune", s.out, TUNING_SCHEMA, key, load_tuning, lambda overwrite: tune_store(
-        s.data, s.out, **options, overwrite=overwrite, run_key=key, progress=report))
-
-
-def fit_hyperparameters(s: FitSettings) -> tuple[dict[str, float], str | None]:
-    """(lengthscale_x, lengthscale_y, reg) and the tuning store's run key (None if given directly)."""
-    explicit = s.explicit()
-    if explicit is not None:
-        return explicit, None
-    table = load_tuning(s.tuning)
-    best = json.loads(table.attrs["best"])
-    return {k: float(best[k]) for k in ("lengthscale_x", "lengthscale_y", "reg")}, table.attrs.get("run_key")
-
-
-@task(name="fit", **_TASK)
-def fit_task(settings: dict[str, Any]) -> StageResult:
-    """Fit a model on a staged store (hyperparameters given or from a tuning store); publish
-    a summary table and a diagnostics PNG as Prefect artifacts."""
-    s = FitSettings(**settings)
-    hyper, tuning_key = fit_hyperparameters(s)
-    fingerprint = data_fingerprint(open_staged(s.data))
-    options = s.model_dump(include={"tol", "constraints", "positivity", "pivoting", "seed", "method", "degree",
-                                    "threshold", "support_size"})
-    key = run_key("fit", data=fingerprint, tuning=tuning_key, **hyper, **options)
-
-    def write(overwrite: bool) -> None:
-        path, model = fit_store(s.data, s.out, **hyper, **options, scheduler=s.scheduler, overwrite=overwrite,
-                                tuning=s.tuning if tuning_key is not None else None, run_key=key,
-                                progress=report)
-        publish_fit(path, model)
-
-    return _run("fit", s.out, MODEL_SCHEMA, key, load_model, write)
-
-
-@task(name="score", **_TASK)
-def score_task(settings: dict[str, Any]) -> StageResult:
-    """Score a staged store with a model store into a scores store."""
-    s = ScoreSettings(**settings)
-    model_checksums = _model_identity(s.model)
-    key = run_key("score", model=model_checksums, data=data_fingerprint(open_staged(s.data)), functions=s.functions)
-    return _run("score", s.out, SCORES_SCHEMA, key, open_scores, lambda overwrite: score_store(
-        s.model, s.data, s.out, s.functions, overwrite=overwrite, scheduler=s.scheduler, run_key=key,
-        progress=report))
-
-
-def _model_identity(path: str) -> str:
-    """The model store's recorded checksums (every variable, atoms included): its content identity."""
-    try:
-        return str(zarr.open_group(path, mode="r", zarr_format=3).attrs["checksums"])
-    except Exception:  # absent, foreign or damaged: let the loader name the reason
-        load_model(path)
-        raise ValueError(f"model {path}: attribute 'checksums' is missing") from None
-
-
-@task(name="compress", **_TASK)
-def compress_task(settings: dict[str, Any]) -> StageResult:
-    """Compress a staged store to m points (ACKIP and friends) into a compressed set, itself a staged store."""
-    s = CompressSettings(**settings)
-    key = run_key("compress", data=data_fingerprint(open_staged(s.data)),
-                  **s.model_dump(exclude={"data", "out", "scheduler"}))
-    _refuse_plain_data(s.out)
-    options = s.model_dump(exclude={"data", "out"})
-    return _run("compress", s.out, DATA_SCHEMA, key, open_compressed, lambda overwrite: compress_store(
-        s.data, s.out, **options, overwrite=overwrite, run_key=key, progress=report))
-
-
-def _refuse_plain_data(path: str) -> None:
-    """A staged data store that is not a compressed set (the data itself, say) is never replaced."""
-    try:
-        attrs = dict(zarr.open_group(path, mode="r", zarr_format=3).attrs)
-    except Exception:  # absent or not zarr: ``decide`` handles it
-        return
-    if attrs.get("schema") == DATA_SCHEMA and "compression" not in attrs:
-        raise ValueError(f"out: {path} is a staged data store, not a compressed set; refusing to replace it")
+TASKS = {"stage": stage_task, "tune": tune_task, "fit": fit_task, "score": score_task, "compress": compress_task,
+         "reproduce_cell": reproduce_cell_task}

@@ -7,11 +7,9 @@ import pytest
 
 from flows.cli import main
 
-pytestmark = pytest.mark.usefixtures("prefect_api")
-
 
 def test_demo_runs_the_flows_and_reports_against_the_truth(tmp_path, capsys):
-    """The demo at a small size, in this process (on the session's Prefect API, in memory)."""
+    """The demo at a small size, in this process (no Prefect API configured: no server)."""
     argv = ["demo", "--rows", "4000", "--workdir", str(tmp_path / "demo"), "--scheduler", "memory"]
     assert main(argv) == 0
     out = capsys.readouterr().out

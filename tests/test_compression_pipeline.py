@@ -151,7 +151,6 @@ def test_bad_stores_are_refused(staged, in_memory, tmp_path):
     assert open_staged(staged[0]).attrs["n_samples"] == N
 
 
-@pytest.mark.usefixtures("prefect_api")
 def test_jdl_compress_through_the_cli(staged, tmp_path, capsys):
     from flows.cli import main
 

@@ -7,8 +7,6 @@ zarr = pytest.importorskip("zarr")
 from flows.cli import main  # noqa: E402
 from pipeline.model_store import load_model  # noqa: E402
 
-pytestmark = pytest.mark.usefixtures("prefect_api")
-
 
 @pytest.fixture
 def staged(tmp_path, rng):

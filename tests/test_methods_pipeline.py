@@ -147,7 +147,6 @@ def test_schema_versions(stores):
         load_model(path)
 
 
-@pytest.mark.usefixtures("prefect_api")
 def test_cli_fit_method_and_score(stores, capsys):
     root, paths = stores
     out = root / "cli-cme.zarr"

@@ -101,7 +101,6 @@ def test_plans():
         plan("regression")
 
 
-@pytest.mark.usefixtures("prefect_api")
 def test_quick_moments_run_asserts_the_structural_claims(tmp_path, capsys):
     """The CI smoke run: JDL normalization below 1e-10, no non-PSD matrix from a positivity-constrained
     JDL, grid-positivity JDL non-negative on its training grid; datasets, figures and report written."""
@@ -130,7 +129,6 @@ def test_quick_moments_run_asserts_the_structural_claims(tmp_path, capsys):
         "method", "n", "d", "replicate")
 
 
-@pytest.mark.usefixtures("prefect_api")
 def test_quick_classification_run_on_real_returns(tmp_path, capsys):
     pytest.importorskip("skfolio")
     assert main(["reproduce", "classification", "--quick", "--out", str(tmp_path)]) == 0
