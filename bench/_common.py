@@ -24,6 +24,19 @@ def median_time(run: Callable[[], Any], repeats: int) -> tuple[float, list[float
     return statistics.median(times), times, result
 
 
+def side_by_side_rates(models: dict[Any, Any], work: dict[str, Callable[[Any], Any]], rows: int,
+                       repeats: int) -> dict[Any, dict[str, float]]:
+    """Rows per second of each model (by key) for each job ``work[name](model)`` over ``rows`` rows,
+    median of ``repeats``; the models take turns within each repeat, so that they are measured side
+    by side under the same conditions."""
+    times: dict[Any, dict[str, list[float]]] = {key: {name: [] for name in work} for key in models}
+    for _ in range(repeats):
+        for key, model in models.items():
+            for name, run in work.items():
+                times[key][name].append(median_time(lambda: run(model), 1)[0])
+    return {key: {name: rows / statistics.median(t) for name, t in by_name.items()} for key, by_name in times.items()}
+
+
 def write_json(name: str, payload: dict) -> Path:
     RESULTS.mkdir(parents=True, exist_ok=True)
     path = RESULTS / f"{name}.json"

@@ -30,7 +30,7 @@ from pathlib import Path
 import numpy as np
 from scipy.stats import norm
 
-from _common import PeakMemory, median_time, write_json
+from _common import PeakMemory, side_by_side_rates, write_json
 from flows.demo import make_data, truth
 from pipeline.model_store import load_model
 
@@ -128,12 +128,7 @@ def throughput(models: dict[int, object], queries: int, repeats: int, d: int) ->
             "quantiles (99 levels)": lambda m: m.conditional_quantile(Xq, levels)}
     for model in models.values():
         model.conditional_quantile(Xq[:10], levels)  # the compiled kernels, loaded once
-    times = {n: {name: [] for name in work} for n in models}
-    for _ in range(repeats):
-        for n, model in models.items():
-            for name, run in work.items():
-                times[n][name].append(median_time(lambda: run(model), 1)[0])
-    return {n: {name: queries / float(np.median(t)) for name, t in by_name.items()} for n, by_name in times.items()}
+    return side_by_side_rates(models, work, Xq.shape[0], repeats)
 
 
 def main() -> None:

@@ -63,20 +63,8 @@ def score_flow(model: str, data: str, out: str, functions: list[str] | None = No
     return pipelines.score(**given(locals()))
 
 
-@flow(name="jdl-train-and-score", validate_parameters=False)
-def train_and_score_flow(
-    source: str, workdir: str, x: list[str], y: list[str], score_source: str | None = None,
-    functions: list[str] | None = None, lengthscales_x: list[float] | None = None,
-    lengthscales_y: list[float] | None = None, regs: list[float] | None = None, tune_rows: int = 20_000,
-    tol: float = 1e-3, positivity: str = "auto", chunk_size: int = 65_536, seed: int = 0,
-    scheduler: str | None = None,
-) -> dict[str, StageResult]:
-    """stage -> tune -> fit -> score in ``workdir`` (data.zarr, tuning.zarr, model.zarr, scores.zarr;
-    with ``score_source``, that table is staged as batch.zarr and scored instead of the training data).
-
-    Returns each stage's result; a re-run reuses every stage whose inputs did not change.
-    """
-    return pipelines.train_and_score(**locals())
+# stage -> tune -> fit -> score in one work directory (its docstring: ``flows.pipelines.train_and_score``)
+train_and_score_flow = flow(name="jdl-train-and-score", validate_parameters=False)(pipelines.train_and_score)
 
 
 @flow(name="jdl-compress", validate_parameters=False)
@@ -91,11 +79,5 @@ def compress_flow(
     return pipelines.compress(**given(locals()))
 
 
-@flow(name="jdl-reproduce", validate_parameters=False)
-def reproduce_flow(kind: str, out: str, quick: bool = False, report: str | None = None,
-                   max_n: int = 1_000_000, min_n: int = 0, parts: list[str] | None = None,
-                   resume: bool = False) -> dict:
-    """Run the paper's experiment ``kind`` ("moments" or "classification"; ``quick``: the smoke run),
-    write its result Datasets to ``out`` and regenerate the report from every result in ``out``
-    (``flows.pipelines.reproduce``)."""
-    return pipelines.reproduce(**locals())
+# the paper's experiments (its docstring: ``flows.pipelines.reproduce``)
+reproduce_flow = flow(name="jdl-reproduce", validate_parameters=False)(pipelines.reproduce)

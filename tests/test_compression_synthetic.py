@@ -193,6 +193,14 @@ def test_conditional_expectations_shapes_and_broadcast():
         assert all(v.shape == (7,) for v in out.values())
         ref = gaussian_expectations(model.mean(x), model.variance(x))
         assert all(np.array_equal(out[k], ref[k]) for k in ref)
+        # against the sampler: the mean and second moment of y over samples with x within 0.01 of 1, to five
+        # standard errors plus the drift of the analytic value across the window
+        X, Y = model.sample(400_000, seed=3)
+        y = Y[np.abs(X[:, 0] - 1.0) < 0.01, 0]
+        for name, values in (("y", y), ("y2", y**2)):
+            at = [model.conditional_expectations(np.array([[edge]]))[name][0] for edge in (0.99, 1.0, 1.01)]
+            bound = 5 * values.std() / np.sqrt(values.size) + abs(at[2] - at[0]) / 2
+            assert abs(values.mean() - at[1]) < bound, name
     assert np.allclose(HeteroscedasticModel().conditional_expectations(x)["y2"],
                        HeteroscedasticModel().mean(x) ** 2 + HeteroscedasticModel().variance(x))
 

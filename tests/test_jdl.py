@@ -170,6 +170,24 @@ def test_grid_positivity_holds_in_the_representation_queries_use(data):
     assert unconstrained.radon_nikodym(X).min() < 0  # the constraint is doing work here
 
 
+def test_grid_positivity_at_ten_thousand_rows_holds_on_its_sampled_grid_and_keeps_accuracy():
+    """n = 10,000 > grid_points = 1,000: the constraint covers a seeded sample of the training x times the
+    support atoms. Measured: 5 cutting-plane rounds, 1.2 s; conditional-mean RMSE against 0.8 x on
+    [-2, 2] 0.0271 (0.0269 with the projection); the normalized fit's grid minimum is -0.09."""
+    from jdlcore.support import sample_rows
+
+    X, Y = bivariate_gaussian(10_000, seed=4)
+    kwargs = dict(kernel_x=GaussianKernel(0.5), kernel_y=GaussianKernel(0.5), reg=1e-4, tol=1e-6)
+    model = JDL(**kwargs, positivity="grid").fit(X, Y)
+    assert model.diagnostics_["grid_converged"] and model.diagnostics_["grid_min"] >= 0
+    grid_x = X[sample_rows(10_000, model.seed, model.grid_points)]
+    R = model._directions(grid_x) @ model.basis_y_.features(model.support_atoms_).T + 1.0  # as queries evaluate
+    assert grid_x.shape[0] == 1000 and R.min() >= 0.0
+    assert JDL(**kwargs, constraints="normalization").fit(X, Y).grid_minimum(grid_x) < -0.05  # binding
+    Xq = np.linspace(-2, 2, 41)[:, None]
+    assert np.sqrt(np.mean((model.conditional_expectation(Xq)[:, 0] - 0.8 * Xq[:, 0]) ** 2)) < 0.03
+
+
 def test_grid_budget_stops_with_a_warning_and_falls_back(data):
     X, Y = data
     with pytest.warns(GridBudgetWarning, match="stopped at its budget"):

@@ -155,6 +155,19 @@ def data_1d():
     return mixture_sample(600, np.random.default_rng(11))
 
 
+def test_unnormalised_fit_is_the_raw_minimiser(data_1d):
+    """normalize=False solves without int f = 1 and divides afterwards: both solvers reach the same raw
+    minimum (measured: agree to 1e-12), whose integral is not 1, and which lies below the minimum
+    under the equality (a constraint can only raise it)."""
+    fits = {solver: fit_psd_density(data_1d, m=15, lengthscale=0.4, reg=1e-4, solver=solver, normalize=False)
+            for solver in ("cvxpy", "pgd")}
+    raw = {solver: fit.fit_info_["objective_unnormalized"] for solver, fit in fits.items()}
+    assert raw["cvxpy"] == pytest.approx(raw["pgd"], rel=1e-9)
+    assert abs(fits["cvxpy"].fit_info_["integral_before_normalization"] - 1.0) > 1e-4
+    constrained = fit_psd_density(data_1d, m=15, lengthscale=0.4, reg=1e-4, solver="cvxpy", normalize=True)
+    assert raw["cvxpy"] < constrained.fit_info_["objective"]
+
+
 @pytest.mark.parametrize("solver", ["cvxpy", "pgd"])
 @pytest.mark.parametrize("normalize", [True, False])
 def test_fit_is_psd_and_normalised(data_1d, solver, normalize):

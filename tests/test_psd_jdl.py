@@ -189,6 +189,28 @@ def test_independence_gives_the_marginal(data):
     np.testing.assert_allclose(model.density_ratio(Xq, Xq), 1.0, rtol=1e-12)
 
 
+def test_queries_with_any_psd_coefficient_are_the_quadratic_form(data, rng):
+    """With a random PSD M set by hand, every query equals its brute-force value from
+    g(x, y_t) = phi(x, y_t)^T M phi(x, y_t), phi = [1, Psi_X(x)] (x) [1, Psi_Y(y_t)]: the values on the
+    training atoms, at arbitrary pairs, the weights and the conditional mean and CDF."""
+    X, Y = data
+    with pytest.warns(DegeneracyWarning, match="solver_unconverged"):  # the coefficients are replaced below
+        model = PSDJDL(GaussianKernel(0.5), GaussianKernel(0.5), reg=1e-2, tol=1e-2, max_rank=4, max_iter=5).fit(X, Y)
+    p = model.coef_.shape[0]
+    factor = rng.standard_normal((p, 3))
+    M = factor @ factor.T
+    model._set_coef(M)
+    Xq = np.array([[-2.5], [0.3], [1.7]])
+    Aq, Bt = _augmented(model, Xq, Y)
+    G = np.array([[np.kron(a, b) @ M @ np.kron(a, b) for b in Bt] for a in Aq])  # (3, n), one pair at a time
+    np.testing.assert_allclose(model.radon_nikodym(Xq), G, rtol=1e-10, atol=1e-12 * np.abs(G).max())
+    np.testing.assert_allclose(model.density_ratio(Xq, Y[:3]), [G[i, i] for i in range(3)], rtol=1e-10)
+    W = G / G.sum(axis=1, keepdims=True)
+    np.testing.assert_allclose(model.conditional_weights(Xq), W, rtol=1e-10, atol=1e-14)
+    np.testing.assert_allclose(model.conditional_expectation(Xq)[:, 0], W @ Y[:, 0], rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(model.conditional_cdf(Xq, [0.0])[:, 0], W @ (Y[:, 0] <= 0.0), rtol=1e-10, atol=1e-12)
+
+
 def test_predict_proba_discrete_y(rng):
     X = rng.standard_normal((120, 1))
     Y = (X[:, 0] + 0.3 * rng.standard_normal(120) > 0).astype(float)
