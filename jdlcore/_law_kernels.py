@@ -350,6 +350,19 @@ def _vector_emit(u, scale, pi, C, theta, out):
     _clip_normalise(pi, out)
 
 
+@nb.njit(cache=True, fastmath=True)
+def _signed_sums(u, pi, C, signed, b):
+    """b = C @ (pi u) (K,), one loop over the atoms per moment function so that each vectorises;
+    signed (M,) is scratch."""
+    for k in range(u.shape[0]):
+        signed[k] = pi[k] * u[k]
+    for i in range(C.shape[0]):
+        total = 0.0
+        for k in range(u.shape[0]):
+            total += signed[k] * C[i, k]
+        b[i] = total
+
+
 @nb.njit(cache=True, nogil=True)
 def project_vector(R, pi, C, monomials, products, tol, P, level):
     """The projection for a vector Y, keeping mass and mean: C (K, M) = [1, z_1, ..., z_d] in
@@ -362,19 +375,14 @@ def project_vector(R, pi, C, monomials, products, tol, P, level):
     K = C.shape[0]
     b = np.zeros(K)
     theta = np.zeros(K)
+    signed = np.empty(M)
     for r in range(q):
         u = R[r]
-        mass = 0.0
+        _signed_sums(u, pi, C, signed, b)
+        mass = b[0]  # C[0] is the constant 1
         negative = False
-        for i in range(K):
-            b[i] = 0.0
         for k in range(M):
-            w = pi[k] * u[k]
-            mass += w
-            for i in range(K):
-                b[i] += w * C[i, k]
-            if u[k] < 0.0:
-                negative = True
+            negative |= u[k] < 0.0
         for i in range(K):
             theta[i] = 0.0
         if mass > 0.0 and not negative:

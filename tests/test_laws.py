@@ -77,6 +77,26 @@ def test_projection_of_a_vector_y_equals_the_conic_solution():
     np.testing.assert_allclose(P @ atoms, (weights * R / (R @ weights)) @ atoms, rtol=0, atol=1e-12)
 
 
+def test_projection_of_a_three_dimensional_y_equals_the_conic_solution_row_by_row():
+    """Six rows of ringing laws on 150 atoms in 3-D, each keeping its mass and three means (level 1)."""
+    rng = np.random.default_rng(4)
+    atoms = rng.standard_normal((150, 3)) * [1.0, 2.0, 0.5]
+    weights = rng.uniform(0.5, 1.5, 150)
+    weights /= weights.sum()
+    support = Support(atoms, weights, "cells", 0.0, "normalization", 150)
+    basis = MomentBasis(support)
+    rows = []
+    for centre in rng.standard_normal((6, 3)) * 0.5:
+        distance = np.sum(((atoms - centre) / [1.0, 2.0, 0.5]) ** 2, axis=1)
+        rows.append(0.05 + 6.0 * np.exp(-distance / 0.8) * (1.0 - distance / 1.6))
+    R = np.array(rows)
+    assert (R.min(axis=1) < 0).all()
+    P, level = apply_rule(R.copy(), weights, "project", basis)
+    np.testing.assert_array_equal(level, 1)
+    np.testing.assert_allclose(P, reference_projection(R, support, basis.columns), rtol=0, atol=1e-7)
+    np.testing.assert_allclose(P @ atoms, (weights * R / (R @ weights)[:, None]) @ atoms, rtol=0, atol=1e-12)
+
+
 def test_rows_without_negative_values_are_the_signed_law():
     support = scalar_support()
     R = 1.0 + 0.5 * np.sin(support.atoms[:, 0])[None, :]
