@@ -24,11 +24,26 @@ def median_time(run: Callable[[], Any], repeats: int) -> tuple[float, list[float
     return statistics.median(times), times, result
 
 
+def scoring_rates(models: dict[Any, Any], Xq: Any, thresholds: Any, repeats: int) -> dict[Any, dict[str, float]]:
+    """Rows per second of each model (by key) scoring the queries Xq (q, d_x): the mean, the second
+    moment, the CDF at ``thresholds`` and 99 quantile levels, median of ``repeats``; the models take
+    turns within each repeat, so that they are measured side by side under the same conditions."""
+    import numpy as np
+
+    levels = np.linspace(0.01, 0.99, 99)
+    work = {"mean": lambda m: m.expectation("mean", Xq),
+            "second moment": lambda m: m.expectation("second_moment", Xq),
+            f"cdf ({len(thresholds)} thresholds)": lambda m: m.conditional_cdf(Xq, thresholds),
+            "quantiles (99 levels)": lambda m: m.conditional_quantile(Xq, levels)}
+    for model in models.values():
+        model.conditional_quantile(Xq[:10], levels)  # the compiled kernels, loaded once
+    return side_by_side_rates(models, work, len(Xq), repeats)
+
+
 def side_by_side_rates(models: dict[Any, Any], work: dict[str, Callable[[Any], Any]], rows: int,
                        repeats: int) -> dict[Any, dict[str, float]]:
     """Rows per second of each model (by key) for each job ``work[name](model)`` over ``rows`` rows,
-    median of ``repeats``; the models take turns within each repeat, so that they are measured side
-    by side under the same conditions."""
+    median of ``repeats``; the models take turns within each repeat."""
     times: dict[Any, dict[str, list[float]]] = {key: {name: [] for name in work} for key in models}
     for _ in range(repeats):
         for key, model in models.items():

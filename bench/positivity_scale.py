@@ -30,7 +30,7 @@ from pathlib import Path
 import numpy as np
 from scipy.stats import norm
 
-from _common import PeakMemory, side_by_side_rates, write_json
+from _common import PeakMemory, scoring_rates, write_json
 from flows.demo import make_data, truth
 from pipeline.model_store import load_model
 
@@ -117,18 +117,10 @@ def accuracy(model, Xq: np.ndarray) -> dict:
 
 
 def throughput(models: dict[int, object], queries: int, repeats: int, d: int) -> dict[int, dict[str, float]]:
-    """Rows per second of each model (by n) for each query, median of ``repeats``; the models take
-    turns within each repeat, so that they are measured side by side under the same conditions."""
+    """Rows per second of each model (by n) for each query (``_common.scoring_rates``), on fresh x of
+    the demo's data; the CDF at 9 thresholds."""
     Xq = make_data(queries, 99, d).drop(columns="y").to_numpy()
-    thresholds = np.linspace(-2, 2, 9)
-    levels = np.linspace(0.01, 0.99, 99)
-    work = {"mean": lambda m: m.expectation("mean", Xq),
-            "second_moment": lambda m: m.expectation("second_moment", Xq),
-            "cdf (9 thresholds)": lambda m: m.conditional_cdf(Xq, thresholds),
-            "quantiles (99 levels)": lambda m: m.conditional_quantile(Xq, levels)}
-    for model in models.values():
-        model.conditional_quantile(Xq[:10], levels)  # the compiled kernels, loaded once
-    return side_by_side_rates(models, work, Xq.shape[0], repeats)
+    return scoring_rates(models, Xq, np.linspace(-2, 2, 9), repeats)
 
 
 def main() -> None:

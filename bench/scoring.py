@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from _common import side_by_side_rates, write_json
+from _common import scoring_rates, write_json
 from end_to_end import write_source
 from pipeline.fitting import fit_store
 from pipeline.model_store import load_model
@@ -27,17 +27,9 @@ from pipeline.staging import stage
 
 
 def rates(models: dict[int, object], Xq: np.ndarray, repeats: int) -> dict[int, dict[str, float]]:
-    """Rows per second of each model (by n) for each query, median of ``repeats``; the models take
-    turns within each repeat, so that they are measured side by side under the same conditions."""
-    thresholds = np.repeat(np.linspace(-2, 2, 9)[:, None], 3, axis=1)
-    levels = np.linspace(0.01, 0.99, 99)
-    work = {"mean": lambda m: m.expectation("mean", Xq),
-            "second moment (3 x 3)": lambda m: m.expectation("second_moment", Xq),
-            "cdf (9 thresholds)": lambda m: m.conditional_cdf(Xq, thresholds),
-            "quantiles (99 levels)": lambda m: m.conditional_quantile(Xq, levels)}
-    for model in models.values():
-        model.conditional_quantile(Xq[:10], levels)  # the compiled kernels, loaded once
-    return side_by_side_rates(models, work, Xq.shape[0], repeats)
+    """Rows per second of each model (by n) for each query (``_common.scoring_rates``); the CDF at 9
+    threshold vectors on the diagonal of R^3."""
+    return scoring_rates(models, Xq, np.repeat(np.linspace(-2, 2, 9)[:, None], 3, axis=1), repeats)
 
 
 def main() -> None:
