@@ -399,13 +399,42 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+@contextlib.contextmanager
+def _terminate_as_interrupt():
+    """SIGTERM ends the command as Ctrl-C does (``KeyboardInterrupt``), so that every ``with`` block
+    unwinds: the embedded Dask cluster and a temporary Prefect API are shut down and a store being
+    written is removed (``pipeline.atomic``). The previous handler is restored on exit."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
     try:
-        return args.run(args)
-    except (ValueError, RuntimeError) as error:
-        print(f"jdl {args.command}: error: {error}", file=sys.stderr)
-        return 2
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run one ``jdl`` command; returns 0, 2 for bad input or a failed run (one line on stderr), or 130
+    when stopped by Ctrl-C or SIGTERM (the output is left absent, or as the previous run wrote it)."""
+    args = build_parser().parse_args(argv)
+    with _terminate_as_interrupt():
+        try:
+            return args.run(args)
+        except (ValueError, RuntimeError) as error:
+            print(f"jdl {args.command}: error: {error}", file=sys.stderr)
+            return 2
+        except KeyboardInterrupt:
+            print(f"jdl {args.command}: stopped; the output is absent or as the previous run left it",
+                  file=sys.stderr)
+            return 130
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -2,9 +2,11 @@
 request or when an API is configured, with the same stages, results and retry rule either way."""
 import json
 import os
+import signal
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import numpy as np
@@ -136,3 +138,47 @@ def test_help_is_fast_to_import():
                             timeout=120)
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout) == []
+
+
+def test_sigterm_stops_a_command_with_its_cluster_and_leaves_no_output(tmp_path):
+    """`jdl tune` on an embedded Dask cluster gets SIGTERM once its first candidate pair is scored (of
+    twelve): it exits with 130 and one line, the cluster's processes end, and no store or temporary
+    directory is left."""
+    psutil = pytest.importorskip("psutil")
+    data = tmp_path / "d.zarr"
+    assert main(["stage", str(write_table(tmp_path / "t.npz", 20_000)), "--x", "x", "--y", "y", "--out", str(data)]) == 0
+    command = [sys.executable, "-m", "flows.cli", "-v", "tune", str(data), "--out", str(tmp_path / "tuning.zarr"),
+               "--scheduler", "local", "--lengthscales-x", "0.1,0.2,0.3,0.5,0.8,1.2", "--lengthscales-y", "0.2,0.4"]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
+    process = subprocess.Popen(command, cwd=REPO, env=env, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        for line in process.stderr:  # the cluster is up and working once a pair is scored
+            if "tuned 1/12" in line:
+                break
+        else:
+            pytest.fail(f"tune ended before scoring a pair (exit {process.wait()})")
+        os.kill(process.pid, signal.SIGTERM)
+        rest = process.stderr.read()
+        assert process.wait(timeout=120) == 130, rest[-2000:]
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+    assert "jdl tune: stopped; the output is absent or as the previous run left it" in rest.splitlines()
+
+    def running_in_group() -> list:
+        found = []
+        for other in psutil.process_iter(["pid", "status"]):
+            try:
+                if os.getpgid(other.pid) == process.pid and other.info["status"] != psutil.STATUS_ZOMBIE:
+                    found.append(other)
+            except (ProcessLookupError, psutil.Error):
+                pass
+        return found
+
+    left = running_in_group()
+    deadline = time.monotonic() + 60
+    while left and time.monotonic() < deadline:
+        time.sleep(0.5)
+        left = running_in_group()
+    assert not left, [(p.pid, p.cmdline()) for p in left]
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["d.zarr", "t.npz"]
