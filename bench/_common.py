@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
+import numpy as np
 import psutil
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -28,8 +29,6 @@ def scoring_rates(models: dict[Any, Any], Xq: Any, thresholds: Any, repeats: int
     """Rows per second of each model (by key) scoring the queries Xq (q, d_x): the mean, the second
     moment, the CDF at ``thresholds`` and 99 quantile levels, median of ``repeats``; the models take
     turns within each repeat, so that they are measured side by side under the same conditions."""
-    import numpy as np
-
     levels = np.linspace(0.01, 0.99, 99)
     work = {"mean": lambda m: m.expectation("mean", Xq),
             "second moment": lambda m: m.expectation("second_moment", Xq),

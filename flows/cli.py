@@ -115,9 +115,10 @@ def _execute(args: argparse.Namespace, name: str, title: str | None = None, **pa
 
 def _run_flow(args: argparse.Namespace, name: str, settings_class, **parameters):
     """Validate first (nothing starts for bad arguments), then run the flow."""
+    from .pipelines import given
     from .settings import validated
 
-    validated(settings_class, name, **{k: v for k, v in parameters.items() if v is not None})
+    validated(settings_class, name, **given(parameters))
     return _execute(args, name, **parameters)
 
 

@@ -554,6 +554,12 @@ class JDL(Estimator):
         """g(x_q) = H Psi_X(x_q)^T as rows (q, m_Y): 1 + h(x_q, y) = 1 + Psi_Y(y) . g(x_q)."""
         return self.basis_x_.features(Xq) @ self.coef_.T
 
+    def _signed_values(self, g: np.ndarray) -> np.ndarray:
+        """R = 1 + h(x_q, z_k) at every support atom for directions g (q, m_Y) (``_directions``), (q, M)."""
+        R = g @ self._support_psi.T
+        R += 1.0
+        return R
+
     def _map_law(self, Xq: Any, read: Callable[[np.ndarray, slice], np.ndarray], width: int) -> np.ndarray:
         """``read(P, rows)`` -> (rows, width) for the laws P of every query, block by block; (q, width)."""
         Xq = self._queries(Xq)
@@ -561,9 +567,7 @@ class JDL(Estimator):
         out = np.empty((Xq.shape[0], width))
 
         def prepare(rows: slice) -> np.ndarray:
-            R = g[rows] @ self._support_psi.T
-            R += 1.0
-            return R
+            return self._signed_values(g[rows])
 
         def work(rows: slice, R: np.ndarray) -> None:
             P, _ = apply_rule(R, self.support_.weights, self.law_rule, self._moments)
@@ -583,16 +587,12 @@ class JDL(Estimator):
         mean; 0 mass; -1 the signed law had no positive mass (``jdlcore.laws.LEVELS``)."""
         if self.law_rule != "project":
             raise ValueError(f"law_levels: only the 'project' rule keeps moments; this model's law is {self.law_rule!r}")
-        Xq = self._queries(Xq)
-        R = self._directions(Xq) @ self._support_psi.T
-        R += 1.0
+        R = self._signed_values(self._directions(self._queries(Xq)))
         return apply_rule(R, self.support_.weights, "project", self._moments)[1].astype(np.int64)
 
     def negative_support_mass(self, Xq: Any) -> np.ndarray:
         """Negative mass of the signed law on the support at each query, relative to its total, (q,)."""
-        Xq = self._queries(Xq)
-        R = self._directions(Xq) @ self._support_psi.T
-        R += 1.0
+        R = self._signed_values(self._directions(self._queries(Xq)))
         R *= self.support_.weights
         return -np.minimum(R, 0.0).sum(axis=1) / R.sum(axis=1)
 
@@ -680,7 +680,7 @@ class JDL(Estimator):
         """
         self._fitted()
         X, Y = paired_samples(X, Y)
-        marginal = self.support_.weights / self.support_.weights.sum()
+        marginal = self.support_.weights  # the law at h = 0; it sums to 1
         if self.support_.d == 1:
             model_loss = float(np.mean(self.crps(X, Y)))
             marginal_loss = float(np.mean(law_crps(np.broadcast_to(marginal, (len(Y), marginal.size)),

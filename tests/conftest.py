@@ -16,6 +16,15 @@ def bivariate_gaussian(n: int, rho: float = 0.8, seed: int = 0) -> tuple[np.ndar
     return x[:, None], y[:, None]
 
 
+def write_table(path, n: int = 400, seed: int = 0):
+    """An .npz table of n rows: x ~ U(-3, 3), y = sin(x) + (0.2 + 0.1 |x|) e; returns ``path``."""
+    generator = np.random.default_rng(seed)
+    x = generator.uniform(-3, 3, n)
+    y = np.sin(x) + (0.2 + 0.1 * np.abs(x)) * generator.standard_normal(n)
+    np.savez(path, x=x, y=y)
+    return path
+
+
 def step_crps(cdf_at, y: float, atoms: np.ndarray) -> float:
     """The CRPS integral of (F(t) - 1{t >= y})^2 dt for a step CDF, exactly: the integrand is constant
     between consecutive breakpoints (the atoms and y) and zero outside them. ``cdf_at(t)`` gives F at

@@ -20,17 +20,11 @@ from flows.stages import is_transient  # noqa: E402
 from pipeline.model_store import load_model  # noqa: E402
 from pipeline.tuning import load_tuning  # noqa: E402
 
+from .conftest import write_table  # noqa: E402
+
 pytestmark = pytest.mark.usefixtures("prefect_api")
 
 REPO = Path(__file__).resolve().parents[1]
-
-
-def write_table(path: Path, n: int, seed: int) -> Path:
-    rng = np.random.default_rng(seed)
-    x = rng.uniform(-3, 3, n)
-    y = np.sin(x) + (0.2 + 0.1 * np.abs(x)) * rng.standard_normal(n)
-    np.savez(path, x=x, y=y)
-    return path
 
 
 def modified_times(store: Path) -> dict:

@@ -15,14 +15,9 @@ import pytest
 from flows.cli import main
 from flows.runner import configured_api_url, execute, prefect_requested, run_stage
 
+from .conftest import write_table
+
 REPO = Path(__file__).resolve().parents[1]
-
-
-def write_table(path: Path, n: int = 400, seed: int = 0) -> Path:
-    rng = np.random.default_rng(seed)
-    x = rng.uniform(-3, 3, n)
-    np.savez(path, x=x, y=np.sin(x) + 0.2 * rng.standard_normal(n))
-    return path
 
 
 def test_the_command_line_runs_without_prefect_by_default(tmp_path):
