@@ -341,7 +341,10 @@ class JDL(Estimator):
         return support, sums
 
     def _set_support(self, support: Support) -> None:
+        """The support and what queries read from it; also folds the x basis into the coefficients
+        (every basis has Psi_X(x) = raw(x) @ coefficients), so a query's directions take one product."""
         self.support_ = support
+        self._direction_map = np.ascontiguousarray(self.basis_x_.coefficients @ self.coef_.T)
         self._support_psi = np.ascontiguousarray(self.basis_y_.features(support.atoms))
         self._moments = MomentBasis(support)
         self._orders: dict[int, np.ndarray] = {}
@@ -552,7 +555,7 @@ class JDL(Estimator):
 
     def _directions(self, Xq: np.ndarray) -> np.ndarray:
         """g(x_q) = H Psi_X(x_q)^T as rows (q, m_Y): 1 + h(x_q, y) = 1 + Psi_Y(y) . g(x_q)."""
-        return self.basis_x_.features(Xq) @ self.coef_.T
+        return self.basis_x_.raw(Xq) @ self._direction_map
 
     def _signed_values(self, g: np.ndarray) -> np.ndarray:
         """R = 1 + h(x_q, z_k) at every support atom for directions g (q, m_Y) (``_directions``), (q, M)."""
@@ -563,17 +566,14 @@ class JDL(Estimator):
     def _map_law(self, Xq: Any, read: Callable[[np.ndarray, slice], np.ndarray], width: int) -> np.ndarray:
         """``read(P, rows)`` -> (rows, width) for the laws P of every query, block by block; (q, width)."""
         Xq = self._queries(Xq)
-        g = self._directions(Xq)  # the bases' thread pool: outside the row blocks below
         out = np.empty((Xq.shape[0], width))
 
-        def prepare(rows: slice) -> np.ndarray:
-            return self._signed_values(g[rows])
-
-        def work(rows: slice, R: np.ndarray) -> None:
+        def work(rows: slice) -> None:
+            R = self._signed_values(self._directions(Xq[rows]))
             P, _ = apply_rule(R, self.support_.weights, self.law_rule, self._moments)
             out[rows] = read(P, rows)
 
-        map_rows(Xq.shape[0], self.support_.size, prepare, work)
+        map_rows(Xq.shape[0], self.support_.size, work)
         return out
 
     def conditional_weights(self, Xq: Any) -> np.ndarray:

@@ -29,7 +29,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from .kernels import _THREADS, pool_map
+from .kernels import pool_map, single_threaded_blas
 from .support import Support
 
 __all__ = ["RULES", "LEVELS", "MomentBasis", "apply_rule", "quantiles", "crps", "map_rows", "ROW_ELEMENTS"]
@@ -120,12 +120,15 @@ def quantiles(P: np.ndarray, values: np.ndarray, levels: np.ndarray, order: np.n
     (default: argsort of ``values``). All levels in one merge per row.
     """
     order = np.argsort(values, kind="stable") if order is None else order
-    rank = np.argsort(levels, kind="stable")
     out = np.empty((P.shape[0], levels.size))
-    _kernels().running_quantiles(np.ascontiguousarray(P), order.astype(np.int64), values[order], levels[rank], out)
-    result = np.empty_like(out)
-    result[:, rank] = out
-    return result
+    ascending = bool(np.all(levels[1:] >= levels[:-1]))
+    rank = slice(None) if ascending else np.argsort(levels, kind="stable")
+    merged = out if ascending else np.empty_like(out)
+    _kernels().running_quantiles(np.ascontiguousarray(P), order.astype(np.int64, copy=False), values[order],
+                                 levels[rank], merged)
+    if not ascending:
+        out[:, rank] = merged
+    return out
 
 
 def crps(P: np.ndarray, values: np.ndarray, observed: np.ndarray) -> np.ndarray:
@@ -142,19 +145,11 @@ def crps(P: np.ndarray, values: np.ndarray, observed: np.ndarray) -> np.ndarray:
     return first - second
 
 
-def map_rows(q: int, width: int, prepare: Callable[[slice], np.ndarray],
-             work: Callable[[slice, np.ndarray], Any]) -> list:
-    """``work(rows, block)`` over row blocks of about ``ROW_ELEMENTS`` / width rows, on the kernel thread
-    pool; results in row order. ``prepare(rows)`` -> (rows, width) array runs first in this thread, for
-    as many blocks as the pool has threads at a time, and each block gets its rows of it: BLAS work
-    belongs there (at BLAS's own thread count), the compiled per-row kernels in ``work`` (BLAS threads
-    nested in the pool's oversubscribed the cores)."""
+def map_rows(q: int, width: int, work: Callable[[slice], Any]) -> list:
+    """``work(rows)`` over row blocks of about ``ROW_ELEMENTS`` / width rows, on the kernel thread pool
+    with BLAS at one thread (``kernels.single_threaded_blas``); results in row order. Each block does
+    all of its work in its thread, the BLAS products that make its R included: the pool's threads
+    then keep every core busy, with no serial step between blocks."""
     step = max(1, ROW_ELEMENTS // max(width, 1))
-    group = step * _THREADS
-    results: list = []
-    for start in range(0, q, group):
-        stop = min(start + group, q)
-        prepared = prepare(slice(start, stop))
-        blocks = [slice(first, min(first + step, stop)) for first in range(start, stop, step)]
-        results += pool_map(lambda rows: work(rows, prepared[rows.start - start:rows.stop - start]), blocks)
-    return results
+    with single_threaded_blas():
+        return pool_map(work, [slice(first, min(first + step, q)) for first in range(0, q, step)])

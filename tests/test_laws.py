@@ -77,24 +77,30 @@ def test_projection_of_a_vector_y_equals_the_conic_solution():
     np.testing.assert_allclose(P @ atoms, (weights * R / (R @ weights)) @ atoms, rtol=0, atol=1e-12)
 
 
-def test_projection_of_a_three_dimensional_y_equals_the_conic_solution_row_by_row():
-    """Six rows of ringing laws on 150 atoms in 3-D, each keeping its mass and three means (level 1)."""
+@pytest.mark.parametrize("d", [2, 3, 4])
+def test_projection_of_a_vector_y_equals_the_conic_solution_row_by_row(d):
+    """Six rows of ringing laws on 150 atoms in d dimensions, each keeping its mass and d means (level 1).
+    d = 2 and 3 run the fused four-row loops (2 padded with a zero row), d = 4 the general ones."""
     rng = np.random.default_rng(4)
-    atoms = rng.standard_normal((150, 3)) * [1.0, 2.0, 0.5]
+    spread = np.array([1.0, 2.0, 0.5, 1.5])[:d]
+    atoms = rng.standard_normal((150, d)) * spread
     weights = rng.uniform(0.5, 1.5, 150)
     weights /= weights.sum()
     support = Support(atoms, weights, "cells", 0.0, "normalization", 150)
     basis = MomentBasis(support)
+    assert basis.columns.shape == (150, d + 1)
     rows = []
-    for centre in rng.standard_normal((6, 3)) * 0.5:
-        distance = np.sum(((atoms - centre) / [1.0, 2.0, 0.5]) ** 2, axis=1)
-        rows.append(0.05 + 6.0 * np.exp(-distance / 0.8) * (1.0 - distance / 1.6))
+    for centre in rng.standard_normal((6, d)) * 0.5:
+        distance = np.sum(((atoms - centre) / spread) ** 2, axis=1)
+        rows.append(0.05 + 6.0 * np.exp(-distance / (0.4 * d)) * (1.0 - distance / (0.8 * d)))
     R = np.array(rows)
     assert (R.min(axis=1) < 0).all()
     P, level = apply_rule(R.copy(), weights, "project", basis)
     np.testing.assert_array_equal(level, 1)
     np.testing.assert_allclose(P, reference_projection(R, support, basis.columns), rtol=0, atol=1e-7)
     np.testing.assert_allclose(P @ atoms, (weights * R / (R @ weights)[:, None]) @ atoms, rtol=0, atol=1e-12)
+    assert P.min() >= 0
+    np.testing.assert_allclose(P.sum(1), 1.0, rtol=0, atol=1e-14)
 
 
 def test_rows_without_negative_values_are_the_signed_law():
@@ -194,23 +200,60 @@ def test_crps_equals_the_exact_integral_of_the_step_cdf():
     np.testing.assert_allclose(crps(P, values, y), exact, rtol=0, atol=1e-12)
 
 
-def test_map_rows_prepares_in_the_caller_and_hands_each_block_its_rows(monkeypatch):
-    """prepare runs in the calling thread (BLAS at its own thread count), work gets exactly its rows."""
+def test_map_rows_covers_every_row_once_on_the_pool_with_single_threaded_blas(monkeypatch):
+    """Each block runs whole in a pool thread (when the pool has several), with BLAS at one thread
+    there; BLAS's own thread count is back afterwards. Nested pool work runs in the calling thread."""
     import threading
 
+    from threadpoolctl import threadpool_info
+
+    import jdlcore.kernels as kernels
     import jdlcore.laws as laws
 
-    monkeypatch.setattr(laws, "ROW_ELEMENTS", 40)  # 4 rows per block at width 10: many blocks and groups
-    data = np.arange(103 * 10, dtype=float).reshape(103, 10)
-    callers = []
+    def blas_threads() -> list[int]:
+        return [lib["num_threads"] for lib in threadpool_info() if lib["user_api"] == "blas"]
 
-    def prepare(rows):
-        callers.append(threading.current_thread() is threading.main_thread())
-        return data[rows] * 2.0
+    monkeypatch.setattr(kernels, "_THREADS", 2)  # a pool of two threads on any machine
+    monkeypatch.setattr(laws, "ROW_ELEMENTS", 40)  # 4 rows per block at width 10: many blocks
+    before = blas_threads()
+    seen = []
 
-    out = laws.map_rows(103, 10, prepare, lambda rows, block: (rows, block.copy()))
-    assert all(callers) and len(callers) == -(-103 // (4 * laws._THREADS))
-    covered = np.concatenate([np.arange(rows.start, rows.stop) for rows, _ in out])
-    np.testing.assert_array_equal(covered, np.arange(103))
-    for rows, block in out:
-        np.testing.assert_array_equal(block, data[rows] * 2.0)
+    def work(rows):
+        inner = kernels.pool_map(lambda item: threading.current_thread().name, [0, 1, 2])
+        seen.append((threading.current_thread().name, blas_threads(), inner))
+        return rows
+
+    out = laws.map_rows(103, 10, work)
+    np.testing.assert_array_equal(np.concatenate([np.arange(r.start, r.stop) for r in out]), np.arange(103))
+    assert [r.stop - r.start for r in out[:-1]] == [4] * (len(out) - 1)
+    assert len(seen) == len(out) == -(-103 // 4)
+    for name, threads, inner in seen:
+        assert name.startswith("jdl-kernel") and inner == [name] * 3
+        assert all(t == 1 for t in threads)
+    assert blas_threads() == before
+
+
+@pytest.mark.parametrize("d", [3, 4])
+def test_the_projection_passes_against_numpy(d):
+    """The compiled passes of the vector-y Newton (d = 3: the fused four-row loops; d = 4: the general
+    ones) against NumPy at random multipliers: t = scale u + theta . C, w = pi [t >= 0], F = C (w t),
+    the value sum w t^2 and the Jacobian C diag(w) C^T."""
+    from jdlcore import _law_kernels as kernels
+
+    rng = np.random.default_rng(9)
+    M = 301
+    pi = rng.uniform(0.1, 1.0, M)
+    basis = MomentBasis(Support(rng.standard_normal((M, d)), pi / pi.sum(), "cells", 0.0, "normalization", M))
+    C, rows = basis.columns_by_row, d + 1
+    u, theta = rng.standard_normal(M), rng.standard_normal(rows) * 0.5
+    t = 0.7 * u + theta @ C
+    w = np.where(t >= 0, pi, 0.0)
+    F, wk, wt = np.zeros(rows), np.empty(M), np.empty(M)
+    value = kernels._pass(u, 0.7, pi, C, theta, rows, F, wk, wt)
+    np.testing.assert_allclose(value, np.sum(w * t * t), rtol=1e-12)
+    np.testing.assert_allclose(F, C @ (w * t), rtol=0, atol=1e-12)
+    np.testing.assert_array_equal(wk, w)
+    np.testing.assert_allclose(wt, w * t, rtol=0, atol=1e-14)
+    J, S = np.zeros((rows, rows)), np.zeros(basis.monomials.shape[0])
+    kernels._jacobian(C, basis.monomials, basis.products, w, rows, S, J)
+    np.testing.assert_allclose(J, (C * w) @ C.T, rtol=0, atol=1e-12)
