@@ -52,6 +52,8 @@ from __future__ import annotations
 
 import json
 
+from jdlcore.registry import METHODS
+
 from .tuning import validate_grid
 
 SCHEMA_NAME = "jdl.model"
@@ -87,19 +89,34 @@ _REDUCTIONS: dict[str, tuple[str, ...]] = {
     **{f"reduction_{name}_{side}": (f"basis_{side}",) for side in ("x", "y") for name in ("lam", "sum", "min", "max")},
     "reduction_cross": ("basis_y", "basis_x"),
 }
-_ATOM_MODEL = {"coef": ("basis_y", "basis_x"), "y_atoms": ("sample", "y_feature"), **_REDUCTIONS}
+def _classes(side: str) -> dict[str, tuple[str, ...]]:
+    """The class one-hot basis of a discrete variable (``jdlcore.greedy.ClassBasis``): classes and counts."""
+    return {f"{side}_classes": (f"basis_{side}",), f"{side}_counts": (f"basis_{side}",),
+            f"{side}_trace_error": (f"step_{side}",)}
 
-# The variables of each method (the attribute ``method``) and their dimensions.
-METHOD_VARIABLES: dict[str, dict[str, tuple[str, ...]]] = {
-    "jdl": {**_ATOM_MODEL, **_spectral("x"), **_spectral("y")},
-    "jpdl": {**_ATOM_MODEL, **_polynomial("x"), **_polynomial("y")},
-    "greedy": {**_ATOM_MODEL, "x_classes": ("basis_x",), "x_counts": ("basis_x",), "x_trace_error": ("step_x",),
-               **_spectral("y")},
-    "cme": {"coef": ("basis_y", "basis_x"), **_spectral("x"), **_spectral("y")},
-    "klr": {**_spectral("x"), "coef": ("basis_x", "logit"), "intercept": ("logit",), "classes": ("class",)},
-}
-# Methods whose conditional laws are weights on the n training atoms (y_atoms, registered sums).
-ATOM_METHODS = ("jdl", "jpdl", "greedy")
+
+_BASES = {"spectral": _spectral, "polynomial": _polynomial, "classes": _classes}
+_ATOM_MODEL = {"y_atoms": ("sample", "y_feature"), **_REDUCTIONS}
+
+
+def _method_variables(cls: type) -> dict[str, tuple[str, ...]]:
+    """The variables of a registered method's store and their dims, from its class's declarations:
+    its own state arrays (``state_dims``), the training atoms and reductions where its laws live on
+    atoms, and the variables of each basis kind (``bases``)."""
+    dims = dict(cls.state_dims)
+    if cls.laws_on_atoms:
+        dims.update(_ATOM_MODEL)
+    for side, kind in zip(("x", "y"), cls.bases):
+        if kind is not None:
+            dims.update(_BASES[kind](side))
+    return dims
+
+
+# The variables of each method (the attribute ``method``) and their dimensions, for every method of
+# the registry (``jdlcore.METHODS``).
+METHOD_VARIABLES: dict[str, dict[str, tuple[str, ...]]] = {name: _method_variables(cls) for name, cls in METHODS.items()}
+# Methods whose conditional laws are weights on support atoms, with the n training atoms stored (y_atoms, registered sums).
+ATOM_METHODS = tuple(name for name, cls in METHODS.items() if cls.laws_on_atoms)
 VARIABLE_DIMS = METHOD_VARIABLES["jdl"]
 
 # Optional: the tuning table the hyperparameters were chosen from (data_schemas.tuning, renamed).

@@ -264,8 +264,35 @@ def _add_prefect(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--prefect", action="store_true", help=_PREFECT_HELP)
 
 
+class _Parser(argparse.ArgumentParser):
+    """An argument parser whose options may carry ``fill_help``: a function writing their help text
+    when help is shown. The texts read from the method registry use it, since importing jdlcore
+    (and SciPy with it) takes most of a second that every other command would pay."""
+
+    def format_help(self) -> str:
+        for action in self._actions:
+            fill = getattr(action, "fill_help", None)
+            if fill is not None:
+                action.help = fill()
+        return super().format_help()
+
+
+def _method_help() -> str:
+    from jdlcore.registry import METHODS
+
+    return "; ".join(f"{name}: {cls.summary}" for name, cls in METHODS.items()) + " (default jdl)"
+
+
+def _positivity_help() -> str:
+    from jdlcore.registry import METHODS
+
+    rules = "; ".join(f"{name}: {' | '.join(cls.positivity_rules)}" for name, cls in METHODS.items() if cls.positivity_rules)
+    return ("auto (default: the method's first rule; for jdl project, each conditional law made positive keeping "
+            f"its mass, mean and second moment) or a rule of the method: {rules}")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="jdl", description="Adaptive joint distribution learning at scale.")
+    parser = _Parser(prog="jdl", description="Adaptive joint distribution learning at scale.")
     parser.add_argument("-v", "--verbose", action="store_true", help="show the runs' log lines on the console")
     commands = parser.add_subparsers(dest="command", required=True)
 
@@ -312,18 +339,12 @@ def build_parser() -> argparse.ArgumentParser:
     fit.add_argument("--reg", type=float, help="regularisation lambda")
     fit.add_argument("--tol", type=float, default=1e-3, help="relative pivoted-Cholesky tolerance (default 1e-3)")
     fit.add_argument("--constraints", default="positivity", help="none | normalization | positivity (default)")
-    fit.add_argument("--positivity", default="auto",
-                     help="jdl: auto (default: project) | project (each conditional law made positive keeping its "
-                          "mass, mean and second moment) | clip | grid (budgeted) | tightening | pointwise; "
-                          "jpdl: sos (auto) | project | grid | clip; greedy: atoms (auto) | cube")
+    fit.add_argument("--positivity", default="auto").fill_help = _positivity_help
     fit.add_argument("--support-size", type=int, help="support atoms M of the conditional laws (default 512 for a "
                                                       "scalar y, 2048 for a vector y)")
     fit.add_argument("--pivoting", default="random", help="random (default) | greedy")
     fit.add_argument("--seed", type=int, default=0)
-    fit.add_argument("--method", default="jdl",
-                     help="jdl (default) | jpdl (polynomial JDL, --degree) | cme (low-rank conditional mean embedding; "
-                          "constraints: normalization (53), positivity (53)+(54)) | klr (kernel logistic regression; "
-                          "y holds labels, or --threshold) | greedy (greedy JDL; x holds class labels)")
+    fit.add_argument("--method", default="jdl").fill_help = _method_help
     fit.add_argument("--degree", type=int, default=4, help="polynomial degree of jpdl (default 4)")
     fit.add_argument("--threshold", type=float, help="klr: fit the event y <= THRESHOLD (y continuous)")
     _add_scheduler(fit)

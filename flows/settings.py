@@ -13,6 +13,9 @@ from typing import Annotated, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from jdlcore.jdl import CONSTRAINTS
+from jdlcore.registry import METHODS, POSITIVITY_CHOICES
+from jdlcore.validation import check_tol
 from pipeline.scoring import parse_function
 
 __all__ = ["StageSettings", "TuneSettings", "FitSettings", "ScoreSettings", "CompressSettings", "validated",
@@ -40,7 +43,23 @@ def _scheduler(value: str | None) -> str | None:
     raise ValueError(f"{value!r} is not auto, memory, local or an address like tcp://HOST:PORT")
 
 
+def _rule_of(check):
+    """A jdlcore check as a pydantic validator whose message is the rule alone ("must be in [0, 1)"):
+    the parameter's name and value are added by ``validated``."""
+    def validate(value):
+        try:
+            check(value)
+        except ValueError as error:
+            raise ValueError(str(error).split(": ", 1)[-1].rsplit(", got ", 1)[0]) from None
+        return value
+    return validate
+
+
 Path_ = Annotated[str, AfterValidator(expand_path)]
+Tol = Annotated[float, AfterValidator(_rule_of(check_tol))]
+Method = Literal[tuple(METHODS)]  # type: ignore[valid-type] - the registry's names
+Positivity = Literal[POSITIVITY_CHOICES]  # type: ignore[valid-type]
+Constraints = Literal[CONSTRAINTS]  # type: ignore[valid-type]
 Positive = Annotated[float, Field(gt=0, allow_inf_nan=False)]
 Scheduler = Annotated[str | None, AfterValidator(_scheduler)]
 
@@ -66,8 +85,8 @@ class TuneSettings(_Settings):
     lengthscales_x: list[Positive] | None = Field(None, min_length=1)
     lengthscales_y: list[Positive] | None = Field(None, min_length=1)
     regs: list[Positive] = Field([1e-6, 1e-5, 1e-4, 1e-3], min_length=1)
-    tol: float = Field(1e-3, gt=0, lt=1)
-    constraints: Literal["none", "normalization", "positivity"] = "positivity"
+    tol: Tol = 1e-3
+    constraints: Constraints = "positivity"
     max_rows: int = Field(20_000, ge=10)
     validation_fraction: float = Field(0.2, gt=0, lt=1)
     seed: int = 0
@@ -81,12 +100,12 @@ class FitSettings(_Settings):
     lengthscale_x: Positive | None = None
     lengthscale_y: Positive | None = None
     reg: Positive | None = None
-    tol: float = Field(1e-3, gt=0, lt=1)
-    constraints: Literal["none", "normalization", "positivity"] = "positivity"
-    positivity: Literal["auto", "project", "clip", "grid", "tightening", "pointwise", "sos", "atoms", "cube"] = "auto"
+    tol: Tol = 1e-3
+    constraints: Constraints = "positivity"
+    positivity: Positivity = "auto"
     pivoting: Literal["random", "greedy"] = "random"
     seed: int = 0
-    method: Literal["jdl", "jpdl", "cme", "klr", "greedy"] = "jdl"
+    method: Method = "jdl"
     degree: int = Field(4, ge=1, le=8)
     threshold: float | None = Field(None, allow_inf_nan=False)
     support_size: int | None = Field(None, ge=1)
@@ -94,17 +113,17 @@ class FitSettings(_Settings):
 
     def check(self) -> None:
         self.explicit()
-        if self.threshold is not None and self.method != "klr":
+        if self.threshold is not None and "threshold" not in METHODS[self.method]._PARAMS:
             raise ValueError(f"parameter threshold: only klr fits an event Y <= threshold (method {self.method})")
-
-    # Lengthscales a method does not use default to 1 (they enter no computation).
-    _UNUSED = {"jpdl": ("lengthscale_x", "lengthscale_y"), "klr": ("lengthscale_y",), "greedy": ("lengthscale_x",)}
 
     def explicit(self) -> dict[str, float] | None:
         """The hyperparameters given directly, or None when they come from ``tuning``."""
         given = {"lengthscale_x": self.lengthscale_x, "lengthscale_y": self.lengthscale_y, "reg": self.reg}
-        for name in self._UNUSED.get(self.method, ()):
-            given[name] = 1.0 if given[name] is None else given[name]
+        kernels = METHODS[self.method]._KERNELS
+        for side in ("x", "y"):  # a lengthscale of a kernel the method does not have defaults to 1 (unused)
+            name = f"lengthscale_{side}"
+            if f"kernel_{side}" not in kernels and given[name] is None:
+                given[name] = 1.0
         if all(v is not None for v in given.values()):
             return given
         if self.tuning is None:

@@ -26,6 +26,8 @@ from .kernels import (
 )
 from .losses import ClippedLogisticLoss, SecondMomentLoss, clipped_logistic_loss, relative_second_moment_loss
 from .tuning import TuneResult, tune
+from .estimator import Estimator, UnsupportedQuery
+from .registry import METHODS, estimator_class
 
 __version__ = "0.1.0"
 
@@ -36,5 +38,6 @@ __all__ = [
     "SpectralBasis", "spectral_basis", "tune", "TuneResult", "SecondMomentLoss", "ClippedLogisticLoss",
     "relative_second_moment_loss", "clipped_logistic_loss", "CME", "KLR", "PolynomialJDL", "PolynomialBasis",
     "GreedyJDL", "ClassBasis", "GaussianPSDModel", "fit_psd_density", "PSDJDL", "amcmd", "jmmd", "compress",
-    "run_compression", "DegeneracyWarning", "GridBudgetWarning",
+    "run_compression", "DegeneracyWarning", "GridBudgetWarning", "METHODS", "estimator_class", "Estimator",
+    "UnsupportedQuery",
 ]

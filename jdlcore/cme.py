@@ -34,6 +34,7 @@ import numpy as np
 from .atoms import Atoms, evaluate_function
 from .basis import JDLReductions, SpectralBasis
 from .estimator import Estimator
+from .jdl import kernel_problem
 from .kernels import Kernel, kernel_from_dict
 from .queries import below_thresholds, check_levels, class_indicator, quantiles_from_weights
 from .solvers.active_set import ProjectionQP
@@ -94,6 +95,10 @@ class CME(Estimator):
     pivots, the only atoms carrying weight), n_samples_, diagnostics_.
     """
 
+    method = "cme"
+    summary = "low-rank conditional mean embedding (signed weights on the y pivots)"
+    fits_from_reductions = True
+    state_dims = {"coef": ("basis_y", "basis_x")}
     _PARAMS = ("reg", "tol", "constraints", "pivoting", "max_rank", "seed", "block_size")
 
     def __init__(self, kernel_x: Kernel | None = None, kernel_y: Kernel | None = None, reg: float = 1e-3,
@@ -120,11 +125,13 @@ class CME(Estimator):
     def fit(self, X: Any, Y: Any) -> "CME":
         """Fit on paired samples X (n, d_X) and Y (n, d_Y); returns self."""
         self._check_params()
-        problem, X, Y = self._kernel_problem(X, Y)
-        return self.fit_problem(problem)
+        problem, X, Y = kernel_problem(self, X, Y)
+        return self.fit_problem(problem, Y)
 
-    def fit_problem(self, problem) -> "CME":
-        """Solve on a prepared ``JDLProblem`` (in memory or chunked: only its m x m reductions are used)."""
+    def fit_problem(self, problem: Any, Y: Any = None) -> "CME":
+        """Solve on a prepared ``JDLProblem`` (in memory or chunked: only its m x m reductions are used;
+        the atoms are the Y pivots the problem carries, so ``Y`` is not read: the signature is
+        ``JDL.fit_problem``'s)."""
         self._check_params()
         reg = float(self.reg)
         red = problem.reductions
@@ -184,17 +191,6 @@ class CME(Estimator):
         return model
 
     # -- queries ----------------------------------------------------------------------------------
-    def _fitted(self) -> None:
-        if not hasattr(self, "coef_"):
-            raise RuntimeError("CME: call fit(X, Y) before querying the model")
-
-    def _queries(self, Xq: Any) -> np.ndarray:
-        self._fitted()
-        Xq = as_samples(Xq, "Xq")
-        if Xq.shape[1] != self.basis_x_.width:
-            raise ValueError(f"Xq: has {Xq.shape[1]} features, the model was fitted on {self.basis_x_.width}")
-        return Xq
-
     @property
     def y_atoms_(self) -> np.ndarray:
         """The atoms carrying weight: the Y pivots (m_Y, d_y)."""
@@ -215,6 +211,10 @@ class CME(Estimator):
         """E[1 | X = x_q] = sum_k w_k(x_q), shape (q,); 1 for a normalized law (the paper's Fig. 3 check)."""
         return self.conditional_weights(Xq).sum(axis=1)
 
+    def negative_share(self, Xq: Any, tol: float = 1e-12) -> np.ndarray:
+        """Share of the y pivots whose weight at x_q is below -tol, shape (q,)."""
+        return np.mean(self.conditional_weights(Xq) < -tol, axis=1)
+
     def negative_mass(self, Xq: Any) -> np.ndarray:
         """Negative weight relative to the total mass, shape (q,) (as ``JDL.negative_mass``)."""
         W = self.conditional_weights(Xq)
@@ -231,10 +231,6 @@ class CME(Estimator):
         self._fitted()
         values, shape = evaluate_function(f, self.atoms_.values)
         self._registered[name] = (self.query_map_ @ values, shape)
-
-    def expectation(self, name: str, Xq: Any) -> np.ndarray:
-        """E[f(Y) | X = x_q] for a registered test function, shape (q, ...)."""
-        return self.expectations([name], Xq)[name]
 
     def expectations(self, names: list[str], Xq: Any) -> dict[str, np.ndarray]:
         """``expectation(name, Xq)`` for several registered functions (one kernel block)."""

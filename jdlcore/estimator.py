@@ -1,27 +1,61 @@
-"""What every jdlcore estimator shares: scikit-learn-style parameters and the checks of its factorisations.
+"""The contract every jdlcore estimator follows, in the spirit of scikit-learn's.
 
-An estimator lists its kernels in ``_KERNELS`` and its other constructor parameters in ``_PARAMS``
-(the latter are what ``state()`` stores as JSON); ``get_params`` / ``set_params`` follow from them.
+* Hyperparameters: the constructor's keyword arguments, listed in ``_KERNELS`` (jdlcore Kernels or
+  None) and ``_PARAMS`` (JSON values, what ``state()`` stores); ``get_params`` / ``set_params`` follow
+  from them, and ``_check_params`` validates them all when ``fit`` starts.
+* Fitted attributes end in ``_``; ``_fitted()`` is the one check that a model was fitted and
+  ``_queries(Xq)`` the one validation of query points.
+* One query surface, with the same names and shapes for every method: ``conditional_weights``,
+  ``conditional_expectation``, ``register`` / ``expectations``, ``conditional_cdf``,
+  ``conditional_quantile``, ``predict_proba``, ``negative_share``, ``predict`` (the conditional mean),
+  ``total_mass``; a query a method cannot answer raises ``UnsupportedQuery`` naming the method.
+  ``prepare_requests`` / ``answer_requests`` answer the pipeline's named requests (mean,
+  second_moment, cdf, quantile, proba) through that surface.
+* Class declarations, read by the registry (``jdlcore.registry``) and everything derived from it
+  (CLI choices, flow settings, the model store's schema): ``method`` (the registry name), ``summary``
+  (one line), ``positivity_rules`` (the first is what "auto" means), ``laws_on_atoms`` (conditional
+  laws are weights on support atoms, with the training atoms stored), ``fits_from_reductions``
+  (fitted from the m x m reductions, which Dask computes chunk by chunk), ``bases`` (the kinds of
+  the x and y bases, None where there is none) and ``state_dims`` (the dims of the state's own
+  arrays, beyond the bases and reductions).
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable, ClassVar
 
 import numpy as np
 
 from .cholesky import PIVOTING_RULES
 from .kernels import Kernel
-from .validation import as_samples, check_choice, check_paired
+from .atoms import STANDARD_FUNCTIONS
+from .queries import below_thresholds, check_levels, class_indicator
+from .validation import as_samples, check_choice, check_paired, check_tol
 
-__all__ = ["Estimator", "paired_samples"]
+__all__ = ["Estimator", "UnsupportedQuery", "paired_samples", "REQUEST_KINDS"]
+
+REQUEST_KINDS = ("mean", "second_moment", "cdf", "quantile", "proba")
+
+
+class UnsupportedQuery(ValueError):
+    """A query the estimator's method cannot answer."""
 
 
 class Estimator:
-    """Mixin: ``get_params`` / ``set_params`` over ``_KERNELS + _PARAMS``, and the pivoted-Cholesky checks."""
+    """Base class of the jdlcore estimators: parameters, fitted checks and the query surface."""
 
-    _KERNELS: tuple[str, ...] = ("kernel_x", "kernel_y")
-    _PARAMS: tuple[str, ...] = ()
+    method: ClassVar[str] = ""
+    summary: ClassVar[str] = ""
+    positivity_rules: ClassVar[tuple[str, ...]] = ()
+    laws_on_atoms: ClassVar[bool] = False
+    fits_from_reductions: ClassVar[bool] = False
+    bases: ClassVar[tuple[str | None, str | None]] = ("spectral", "spectral")
+    state_dims: ClassVar[dict[str, tuple[str, ...]]] = {}
 
+    _KERNELS: ClassVar[tuple[str, ...]] = ("kernel_x", "kernel_y")
+    _PARAMS: ClassVar[tuple[str, ...]] = ()
+    _FITTED: ClassVar[str] = "coef_"  # the attribute a fit sets last-but-not-least; its absence means unfitted
+
+    # -- parameters -------------------------------------------------------------------------------
     def get_params(self) -> dict[str, Any]:
         """The constructor parameters by name."""
         return {name: getattr(self, name) for name in self._KERNELS + self._PARAMS}
@@ -35,11 +69,26 @@ class Estimator:
             setattr(self, name, value)
         return self
 
+    def _check_params(self) -> None:  # pragma: no cover - every estimator defines it
+        raise NotImplementedError
+
+    @classmethod
+    def resolve_positivity(cls, positivity: str) -> str:
+        """What ``positivity`` means for this method: "auto" is the first of ``positivity_rules``; a
+        method without rules answers "none" (its laws are what they are); a rule the method does not
+        know raises ``ValueError``."""
+        if not cls.positivity_rules:
+            return "none"
+        if positivity == "auto":
+            return cls.positivity_rules[0]
+        if positivity not in cls.positivity_rules:
+            raise ValueError(f"positivity: {positivity!r} is not a rule of method {cls.method}; choose one of "
+                             f"{', '.join(map(repr, ('auto',) + cls.positivity_rules))}")
+        return positivity
+
     def _check_factorisation(self) -> None:
-        """tol (finite, >= 0), pivoting, max_rank (>= 1 or None) and the kernels (jdlcore Kernels or None)."""
-        tol = float(self.tol)
-        if not np.isfinite(tol) or tol < 0:
-            raise ValueError(f"tol: must be finite and >= 0, got {self.tol!r}")
+        """tol (``check_tol``), pivoting, max_rank (>= 1 or None) and the kernels (jdlcore Kernels or None)."""
+        check_tol(self.tol)
         check_choice(self.pivoting, "pivoting", PIVOTING_RULES)
         for name in self._KERNELS:
             kernel = getattr(self, name)
@@ -48,25 +97,115 @@ class Estimator:
         if self.max_rank is not None and int(self.max_rank) < 1:
             raise ValueError(f"max_rank: must be >= 1, got {self.max_rank!r}")
 
-    def _kernel_problem(self, X: Any, Y: Any) -> tuple[Any, np.ndarray, np.ndarray]:
-        """Validate the pairs, then pivoted Cholesky of K_X and K_Y, the bases and the reductions
-        (``jdlcore.jdl.build_problem`` with this estimator's options); returns (problem, X, Y)."""
-        from .jdl import build_problem  # jdl imports this module
+    # -- fitted state and query points ----------------------------------------------------------
+    def _fitted(self) -> None:
+        """``RuntimeError`` unless the estimator was fitted (or loaded from a state)."""
+        if not hasattr(self, self._FITTED):
+            raise RuntimeError(f"{type(self).__name__}: call fit(X, Y) before querying the model")
 
-        X, Y = paired_samples(X, Y)
-        extra = {name: getattr(self, name) for name in ("support_size", "grid_points") if hasattr(self, name)}
-        if extra.get("support_size") is not None and extra["support_size"] > X.shape[0]:
-            raise ValueError(f"support_size: {extra['support_size']} is more than the {X.shape[0]} training rows")
-        problem = build_problem(X, Y, _default_kernel(self.kernel_x), _default_kernel(self.kernel_y),
-                                tol=float(self.tol), max_rank=self.max_rank, pivoting=self.pivoting,
-                                seed=self.seed, block_size=self.block_size, **extra)
-        return problem, X, Y
+    def _queries(self, Xq: Any) -> np.ndarray:
+        """Query points (q, d_X) as float64, with the model's number of x features."""
+        self._fitted()
+        Xq = as_samples(Xq, "Xq")
+        width = self.basis_x_.width
+        if Xq.shape[1] != width:
+            raise ValueError(f"Xq: has {Xq.shape[1]} features, the model was fitted on {width}")
+        return Xq
+
+    @property
+    def y_width_(self) -> int:
+        """d_Y, the number of y features the model's laws are over."""
+        self._fitted()
+        return int(self.y_atoms_.shape[1])
+
+    # -- the query surface ----------------------------------------------------------------------
+    def _unsupported(self, query: str, why: str = "") -> UnsupportedQuery:
+        return UnsupportedQuery(f"{query}: a {self.method or type(self).__name__} model does not answer it"
+                                + (f" ({why})" if why else ""))
+
+    def conditional_weights(self, Xq: Any) -> np.ndarray:
+        """The conditional law at each query as weights on the model's atoms, (q, N)."""
+        raise self._unsupported("conditional_weights")
+
+    def conditional_expectation(self, Xq: Any, f: Callable[[np.ndarray], np.ndarray] | None = None) -> np.ndarray:
+        """E[f(Y) | X = x_q], shape (q, ...); f defaults to the identity (the conditional mean, (q, d_Y))."""
+        raise self._unsupported("conditional_expectation")
+
+    def register(self, name: str, f: Callable[[np.ndarray], np.ndarray]) -> None:
+        """Keep f at the model's atoms, so that ``expectations([name], Xq)`` needs no evaluation of f."""
+        raise self._unsupported("register")
+
+    def expectations(self, names: list[str], Xq: Any) -> dict[str, np.ndarray]:
+        """E[f(Y) | X = x_q] of several registered functions at once, by name."""
+        raise self._unsupported("expectations")
+
+    def expectation(self, name: str, Xq: Any) -> np.ndarray:
+        """E[f(Y) | X = x_q] of one registered function, shape (q, ...)."""
+        return self.expectations([name], Xq)[name]
+
+    def conditional_cdf(self, Xq: Any, thresholds: Any) -> np.ndarray:
+        """Q(Y <= t | X = x_q) for thresholds t ((T,), or (T, d_Y) for a joint CDF), shape (q, T)."""
+        raise self._unsupported("conditional_cdf")
+
+    def conditional_quantile(self, Xq: Any, levels: Any, component: int = 0) -> np.ndarray:
+        """Quantiles of Q(Y_component | X = x_q) at ``levels`` in (0, 1], shape (q, L)."""
+        raise self._unsupported("conditional_quantile")
+
+    def predict_proba(self, Xq: Any) -> np.ndarray:
+        """Q(Y = c | X = x_q) for each class c of ``classes_``, shape (q, C)."""
+        raise self._unsupported("predict_proba")
+
+    def negative_share(self, Xq: Any, tol: float = 1e-12) -> np.ndarray:
+        """Share of the model's atoms whose signed weight (or Radon-Nikodym value) at x_q is below -tol,
+        shape (q,)."""
+        raise self._unsupported("negative_share")
+
+    def total_mass(self, Xq: Any) -> np.ndarray:
+        """E[1 | x_q], shape (q,): measured by a pass over the atoms (1 for a normalised law)."""
+        ones = lambda y: np.ones((y.shape[0], 1))  # noqa: E731 - never registered: summed afresh
+        return self.conditional_expectation(Xq, ones)[:, 0]
+
+    def predict(self, Xq: Any) -> np.ndarray:
+        """The conditional mean E[Y | X = x_q], shape (q, d_Y)."""
+        return self.conditional_expectation(Xq)
+
+    # -- named requests (the pipeline's scoring) --------------------------------------------------
+    def prepare_requests(self, requests: dict[str, tuple[str, np.ndarray | None]]
+                         ) -> dict[str, tuple[str, np.ndarray | None]]:
+        """Check each request (name -> (kind, parameters), kind in ``REQUEST_KINDS``) against what the
+        model answers; "proba" gets its classes as parameters. A model that registers functions
+        keeps every non-quantile request's function at its atoms here, once. Raises ``ValueError``
+        naming the request and the rule."""
+        resolved = {}
+        for name, (kind, values) in requests.items():
+            check_choice(kind, f"function {name!r}", REQUEST_KINDS)
+            if kind in ("cdf", "quantile", "proba") and self.y_width_ != 1:
+                raise ValueError(f"function {name!r}: needs a scalar y, the model has {self.y_width_} y features")
+            if kind == "quantile":
+                values = check_levels(values)
+            resolved[name] = (kind, self.classes_ if kind == "proba" else values)
+        for name, (kind, values) in resolved.items():
+            if kind != "quantile" and name not in self.registered_:
+                self.register(name, request_function(kind, values))
+        return resolved
+
+    def answer_requests(self, requests: dict[str, tuple[str, np.ndarray | None]], Xq: Any) -> dict[str, np.ndarray]:
+        """The prepared requests at the queries, by name: the registered ones share one law per row,
+        quantiles read it once more for all levels."""
+        registered = [name for name, (kind, _) in requests.items() if kind != "quantile"]
+        out = self.expectations(registered, Xq) if registered else {}
+        for name, (kind, values) in requests.items():
+            if kind == "quantile":
+                out[name] = self.conditional_quantile(Xq, values)
+        return out
 
 
-def _default_kernel(kernel: Kernel | None) -> Kernel:
-    from .kernels import GaussianKernel
-
-    return kernel if kernel is not None else GaussianKernel(1.0)
+def request_function(kind: str, parameters: np.ndarray | None) -> Callable[[np.ndarray], np.ndarray]:
+    """The test function f(y) (b, d_y) -> (b, ...) behind the requests mean, second_moment, cdf
+    (indicators below the thresholds, scalar y) and proba (indicators of each class)."""
+    if kind in STANDARD_FUNCTIONS:
+        return STANDARD_FUNCTIONS[kind]
+    return below_thresholds(parameters, 1) if kind == "cdf" else class_indicator(parameters)
 
 
 def paired_samples(X: Any, Y: Any, x_name: str = "X", y_name: str = "Y") -> tuple[np.ndarray, np.ndarray]:

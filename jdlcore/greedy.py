@@ -379,6 +379,11 @@ class GreedyJDL(JDL):
     ``step_seconds``, and ``greedy_seconds``, ``min_density`` (min over classes and atoms of 1 + h).
     """
 
+    method = "greedy"
+    summary = "greedy JDL for a discrete x (x holds class labels)"
+    positivity_rules = GREEDY_POSITIVITY
+    fits_from_reductions = False
+    bases = ("classes", "spectral")
     _KERNELS = ("kernel_y",)
     _PARAMS = ("reg", "tol", "positivity", "bounds", "class_order", "pivoting", "max_rank", "seed", "block_size",
                "support_size")

@@ -142,6 +142,23 @@ def problem_from_factors(
     return JDLProblem(basis_x, basis_y, A_x, A_y, reductions, factors, sums, support, X[sample_rows(n, seed, grid_points)])
 
 
+def kernel_problem(estimator: Any, X: Any, Y: Any) -> tuple[JDLProblem, np.ndarray, np.ndarray]:
+    """Validate the pairs, then pivoted Cholesky of K_X and K_Y, the bases and the reductions
+    (``build_problem``) with the estimator's kernels (Gaussian of lengthscale 1 where None) and
+    factorisation options (tol, max_rank, pivoting, seed, block_size; support_size and grid_points
+    where it has them); returns (problem, X, Y)."""
+    from .kernels import GaussianKernel
+
+    X, Y = paired_samples(X, Y)
+    extra = {name: getattr(estimator, name) for name in ("support_size", "grid_points") if hasattr(estimator, name)}
+    if extra.get("support_size") is not None and extra["support_size"] > X.shape[0]:
+        raise ValueError(f"support_size: {extra['support_size']} is more than the {X.shape[0]} training rows")
+    kernels = [GaussianKernel(1.0) if kernel is None else kernel for kernel in (estimator.kernel_x, estimator.kernel_y)]
+    problem = build_problem(X, Y, *kernels, tol=float(estimator.tol), max_rank=estimator.max_rank,
+                            pivoting=estimator.pivoting, seed=estimator.seed, block_size=estimator.block_size, **extra)
+    return problem, X, Y
+
+
 def marginal_sums(reductions: JDLReductions, sums: dict[str, FunctionSums]) -> MarginalSums:
     """The sums a support reproduces: n, sum_j Psi_Y(y_j) and the standard mean and second moment."""
     return MarginalSums(reductions.n, reductions.sum_y, sums["mean"], sums["second_moment"])
@@ -208,6 +225,12 @@ class JDL(Estimator):
     diagnostics on the training grid), reductions_, diagnostics_.
     """
 
+    method = "jdl"
+    summary = "adaptive joint distribution learner on kernel bases"
+    positivity_rules = POSITIVITY
+    laws_on_atoms = True
+    fits_from_reductions = True
+    state_dims = {"coef": ("basis_y", "basis_x")}
     _PARAMS = ("reg", "tol", "constraints", "positivity", "pivoting", "max_rank", "seed", "block_size",
                "support_size", "grid_points", "grid_rounds", "grid_seconds")
 
@@ -269,7 +292,7 @@ class JDL(Estimator):
         """Fit on paired samples X (n, d_X) and Y (n, d_Y); returns self. A degenerate fit warns
         (``jdlcore.degeneracy.DegeneracyWarning``) and lists why in ``diagnostics_["degeneracies"]``."""
         self._check_params()
-        problem, X, Y = self._kernel_problem(X, Y)
+        problem, X, Y = kernel_problem(self, X, Y)
         self.fit_problem(problem, Y)
         rows = sample_rows(X.shape[0], self.seed, MARGINAL_ROWS)
         self.check_degeneracies(X[rows], Y[rows], stacklevel=4)
@@ -541,18 +564,6 @@ class JDL(Estimator):
         return SpectralBasis.from_arrays(kernel_from_dict(state[f"kernel_{side}"]), arrays, side)
 
     # -- the conditional law ------------------------------------------------------------------------
-    def _fitted(self) -> None:
-        if not hasattr(self, "coef_"):
-            raise RuntimeError(f"{type(self).__name__}: call fit(X, Y) before querying the model")
-
-    def _queries(self, Xq: Any) -> np.ndarray:
-        self._fitted()
-        Xq = as_samples(Xq, "Xq")
-        width = self.basis_x_.width
-        if Xq.shape[1] != width:
-            raise ValueError(f"Xq: has {Xq.shape[1]} features, the model was fitted on {width}")
-        return Xq
-
     def _directions(self, Xq: np.ndarray) -> np.ndarray:
         """g(x_q) = H Psi_X(x_q)^T as rows (q, m_Y): 1 + h(x_q, y) = 1 + Psi_Y(y) . g(x_q)."""
         return self.basis_x_.raw(Xq) @ self._direction_map
@@ -611,10 +622,6 @@ class JDL(Estimator):
         problem's test functions); register others again after loading a store."""
         self._fitted()
         self._support_values[name] = evaluate_function(f, self.support_.atoms)
-
-    def expectation(self, name: str, Xq: Any) -> np.ndarray:
-        """E[f(Y) | X = x_q] for a registered test function, shape (q, ...)."""
-        return self.expectations([name], Xq)[name]
 
     def expectations(self, names: list[str], Xq: Any) -> dict[str, np.ndarray]:
         """``expectation(name, Xq)`` for several registered functions at once (one law per query)."""

@@ -42,7 +42,7 @@ from .basis import SpectralBasis, spectral_basis
 from .cholesky import PIVOTING_RULES, pivoted_cholesky
 from .estimator import Estimator
 from .kernels import GaussianKernel, Kernel, kernel_from_dict
-from .validation import as_samples, check_choice, check_nonnegative, check_paired
+from .validation import as_samples, check_choice, check_nonnegative, check_paired, check_tol
 
 __all__ = ["KLR", "MAX_CLASSES"]
 
@@ -263,6 +263,10 @@ class KLR(Estimator):
     objective at the solution), gradient_norm, fit_seconds, solve_seconds.
     """
 
+    method = "klr"
+    summary = "kernel logistic regression (y holds class labels, or --threshold)"
+    bases = ("spectral", None)
+    state_dims = {"coef": ("basis_x", "logit"), "intercept": ("logit",), "classes": ("class",)}
     _KERNELS = ("kernel_x",)
     _PARAMS = ("reg", "tol", "threshold", "fit_intercept", "pivoting", "max_rank", "seed", "block_size",
                "max_iter", "gtol")
@@ -295,8 +299,7 @@ class KLR(Estimator):
 
     def _check_params(self) -> None:
         _check_positive_scalar(self.reg, "reg")
-        if check_nonnegative(self.tol, "tol") >= 1:
-            raise ValueError(f"tol: must be in [0, 1), got {self.tol!r}")
+        check_tol(self.tol)
         if self.threshold is not None:
             try:
                 finite = np.isfinite(float(self.threshold))
@@ -369,18 +372,6 @@ class KLR(Estimator):
         return np.array([0.0, 1.0]), events.astype(np.int64)
 
     # -- queries ----------------------------------------------------------------------------------
-    def _fitted(self) -> None:
-        if not hasattr(self, "coef_"):
-            raise RuntimeError("KLR: call fit(X, Y) before querying the model")
-
-    def _queries(self, Xq: Any) -> np.ndarray:
-        self._fitted()
-        Xq = as_samples(Xq, "Xq")
-        width = self.basis_x_.pivot_points.shape[1]
-        if Xq.shape[1] != width:
-            raise ValueError(f"Xq: has {Xq.shape[1]} features, the model was fitted on {width}")
-        return Xq
-
     def decision_function(self, Xq: Any) -> np.ndarray:
         """Logits Psi(x) coef_ + intercept_ of classes 1..C-1 against class 0, shape (q, C-1)."""
         Xq = self._queries(Xq)
@@ -398,6 +389,46 @@ class KLR(Estimator):
     def predict(self, Xq: Any) -> np.ndarray:
         """The most probable class (a value of ``classes_``) per query, shape (q,)."""
         return self.classes_[np.argmax(self.predict_proba(Xq), axis=1)]
+
+    @property
+    def y_width_(self) -> int:
+        """1: y is one column of labels (or of values, with a threshold)."""
+        return 1
+
+    def conditional_cdf(self, Xq: Any, thresholds: Any) -> np.ndarray:
+        """Q(Y <= t | X = x_q), shape (q, T) for thresholds (T,): with class labels, the summed
+        probabilities of the classes <= t (exact for the discrete law); fitted with a threshold q, the
+        event's probability, at t = q only (``UnsupportedQuery`` elsewhere)."""
+        self._fitted()
+        t = np.atleast_1d(np.asarray(thresholds, dtype=np.float64))
+        if t.ndim != 1 or not np.all(np.isfinite(t)):
+            raise ValueError(f"thresholds: need finite values of shape (T,), got {np.shape(thresholds)}")
+        if self.threshold is not None and not np.all(t == float(self.threshold)):
+            raise self._unsupported(f"conditional_cdf at {t.tolist()}",
+                                    f"fitted on the event Y <= {self.threshold:g}, it knows the CDF there only")
+        P = self.predict_proba(Xq)
+        if self.threshold is not None:
+            return np.repeat(P[:, 1:2], t.size, axis=1)
+        return P @ (self.classes_[:, None] <= t[None, :]).astype(np.float64)
+
+    def prepare_requests(self, requests: dict[str, tuple[str, np.ndarray | None]]
+                         ) -> dict[str, tuple[str, np.ndarray | None]]:
+        """Class probabilities ("proba", with the classes as parameters) and the CDF ("cdf"; at the
+        threshold only, for a model fitted with one); any other request raises ``ValueError``."""
+        event = f"proba or cdf:{self.threshold:g}" if self.threshold is not None else "proba or cdf"
+        resolved = {}
+        for name, (kind, values) in requests.items():
+            if kind == "proba":
+                resolved[name] = (kind, self.classes_)
+            elif kind == "cdf" and (self.threshold is None or np.array_equal(values, [float(self.threshold)])):
+                resolved[name] = (kind, values)
+            else:
+                raise ValueError(f"function {name!r}: a klr model answers {event} only")
+        return resolved
+
+    def answer_requests(self, requests: dict[str, tuple[str, np.ndarray | None]], Xq: Any) -> dict[str, np.ndarray]:
+        return {name: self.predict_proba(Xq) if kind == "proba" else self.conditional_cdf(Xq, values)
+                for name, (kind, values) in requests.items()}
 
     def event_probability(self, Xq: Any) -> np.ndarray:
         """P(Y <= threshold | X = x_q), shape (q,); only for models fitted with a threshold."""

@@ -531,6 +531,11 @@ class PolynomialJDL(JDL):
     Gram matrix S (g x g) is kept as ``sos_gram_`` (not part of ``state()``).
     """
 
+    method = "jpdl"
+    summary = "polynomial JDL (monomial bases, --degree; sum-of-squares positivity)"
+    positivity_rules = POSITIVITY
+    fits_from_reductions = False
+    bases = ("polynomial", "polynomial")
     _KERNELS = ()  # the monomial bases have no kernel parameters
     _PARAMS = ("degree", "reg", "constraints", "positivity", "sos_margin", "solver_tol", "seed", "support_size",
                "grid_points", "grid_rounds", "grid_seconds")

@@ -43,6 +43,7 @@ import numpy as np
 from .atoms import evaluate_function
 from .degeneracy import announce, factor_degeneracies, solver_degeneracy
 from .estimator import Estimator
+from .jdl import kernel_problem
 from .kernels import Kernel
 from .psd_fit import project_psd_affine
 from .solvers.fista import fista
@@ -179,7 +180,7 @@ class PSDJDL(Estimator):
         degenerate factorisation warns (``DegeneracyWarning``) and is listed in
         ``diagnostics_["degeneracies"]``."""
         self._check_params()
-        problem, X, Y = self._kernel_problem(X, Y)
+        problem, X, Y = kernel_problem(self, X, Y)
         n = X.shape[0]
         qx, qy = problem.basis_x.size + 1, problem.basis_y.size + 1
         p = qx * qy
@@ -233,10 +234,6 @@ class PSDJDL(Estimator):
         self._factor3 = R.reshape(qx, qy, R.shape[1])  # (j, k, r)
 
     # -- queries ----------------------------------------------------------------------------------
-    def _fitted(self) -> None:
-        if not hasattr(self, "coef_"):
-            raise RuntimeError("PSDJDL: call fit(X, Y) before querying the model")
-
     def _points(self, Z: Any, name: str, side: str) -> np.ndarray:
         self._fitted()
         basis = self.basis_x_ if side == "x" else self.basis_y_

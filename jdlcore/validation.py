@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["as_samples", "check_paired", "check_positive", "check_choice", "check_nonnegative"]
+__all__ = ["as_samples", "check_paired", "check_positive", "check_choice", "check_nonnegative", "check_tol"]
 
 
 def as_samples(values: Any, name: str, *, min_rows: int = 1) -> np.ndarray:
@@ -59,6 +59,18 @@ def check_positive(value: Any, name: str) -> np.ndarray:
     if array.size == 0 or not np.all(np.isfinite(array)) or not np.all(array > 0):
         raise ValueError(f"{name}: must be finite and > 0, got {value!r}")
     return array
+
+
+def check_tol(value: Any, name: str = "tol") -> float:
+    """The relative tolerance of a pivoted Cholesky decomposition (residual trace / trace K): a number
+    in [0, 1) (0: full rank up to the pivot floor). The one rule for ``tol`` everywhere."""
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        number = np.nan
+    if not np.isfinite(number) or not 0 <= number < 1:
+        raise ValueError(f"{name}: must be in [0, 1), got {value!r}")
+    return number
 
 
 def check_nonnegative(value: Any, name: str) -> float:

@@ -16,10 +16,10 @@ from typing import Any, Callable
 import numpy as np
 import zarr
 
-from jdlcore import CME, JDL, KLR, GaussianKernel, GreedyJDL, PolynomialJDL, build_problem
+from jdlcore import GaussianKernel, build_problem
+from jdlcore.registry import METHODS as REGISTRY, estimator_class
 from jdlcore.degeneracy import MARGINAL_ROWS
 from jdlcore.support import sample_rows
-from jdlcore.validation import check_choice
 
 from .atomic import refuse_existing
 from .cluster import dask_client, resolve_scheduler
@@ -56,52 +56,30 @@ def read_sample(path: str | os.PathLike, role: str, rows: np.ndarray) -> np.ndar
 
 
 PROBES = 16  # first rows of x at which the stored model reports its signed law's negative mass
-METHODS = ("jdl", "jpdl", "cme", "klr", "greedy")
-CHUNKED_METHODS = ("jdl", "cme")  # fitted from the m x m reductions, which Dask computes chunk by chunk
-# What positivity "auto" means per method (the first rule), and the rules each method knows.
-POSITIVITY_RULES = {"jdl": ("project", "clip", "grid", "tightening", "pointwise"),
-                    "jpdl": ("sos", "project", "grid", "clip"), "greedy": ("atoms", "cube"), "cme": (), "klr": ()}
+METHODS = tuple(REGISTRY)
+# fitted from the m x m reductions, which Dask computes chunk by chunk; the others fit in this process
+CHUNKED_METHODS = tuple(name for name, cls in REGISTRY.items() if cls.fits_from_reductions)
 
 
 def choose_positivity(positivity: str, method: str = "jdl") -> str:
-    """Resolve "auto" (a method's first rule: "project" for jdl, at every n) and refuse rules a method
-    does not know. Methods without a positivity rule get "none"."""
-    rules = POSITIVITY_RULES[method]
-    if not rules:
-        return "none"
-    if positivity == "auto":
-        return rules[0]
-    if positivity not in rules:
-        raise ValueError(f"positivity: {positivity!r} is not a rule of method {method}; choose one of "
-                         f"{', '.join(map(repr, ('auto',) + rules))}")
-    return positivity
+    """What ``positivity`` means for ``method`` (``Estimator.resolve_positivity``: "auto" is the
+    method's first rule, "project" for jdl; "none" for a method without rules)."""
+    return estimator_class(method).resolve_positivity(positivity)
 
 
 def make_estimator(method: str, *, lengthscale_x: float, lengthscale_y: float, reg: float, tol: float,
                    constraints: str, positivity: str, pivoting: str, seed: int, degree: int = 4,
                    threshold: float | None = None, support_size: int | None = None) -> Any:
-    """The unfitted jdlcore estimator of ``method`` with Gaussian kernels of the given lengthscales.
-
-    jdl: JDL; jpdl: PolynomialJDL(degree) (lengthscales unused); cme: CME (constraints none,
-    normalization (53) or positivity (53)+(54)); klr: KLR on the X kernel (``threshold``: the event
-    Y <= threshold, else Y holds class labels); greedy: GreedyJDL (X holds class labels).
-    ``support_size``: M of the methods whose laws live on support atoms (jdl, jpdl, greedy).
-    """
-    check_choice(method, "method", METHODS)
-    kernel_x, kernel_y = GaussianKernel(lengthscale_x), GaussianKernel(lengthscale_y)
-    common = dict(reg=reg, pivoting=pivoting, seed=seed)
-    if method == "jdl":
-        estimator = JDL(kernel_x, kernel_y, tol=tol, constraints=constraints, positivity=positivity,
-                        support_size=support_size, **common)
-    elif method == "cme":
-        estimator = CME(kernel_x, kernel_y, tol=tol, constraints=constraints, **common)
-    elif method == "klr":
-        estimator = KLR(kernel_x, tol=tol, threshold=threshold, **common)
-    elif method == "jpdl":
-        estimator = PolynomialJDL(degree=degree, reg=reg, constraints=constraints, positivity=positivity, seed=seed,
-                                  support_size=support_size)
-    else:
-        estimator = GreedyJDL(kernel_y, tol=tol, positivity=positivity, support_size=support_size, **common)
+    """The unfitted, validated estimator of ``method`` (``jdlcore.METHODS``) from the pipeline's flat
+    options: Gaussian kernels of the given lengthscales for the kernels it has, and of the other
+    options those it declares as parameters (e.g. ``degree`` for jpdl, ``threshold`` for klr,
+    ``support_size`` for the methods whose laws live on support atoms)."""
+    cls = estimator_class(method)
+    options = dict(reg=reg, tol=tol, constraints=constraints, positivity=positivity, pivoting=pivoting, seed=seed,
+                   degree=degree, threshold=threshold, support_size=support_size)
+    kernels = {"kernel_x": GaussianKernel(lengthscale_x), "kernel_y": GaussianKernel(lengthscale_y)}
+    estimator = cls(**{name: kernels[name] for name in cls._KERNELS},
+                    **{name: value for name, value in options.items() if name in cls._PARAMS})
     estimator._check_params()
     return estimator
 
@@ -150,7 +128,6 @@ def fit_store(
 
         table = load_tuning(tuning)
     n = int(group.attrs["n_samples"])
-    check_choice(method, "method", METHODS)
     positivity = choose_positivity(positivity, method)
     if support_size is not None and support_size > n:
         raise ValueError(f"support_size: {support_size} is more than the {n:,} rows of {data}")
@@ -166,7 +143,7 @@ def fit_store(
         model = _fit_in_memory(estimator, group)
     else:
         scheduler = resolve_scheduler(scheduler, n)
-        model = _fit_from_reductions(estimator, data, group, method, scheduler, progress)
+        model = _fit_from_reductions(estimator, data, group, scheduler, progress)
     model.diagnostics_["fit_seconds"] = time.perf_counter() - started
     if hasattr(model, "check_degeneracies"):  # warns; the findings go into the store's diagnostics
         rows = sample_rows(n, seed, MARGINAL_ROWS)
@@ -202,12 +179,13 @@ def _fit_in_memory(estimator: Any, group: zarr.Group) -> Any:
     return estimator.fit(group["x"][:], group["y"][:])
 
 
-def _fit_from_reductions(estimator: Any, data: str | os.PathLike, group: zarr.Group, method: str,
+def _fit_from_reductions(estimator: Any, data: str | os.PathLike, group: zarr.Group,
                          scheduler: str | None, progress: Callable[[str], None] | None) -> Any:
     """JDL and CME from the factorisations and m x m reductions: in this process (``scheduler`` None)
     or chunk by chunk on Dask, where each chunk is a task reading its own rows of the store."""
     options = dict(tol=estimator.tol, pivoting=estimator.pivoting, seed=estimator.seed)
-    if method == "jdl":
+    on_atoms = estimator.laws_on_atoms  # a support and a grid sample to build as well
+    if on_atoms:
         options.update(support_size=estimator.support_size, grid_points=estimator.grid_points)
     if scheduler is None:
         Y = group["y"][:]
@@ -218,12 +196,12 @@ def _fit_from_reductions(estimator: Any, data: str | os.PathLike, group: zarr.Gr
         Y = group["y"]  # read lazily: the model store copies the atoms block by block
         n = int(group.attrs["n_samples"])
         samples = {}
-        if method == "jdl":
+        if on_atoms:
             samples = dict(y_sample=read_sample(data, "y", sample_rows(n, estimator.seed)),
                            grid_x=read_sample(data, "x", sample_rows(n, estimator.seed, estimator.grid_points)))
         with dask_client(scheduler) as client:
             chunks = store_chunks(client, data, group)
             problem = chunked_problem(client, chunks["x"], chunks["y"], estimator.kernel_x, estimator.kernel_y,
-                                      extremes=method == "jdl" and estimator.uses_tightening, progress=progress,
+                                      extremes=on_atoms and estimator.uses_tightening, progress=progress,
                                       **samples, **options)
-    return estimator.fit_problem(problem, Y) if method == "jdl" else estimator.fit_problem(problem)
+    return estimator.fit_problem(problem, Y)

@@ -22,7 +22,7 @@ import jdlcore
 from data_schemas.model import (
     ATOM_METHODS, METHOD_VARIABLES, SCHEMA_NAME, SCHEMA_VERSION, model_variables, validate_model_dataset,
 )
-from jdlcore import CME, JDL, KLR, GreedyJDL, PolynomialJDL
+from jdlcore.registry import METHODS, method_of
 
 from .atomic import atomic_store, refuse_existing
 
@@ -30,19 +30,10 @@ __all__ = ["model_to_dataset", "model_from_dataset", "save_model", "load_model",
 
 SAMPLE_CHUNK = 65_536
 ATOMS = "y_atoms"
-ESTIMATORS: dict[str, type] = {"jdl": JDL, "jpdl": PolynomialJDL, "greedy": GreedyJDL, "cme": CME, "klr": KLR}
+ESTIMATORS = METHODS  # the registry: a store's ``method`` attribute names its class
 
 
-def method_of(model: Any) -> str:
-    """The store's ``method`` name of a fitted estimator (its exact class)."""
-    for name, cls in ESTIMATORS.items():
-        if type(model) is cls:
-            return name
-    raise ValueError(f"model: cannot store a {type(model).__name__}; known estimators: "
-                     f"{', '.join(cls.__name__ for cls in ESTIMATORS.values())}")
-
-
-def model_to_dataset(model: JDL, provenance: dict[str, Any] | None = None) -> xr.Dataset:
+def model_to_dataset(model: Any, provenance: dict[str, Any] | None = None) -> xr.Dataset:
     """The fitted model as an in-memory Dataset following ``data_schemas.model`` (atoms loaded)."""
     method = method_of(model)
     state = model.state()
@@ -161,7 +152,7 @@ def model_from_dataset(ds: xr.Dataset, where: str = "model", atoms: Any = None) 
     return model
 
 
-def save_model(model: JDL, path: str | os.PathLike, *, overwrite: bool = False,
+def save_model(model: Any, path: str | os.PathLike, *, overwrite: bool = False,
                provenance: dict[str, Any] | None = None, tuning: xr.Dataset | None = None,
                run_key: str | None = None) -> Path:
     """Write the model store at ``path`` atomically; refuses to replace an existing path unless ``overwrite``.

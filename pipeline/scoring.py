@@ -25,9 +25,6 @@ import numpy as np
 import zarr
 
 from data_schemas.scores import SCHEMA_NAME, SCHEMA_VERSION, function_dims, validate_scores_group
-from jdlcore import KLR
-from jdlcore.atoms import STANDARD_FUNCTIONS
-from jdlcore.queries import below_thresholds, class_indicator
 
 from .atomic import atomic_store, refuse_existing
 from .cluster import dask_client, resolve_scheduler
@@ -75,8 +72,8 @@ def score_store(model_path: str | os.PathLike, data: str | os.PathLike, out: str
     trained = model.provenance_.get("x_features")
     if trained is not None and list(group.attrs["x_features"]) != list(trained):
         raise ValueError(f"data: x features {group.attrs['x_features']} differ from the model's {trained}")
-    specs = _resolve(model, specs)
-    d_y = 1 if isinstance(model, KLR) else model.atoms_.d  # a KLR model's y is one label column
+    specs = model.prepare_requests(specs)  # checked against what the model answers; functions registered once
+    d_y = model.y_width_
     x = group["x"]
     n, step = x.shape[0], x.chunks[0]
     bounds = [(start, min(start + step, n)) for start in range(0, n, step)]
@@ -118,34 +115,6 @@ def _report(progress: Callable[[str], None] | None, done: int, total: int) -> No
         progress(f"scored {done}/{total} chunks")
 
 
-def _resolve(model: Any, specs: dict[str, tuple[str, np.ndarray | None]]) -> dict[str, tuple[str, np.ndarray | None]]:
-    """Check every function against what the model answers; ``proba`` gets its classes as parameters.
-
-    Models on atoms get their functions registered here (one pass over the atoms, once), so every
-    chunk then costs one kernel block; raises ``ValueError`` naming the function and the rule.
-    """
-    resolved = {}
-    if isinstance(model, KLR):
-        for spec, (kind, values) in specs.items():
-            if kind == "proba":
-                resolved[spec] = (kind, model.classes_)
-            elif kind == "cdf" and model.threshold is not None and np.array_equal(values, [float(model.threshold)]):
-                resolved[spec] = (kind, values)
-            else:
-                event = f"proba or cdf:{model.threshold:g}" if model.threshold is not None else "proba"
-                raise ValueError(f"function {spec!r}: a klr model answers {event} only")
-        return resolved
-    d_y = model.atoms_.d
-    for spec, (kind, values) in specs.items():
-        if kind in ("cdf", "quantile", "proba") and d_y != 1:
-            raise ValueError(f"function {spec!r}: needs a scalar y, the model has {d_y} y features")
-        resolved[spec] = (kind, model.classes_ if kind == "proba" else values)
-    for spec, (kind, values) in resolved.items():  # f at the model's atoms, once
-        if kind != "quantile" and spec not in model.registered_:
-            model.register(spec, scoring_function(kind, values))
-    return resolved
-
-
 def score_chunk(model: Any, data: str, out: str, specs: dict, start: int, stop: int) -> int:
     """Score rows [start, stop) of the staged store ``data`` into the arrays of the store ``out``.
 
@@ -154,26 +123,10 @@ def score_chunk(model: Any, data: str, out: str, specs: dict, start: int, stop: 
     """
     block = zarr.open_group(data, mode="r", zarr_format=3)["x"][start:stop]
     root = zarr.open_group(out, mode="r+", zarr_format=3)
-    if isinstance(model, KLR):
-        results = {spec: model.predict_proba(block) if kind == "proba" else model.event_probability(block)[:, None]
-                   for spec, (kind, _) in specs.items()}
-    else:
-        registered = [spec for spec, (kind, _) in specs.items() if kind != "quantile"]
-        results = model.expectations(registered, block) if registered else {}
-        for spec, (kind, values) in specs.items():
-            if kind == "quantile":
-                results[spec] = model.conditional_quantile(block, values)
+    results = model.answer_requests(specs, block)
     for spec in specs:
         root[spec][start:stop] = results[spec]
     return stop - start
-
-
-def scoring_function(kind: str, parameters: np.ndarray | None) -> Callable[[np.ndarray], np.ndarray]:
-    """The test function f(y) (b, d_y) -> (b, ...) behind 'mean', 'second_moment', 'cdf:...' and 'proba'
-    (the last two for a scalar y: indicators below the thresholds, of each class)."""
-    if kind in STANDARD_FUNCTIONS:
-        return STANDARD_FUNCTIONS[kind]
-    return below_thresholds(parameters, 1) if kind == "cdf" else class_indicator(parameters)
 
 
 def open_scores(path: str | os.PathLike) -> zarr.Group:

@@ -32,7 +32,7 @@ def test_errors_are_one_line_with_nonzero_exit(tmp_path):
                              str(tmp_path / "m.zarr"), "--tol", "3"], capture_output=True, text=True)
     assert result.returncode == 2
     assert result.stderr.strip().splitlines() == [
-        "jdl fit: error: fit: parameter tol: Input should be less than 1 (got 3.0)"]
+        "jdl fit: error: fit: parameter tol: must be in [0, 1) (got 3.0)"]
     for command in ("", "stage", "tune", "fit", "score", "inspect", "serve", "demo", "compress", "reproduce"):
         result = subprocess.run([sys.executable, "-m", "flows.cli", *command.split(), "--help"], capture_output=True,
                                 text=True)

@@ -150,7 +150,7 @@ def test_state_round_trip_is_exact(model):
 @pytest.mark.parametrize("kwargs, data, match", [
     ({"constraints": "psd"}, None, "constraints: unknown value 'psd'"),
     ({"reg": -1.0}, None, "reg: must be finite and >= 0"),
-    ({"tol": -0.5}, None, "tol: must be finite and >= 0"),
+    ({"tol": -0.5}, None, r"tol: must be in \[0, 1\)"),
     ({"pivoting": "max"}, None, "pivoting: unknown value"),
     ({}, "nan", "X: contains NaN or inf"),
     ({}, "lengths", "same number of rows"),

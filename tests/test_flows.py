@@ -99,7 +99,7 @@ def test_fit_artifacts_are_published(tmp_path, prefect_api):
 def test_parameters_are_validated_with_one_clear_message(tmp_path):
     source = write_table(tmp_path / "t.npz", 200, 3)
     data = stage_flow(str(source), str(tmp_path / "d.zarr"), ["x"], ["y"])["path"]
-    with pytest.raises(ValueError, match=r"^fit: parameter tol: Input should be less than 1 \(got 2\.0\)$"):
+    with pytest.raises(ValueError, match=r"^fit: parameter tol: must be in \[0, 1\) \(got 2\.0\)$"):
         fit_flow(data, str(tmp_path / "m.zarr"), lengthscale_x=1.0, lengthscale_y=1.0, reg=1e-4, tol=2.0)
     with pytest.raises(ValueError, match="fit: parameter lengthscale_x: give lengthscale_x, lengthscale_y and reg"):
         fit_flow(data, str(tmp_path / "m.zarr"), reg=1e-4)

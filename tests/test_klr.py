@@ -225,7 +225,7 @@ def _fit(params=None, X=_X, Y=_Y):
     (lambda: _fit({"reg": 0.0}), ValueError, r"reg: must be finite and > 0, got 0.0"),
     (lambda: _fit({"reg": -1e-3}), ValueError, r"reg: must be finite and > 0, got -0.001"),
     (lambda: _fit({"tol": 1.0}), ValueError, r"tol: must be in \[0, 1\), got 1.0"),
-    (lambda: _fit({"tol": -0.1}), ValueError, r"tol: must be finite and >= 0"),
+    (lambda: _fit({"tol": -0.1}), ValueError, r"tol: must be in \[0, 1\), got -0.1"),
     (lambda: _fit({"pivoting": "best"}), ValueError, r"pivoting: unknown value 'best'; choose one of 'greedy', 'random'"),
     (lambda: _fit({"max_iter": 0}), ValueError, r"max_iter: must be an integer >= 1, got 0"),
     (lambda: _fit({"max_rank": 0}), ValueError, r"max_rank: must be an integer >= 1 or None, got 0"),

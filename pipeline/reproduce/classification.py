@@ -40,7 +40,7 @@ class ClassificationSettings:
 
 
 def _probability(model: Any, X: np.ndarray, threshold: float) -> np.ndarray:
-    return model.event_probability(X) if isinstance(model, KLR) else model.conditional_cdf(X, [threshold])[:, 0]
+    return model.conditional_cdf(X, [threshold])[:, 0]
 
 
 def _fitters(kx: GaussianKernel, ky: GaussianKernel, problem, train: tuple, threshold: float,

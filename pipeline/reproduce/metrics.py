@@ -17,7 +17,6 @@ from typing import Any, Callable
 
 import numpy as np
 
-from jdlcore import CME
 from jdlcore.losses import second_moment
 
 __all__ = ["TOL", "TEST_FUNCTIONS", "timed", "ones", "total_mass", "normalization_error", "psd_failure",
@@ -38,10 +37,9 @@ TEST_FUNCTIONS = {"second_moment": second_moment}
 
 
 def total_mass(model: Any, X: np.ndarray) -> np.ndarray:
-    """E[1 | x_q], shape (q,): the CME reports it; for JDL-type laws it is measured."""
-    if isinstance(model, CME):
-        return model.total_mass(X)
-    return model.conditional_expectation(X, ones)[:, 0]  # a pass over the atoms, never registered sums
+    """E[1 | x_q], shape (q,): the CME reports its summed weights; JDL-type laws measure it by a pass
+    over the atoms, never from registered sums (``Estimator.total_mass``)."""
+    return model.total_mass(X)
 
 
 def normalization_error(model: Any, X: np.ndarray) -> float:
@@ -58,8 +56,6 @@ def psd_failure(moments: np.ndarray) -> float:
 
 def negative_share(model: Any, X: np.ndarray) -> float:
     """Share of negative Radon-Nikodym values (JDL, JPDL) or CME weights at the queries X (q, d_x)."""
-    if isinstance(model, CME):
-        return float(np.mean(model.conditional_weights(X) < -TOL))
     return float(np.mean(model.negative_share(X, tol=TOL)))
 
 
