@@ -5,8 +5,9 @@ minimising (43), (1/n) sum_i ||k_Y(y_i, .) - F(x_i)||^2 + reg ||F||^2, whose sol
 F = (K_X + n reg I)^{-1} (44) and E[f(Y) | x] = [f(y_1) .. f(y_n)] F k_X(X, x) (45).
 
 Low rank (47): F = B_Y V_Y Ftil V_X^T B_X^T with the double-orthogonal bases of both pivoted
-Cholesky factorisations. Objective (48) is misprinted in the paper; the correct one (the digest's
-derivation, checked against the dense (44) at full rank by the tests) is
+Cholesky factorisations. Objective (48) is misprinted in the paper; the correct one (derived by
+substituting (47) into the regularised least-squares risk, and checked against the dense (44) at full
+rank by the tests) is
 
     R(Ftil) = -2 <A_Y^T A_X, Ftil> + sum_ij Ftil_ij^2 (Lambda_X,j + n reg),
 

@@ -25,7 +25,7 @@ v_i = (1/n_i) sum_{i' before i} n_i' h_i' and c_i = (n - sum_{i' up to i} n_i') 
 weights live) or over the thesis's box a <= Psi_Y(y) <= b (``positivity="cube"``: min over the box
 vertices for positivity, max for the running bound; ``bounds="sample"`` takes the column extremes
 of A_Y, ``bounds="global"`` the whole-domain bounds of a bounded kernel, ``SpectralBasis.ranges``).
-The box form is the digest's corrected LP form (h = w+ - w-), written as its vertex cuts.
+The box form is the LP over h = w+ - w-, written as its vertex cuts.
 
 Each step is a diagonal QP with one equality and linear cuts, solved by cutting planes on the
 Goldfarb-Idnani ``ProjectionQP``: atoms add the most violated atoms of each family per round, the

@@ -9,7 +9,7 @@ lengthscale l). Internally everything is written with the paper's precision vect
 eta_t = 1 / (2 l_t^2), i.e. k_eta(x, x') = exp(-sum_t eta_t (x_t - x'_t)^2); the conversion happens only at
 the public boundary (``lengthscale`` in, ``lengthscale`` out).
 
-Closed forms used (digest 004, sections 1.2-1.5):
+Closed forms used (products of Gaussian kernels are Gaussians):
 
 * k_eta(x, c_i) k_eta(x, c_j) = k_{eta/2}(c_i, c_j) k_{2 eta}(x, m_ij), m_ij = (c_i + c_j) / 2, so f is a
   signed Gaussian mixture with weights w_ij = c_{2 eta} A_ij K_{eta/2, ij}, means m_ij and covariance

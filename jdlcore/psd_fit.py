@@ -10,14 +10,14 @@ The estimator minimises over A in S^m_+
     J(A) = int_{R^d} f_A^2 dx - (2/n) sum_i f_A(x_i) + reg * Tr(A K A K),      K = K_{C,C,eta},
 
 which is, up to the constant int p^2, an empirical version of |f_A - p|^2_{L2} plus an RKHS
-regulariser. All terms have closed forms (seed digest 004, section 2.1):
+regulariser. All terms have closed forms:
 
 * linear term: (2/n) sum_i f_A(x_i) = 2 <A, S>,  S = (1/n) K_{C,X} K_{X,C}            (m, m)
 * L2 term: int f_A^2 = vec(A)^T G vec(A) with the (m^2, m^2) Gram matrix of the functions
   phi_ij(x) = k(x, c_i) k(x, c_j) in L2(R^d):
       G_(ij),(kl) = c_{4 eta} K½_ij K½_kl k_eta(m_ij, m_kl),   K½ = K_{C,C,eta/2},  m_ij = (c_i+c_j)/2.
-  (This is the digest's Q_ijkl = c_{4eta} K½_ik K½_jl k_eta(m_ik, m_jl) with the middle two indices
-  swapped; both give the same quadratic form on every A. G is PSD and is the matrix returned by
+  (Q_ijkl = c_{4eta} K½_ik K½_jl k_eta(m_ik, m_jl), the same with the middle two indices swapped,
+  gives the same quadratic form on every A. G is PSD and is the matrix returned by
   ``psd_l2_gram``; vec is row-major, vec(A)[i*m + j] = A_ij.)
 * normalisation: int f_A = c_{2 eta} Tr(A K½) = <A, N>,  N = c_{2 eta} K½.
 
