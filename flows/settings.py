@@ -15,7 +15,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationErr
 
 from jdlcore.jdl import CONSTRAINTS
 from jdlcore.registry import METHODS, POSITIVITY_CHOICES
-from jdlcore.validation import check_tol
+from jdlcore.validation import TOL_RULE, check_tol
 from pipeline.scoring import parse_function
 
 __all__ = ["StageSettings", "TuneSettings", "FitSettings", "ScoreSettings", "CompressSettings", "validated",
@@ -43,20 +43,16 @@ def _scheduler(value: str | None) -> str | None:
     raise ValueError(f"{value!r} is not auto, memory, local or an address like tcp://HOST:PORT")
 
 
-def _rule_of(check):
-    """A jdlcore check as a pydantic validator whose message is the rule alone ("must be in [0, 1)"):
-    the parameter's name and value are added by ``validated``."""
-    def validate(value):
-        try:
-            check(value)
-        except ValueError as error:
-            raise ValueError(str(error).split(": ", 1)[-1].rsplit(", got ", 1)[0]) from None
-        return value
-    return validate
+def _tol(value: float) -> float:
+    """jdlcore's rule for tol (``check_tol``), stated alone: ``validated`` adds the name and value."""
+    try:
+        return check_tol(value)
+    except ValueError:
+        raise ValueError(TOL_RULE) from None
 
 
 Path_ = Annotated[str, AfterValidator(expand_path)]
-Tol = Annotated[float, AfterValidator(_rule_of(check_tol))]
+Tol = Annotated[float, AfterValidator(_tol)]
 Method = Literal[tuple(METHODS)]  # type: ignore[valid-type] - the registry's names
 Positivity = Literal[POSITIVITY_CHOICES]  # type: ignore[valid-type]
 Constraints = Literal[CONSTRAINTS]  # type: ignore[valid-type]

@@ -29,7 +29,7 @@ from .cholesky import PIVOTING_RULES
 from .kernels import Kernel
 from .atoms import STANDARD_FUNCTIONS
 from .queries import below_thresholds, check_levels, class_indicator
-from .validation import as_samples, check_choice, check_paired, check_tol
+from .validation import as_samples, check_choice, check_count, check_paired, check_tol
 
 __all__ = ["Estimator", "UnsupportedQuery", "paired_samples", "REQUEST_KINDS"]
 
@@ -87,15 +87,15 @@ class Estimator:
         return positivity
 
     def _check_factorisation(self) -> None:
-        """tol (``check_tol``), pivoting, max_rank (>= 1 or None) and the kernels (jdlcore Kernels or None)."""
+        """tol (``check_tol``), pivoting, max_rank (an integer >= 1 or None) and the kernels (jdlcore Kernels
+        or None)."""
         check_tol(self.tol)
         check_choice(self.pivoting, "pivoting", PIVOTING_RULES)
         for name in self._KERNELS:
             kernel = getattr(self, name)
             if kernel is not None and not isinstance(kernel, Kernel):
                 raise ValueError(f"{name}: must be a jdlcore Kernel, got {type(kernel).__name__}")
-        if self.max_rank is not None and int(self.max_rank) < 1:
-            raise ValueError(f"max_rank: must be >= 1, got {self.max_rank!r}")
+        check_count(self.max_rank, "max_rank", optional=True)
 
     # -- fitted state and query points ----------------------------------------------------------
     def _fitted(self) -> None:

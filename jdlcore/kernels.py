@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from typing import Any, Callable, ClassVar, Iterator
 
 import numpy as np
@@ -46,26 +46,26 @@ def _pool() -> ThreadPoolExecutor:
     return _POOL
 
 
-def pool_map(work: Callable[[Any], Any], items: list) -> list:
+def pool_map(work: Callable[[Any], Any], items: list, *, one_blas_thread: bool = False) -> list:
     """``work(item)`` for each item, results in order: on the kernel thread pool when there are several
     items and threads, else in this thread (also when this thread is one of the pool's: a pool
-    thread waiting on the pool could wait forever)."""
+    thread waiting on the pool could wait forever). ``one_blas_thread``: hold BLAS to one thread
+    while the pool runs, for work that runs BLAS inside the pool's threads (``_one_blas_thread``)."""
     nested = threading.current_thread().name.startswith(_POOL_PREFIX)
     if len(items) <= 1 or _THREADS == 1 or nested:
         return [work(item) for item in items]
-    return list(_pool().map(work, items))
+    with _one_blas_thread() if one_blas_thread else nullcontext():
+        return list(_pool().map(work, items))
 
 
 @contextmanager
-def single_threaded_blas() -> Iterator[None]:
-    """BLAS at one thread for the duration, process-wide, when the kernel pool has several threads:
-    for work that runs BLAS inside the pool's threads. (Idle BLAS threads spin for a while after
-    each call; beside the pool's threads they took a core: measured 65k against 110k query rows
-    per second on 2 cores.) Nested and concurrent uses share one limit; the last to leave restores
-    BLAS's own thread count."""
-    if _THREADS == 1:
-        yield
-        return
+def _one_blas_thread() -> Iterator[None]:
+    """BLAS at one thread for the duration, process-wide. (Idle BLAS threads spin for a while after
+    each call; beside the pool's threads they took a core: measured 65k against 110k query rows per
+    second on 2 cores.) The BLAS libraries are looked up afresh (one loaded since, such as SciPy's,
+    is held too; about 2 ms). Overlapping uses share one limit; the last to leave restores BLAS's
+    own thread count. BLAS products of other threads that overlap one of these maps also run at one
+    thread, and their last bits may differ from a run without the overlap."""
     with _BLAS["lock"]:
         if _BLAS["holders"] == 0:
             _BLAS["limits"] = ThreadpoolController().limit(limits=1, user_api="blas")

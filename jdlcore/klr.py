@@ -39,10 +39,10 @@ import numpy as np
 from scipy.linalg import LinAlgError, cho_factor, cho_solve
 
 from .basis import SpectralBasis, spectral_basis
-from .cholesky import PIVOTING_RULES, pivoted_cholesky
+from .cholesky import pivoted_cholesky
 from .estimator import Estimator
 from .kernels import GaussianKernel, Kernel, kernel_from_dict
-from .validation import as_samples, check_choice, check_nonnegative, check_paired, check_tol
+from .validation import as_samples, check_count, check_paired
 
 __all__ = ["KLR", "MAX_CLASSES"]
 
@@ -232,14 +232,6 @@ def _check_positive_scalar(value: Any, name: str) -> float:
     return number
 
 
-def _check_count(value: Any, name: str, optional: bool = False) -> None:
-    """Raise ``ValueError`` unless ``value`` is an integer >= 1 (or None when ``optional``)."""
-    if value is None and optional:
-        return
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)) or value < 1:
-        raise ValueError(f"{name}: must be an integer >= 1{' or None' if optional else ''}, got {value!r}")
-
-
 # -- estimator -------------------------------------------------------------------------------------
 class KLR(Estimator):
     """Low-rank kernel logistic regression (binary or multinomial) in the double-orthogonal basis.
@@ -299,7 +291,6 @@ class KLR(Estimator):
 
     def _check_params(self) -> None:
         _check_positive_scalar(self.reg, "reg")
-        check_tol(self.tol)
         if self.threshold is not None:
             try:
                 finite = np.isfinite(float(self.threshold))
@@ -309,12 +300,9 @@ class KLR(Estimator):
                 raise ValueError(f"threshold: must be None or a finite number, got {self.threshold!r}")
         if not isinstance(self.fit_intercept, (bool, np.bool_)):
             raise ValueError(f"fit_intercept: must be True or False, got {self.fit_intercept!r}")
-        check_choice(self.pivoting, "pivoting", PIVOTING_RULES)
-        if self.kernel_x is not None and not isinstance(self.kernel_x, Kernel):
-            raise ValueError(f"kernel_x: must be a jdlcore Kernel, got {type(self.kernel_x).__name__}")
-        _check_count(self.max_rank, "max_rank", optional=True)
-        _check_count(self.block_size, "block_size", optional=True)
-        _check_count(self.max_iter, "max_iter")
+        self._check_factorisation()
+        check_count(self.block_size, "block_size", optional=True)
+        check_count(self.max_iter, "max_iter")
         _check_positive_scalar(self.gtol, "gtol")
 
     # -- fitting ----------------------------------------------------------------------------------
@@ -406,7 +394,10 @@ class KLR(Estimator):
         if self.threshold is not None and not np.all(t == float(self.threshold)):
             raise self._unsupported(f"conditional_cdf at {t.tolist()}",
                                     f"fitted on the event Y <= {self.threshold:g}, it knows the CDF there only")
-        P = self.predict_proba(Xq)
+        return self._cdf_of(self.predict_proba(Xq), t)
+
+    def _cdf_of(self, P: np.ndarray, t: np.ndarray) -> np.ndarray:
+        """The CDF at thresholds t (T,) from class probabilities P (q, C) (``conditional_cdf``)."""
         if self.threshold is not None:
             return np.repeat(P[:, 1:2], t.size, axis=1)
         return P @ (self.classes_[:, None] <= t[None, :]).astype(np.float64)
@@ -427,7 +418,9 @@ class KLR(Estimator):
         return resolved
 
     def answer_requests(self, requests: dict[str, tuple[str, np.ndarray | None]], Xq: Any) -> dict[str, np.ndarray]:
-        return {name: self.predict_proba(Xq) if kind == "proba" else self.conditional_cdf(Xq, values)
+        """The prepared requests at the queries: one set of class probabilities serves them all."""
+        P = self.predict_proba(Xq)
+        return {name: P if kind == "proba" else self._cdf_of(P, np.asarray(values, dtype=np.float64))
                 for name, (kind, values) in requests.items()}
 
     def event_probability(self, Xq: Any) -> np.ndarray:

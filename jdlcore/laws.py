@@ -29,7 +29,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from .kernels import pool_map, single_threaded_blas
+from .kernels import pool_map
 from .support import Support
 
 __all__ = ["RULES", "LEVELS", "MomentBasis", "apply_rule", "quantiles", "crps", "map_rows", "ROW_ELEMENTS"]
@@ -147,9 +147,8 @@ def crps(P: np.ndarray, values: np.ndarray, observed: np.ndarray) -> np.ndarray:
 
 def map_rows(q: int, width: int, work: Callable[[slice], Any]) -> list:
     """``work(rows)`` over row blocks of about ``ROW_ELEMENTS`` / width rows, on the kernel thread pool
-    with BLAS at one thread (``kernels.single_threaded_blas``); results in row order. Each block does
-    all of its work in its thread, the BLAS products that make its R included: the pool's threads
-    then keep every core busy, with no serial step between blocks."""
+    with BLAS at one thread; results in row order. Each block does all of its work in its thread, the
+    BLAS products that make its R included: the pool's threads then keep every core busy, with no
+    serial step between blocks."""
     step = max(1, ROW_ELEMENTS // max(width, 1))
-    with single_threaded_blas():
-        return pool_map(work, [slice(first, min(first + step, q)) for first in range(0, q, step)])
+    return pool_map(work, [slice(first, min(first + step, q)) for first in range(0, q, step)], one_blas_thread=True)

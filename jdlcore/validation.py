@@ -9,7 +9,8 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["as_samples", "check_paired", "check_positive", "check_choice", "check_nonnegative", "check_tol"]
+__all__ = ["as_samples", "check_paired", "check_positive", "check_choice", "check_nonnegative", "check_tol", "check_count",
+           "TOL_RULE"]
 
 
 def as_samples(values: Any, name: str, *, min_rows: int = 1) -> np.ndarray:
@@ -61,6 +62,17 @@ def check_positive(value: Any, name: str) -> np.ndarray:
     return array
 
 
+def check_count(value: Any, name: str, optional: bool = False) -> None:
+    """Raise ``ValueError`` unless ``value`` is an integer >= 1 (or None when ``optional``)."""
+    if value is None and optional:
+        return
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)) or value < 1:
+        raise ValueError(f"{name}: must be an integer >= 1{' or None' if optional else ''}, got {value!r}")
+
+
+TOL_RULE = "must be in [0, 1)"
+
+
 def check_tol(value: Any, name: str = "tol") -> float:
     """The relative tolerance of a pivoted Cholesky decomposition (residual trace / trace K): a number
     in [0, 1) (0: full rank up to the pivot floor). The one rule for ``tol`` everywhere."""
@@ -69,7 +81,7 @@ def check_tol(value: Any, name: str = "tol") -> float:
     except (TypeError, ValueError):
         number = np.nan
     if not np.isfinite(number) or not 0 <= number < 1:
-        raise ValueError(f"{name}: must be in [0, 1), got {value!r}")
+        raise ValueError(f"{name}: {TOL_RULE}, got {value!r}")
     return number
 
 
