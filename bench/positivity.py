@@ -24,7 +24,7 @@ from scipy.stats import norm
 
 from _common import write_json
 from flows.demo import make_data, truth
-from jdlcore import JDL, GaussianKernel, build_problem, median_heuristic
+from jdlcore import JDL, Factorisation, GaussianKernel, build_problem, median_heuristic
 
 LEVELS = np.array([0.1, 0.5, 0.9])
 REGS = (1e-7, 1e-6, 1e-5, 1e-4)
@@ -66,7 +66,7 @@ def run(n: int, d: int, options: dict, seed: int = 0) -> list[dict]:
     for fx, fy in itertools.product(factors_x, (1 / 16, 1 / 8, 1 / 4)):
         kx, ky = GaussianKernel(fx * mx), GaussianKernel(fy * my)
         started = time.perf_counter()
-        problem = build_problem(X, Y, kx, ky, tol=1e-3)
+        problem = build_problem(X, Y, kx, ky, Factorisation(tol=1e-3))
         factor_seconds += time.perf_counter() - started
         for label, params in options.items():
             for reg in REGS:

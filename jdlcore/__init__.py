@@ -11,7 +11,7 @@ from .polynomial import PolynomialBasis, PolynomialJDL
 from .psd import GaussianPSDModel
 from .psd_fit import fit_psd_density
 from .psd_jdl import PSDJDL
-from .cholesky import FactorStorage, InMemoryFactorStorage, PivotedCholesky, pivoted_cholesky, run_pivoted_cholesky
+from .cholesky import Factorisation, FactorStorage, InMemoryFactorStorage, PivotedCholesky, pivoted_cholesky, run_pivoted_cholesky
 from .degeneracy import DegeneracyWarning, GridBudgetWarning
 from .jdl import JDL, JDLProblem, build_problem
 from .kernels import (
@@ -34,7 +34,7 @@ __version__ = "0.1.0"
 __all__ = [
     "GaussianKernel", "LaplaceKernel", "Matern32Kernel", "Matern52Kernel", "DeltaKernel", "Kernel",
     "kernel_from_dict", "median_heuristic", "pivoted_cholesky", "run_pivoted_cholesky", "PivotedCholesky",
-    "FactorStorage", "InMemoryFactorStorage", "JDL", "JDLProblem", "build_problem", "JDLReductions",
+    "Factorisation", "FactorStorage", "InMemoryFactorStorage", "JDL", "JDLProblem", "build_problem", "JDLReductions",
     "SpectralBasis", "spectral_basis", "tune", "TuneResult", "SecondMomentLoss", "ClippedLogisticLoss",
     "relative_second_moment_loss", "clipped_logistic_loss", "CME", "KLR", "PolynomialJDL", "PolynomialBasis",
     "GreedyJDL", "ClassBasis", "GaussianPSDModel", "fit_psd_density", "PSDJDL", "amcmd", "jmmd", "compress",

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import numba as nb
 import numpy as np
+from numba import types
+from numba.extending import overload
 
 __all__ = ["project_scalar", "project_vector", "running_quantiles"]
 
@@ -143,6 +145,71 @@ def _cholesky_solve(J, F, d, n, ridge, L, y):
 
 
 @nb.njit(cache=True)
+def _dot(a, b, n):
+    """sum_i a_i b_i over the first n entries."""
+    total = 0.0
+    for i in range(n):
+        total += a[i] * b[i]
+    return total
+
+
+def _dual_value(trial, data):
+    """The dual's first term 0.5 sum_k pi_k max(0, t_k)^2 at ``trial``, with the pass's sums left in
+    the scratch of ``data``: (u, scale, pi, z, z2, z3, z4, S) for a scalar y (``_power_pass``), or
+    (u, scale, pi, C, K, F, w, wt) for a moment basis C (``_pass``). Compiled per kind by the overload
+    below."""
+    raise NotImplementedError  # only called from compiled code
+
+
+@overload(_dual_value)
+def _dual_value_of(trial, data):
+    if isinstance(data[3], types.Array) and data[3].ndim == 2:
+        def moment_basis(trial, data):
+            u, scale, pi, C, K, F, w, wt = data
+            return 0.5 * _pass(u, scale, pi, C, trial, K, F, w, wt)
+        return moment_basis
+
+    def scalar(trial, data):
+        u, scale, pi, z, z2, z3, z4, S = data
+        _power_pass(u, scale, pi, z, z2, z3, z4, trial[0], trial[1], trial[2], S)
+        return 0.5 * S[8]
+    return scalar
+
+
+@nb.njit(cache=True)
+def _backtrack(theta, d, F, b, n, phi, trial, limit, data):
+    """Armijo backtracking along the Newton direction -d from theta (first n entries) on the dual
+    phi(t) = ``_dual_value``(t) - b . t, whose gradient at theta is F: halves the step until phi falls
+    by at least 1e-4 of the predicted decrease (with a rounding allowance relative to |phi|), then
+    moves theta there. Returns the new phi, or NaN when no step of ``_HALVINGS`` halvings decreases
+    it or theta passes ``limit`` (divergence). The scratch in ``data`` holds the pass at the new theta."""
+    slope = _dot(d, F, n)
+    step = 1.0
+    for _h in range(_HALVINGS):
+        for i in range(n):
+            trial[i] = theta[i] - step * d[i]
+        value = _dual_value(trial, data) - _dot(trial, b, n)
+        if value <= phi - 1e-4 * step * slope + 1e-15 * abs(phi):
+            for i in range(n):
+                theta[i] = trial[i]
+                if abs(theta[i]) > limit:
+                    return np.nan
+            return value
+        step *= 0.5
+    return np.nan
+
+
+@nb.njit(cache=True)
+def _newton_step(J, F, d, n, ridge, L, y, theta, b, phi, trial, limit, data):
+    """One damped Newton step on the dual: d solves (J + ridge I) d = F (first n entries; L, y
+    scratch), then ``_backtrack`` along -d. Returns the new phi, or NaN where the system is singular or
+    the search fails."""
+    if not _solve_spd(J, F, d, n, ridge, L, y):
+        return np.nan
+    return _backtrack(theta, d, F, b, n, phi, trial, limit, data)
+
+
+@nb.njit(cache=True)
 def _newton_scalar(u, scale, pi, z, z2, z3, z4, b, degree, tol, theta):
     """Semi-smooth Newton with Armijo backtracking on the dual of the projection with the first
     ``degree`` + 1 moments of z (targets b); theta (3,) in/out. The Newton system carries a ridge
@@ -170,31 +237,10 @@ def _newton_scalar(u, scale, pi, z, z2, z3, z4, b, degree, tol, theta):
         for i in range(n):
             for j in range(n):
                 J[i, j] = S[i + j]
-        if not _solve_spd(J, F, d, n, _DAMPING * err, L, y):
-            return False
-        slope = 0.0
-        for i in range(n):
-            slope += d[i] * F[i]
-        step = 1.0
-        accepted = False
-        for _h in range(_HALVINGS):
-            for i in range(n):
-                trial[i] = theta[i] - step * d[i]
-            _power_pass(u, scale, pi, z, z2, z3, z4, trial[0], trial[1], trial[2], S)
-            value = 0.5 * S[8]
-            for i in range(n):
-                value -= trial[i] * b[i]
-            if value <= phi - 1e-4 * step * slope + 1e-15 * abs(phi):
-                accepted = True
-                break
-            step *= 0.5
-        if not accepted:
-            return False
-        for i in range(n):
-            theta[i] = trial[i]
-            if abs(theta[i]) > _DIVERGED:
-                return False
-        phi = value
+        phi = _newton_step(J, F, d, n, _DAMPING * err, L, y, theta, b, phi, trial, _DIVERGED,
+                           (u, scale, pi, z, z2, z3, z4, S))
+        if np.isnan(phi):
+            break
     return False
 
 
@@ -404,30 +450,10 @@ def _newton_vector(u, scale, pi, C, monomials, products, b, K, tol, theta, S, F,
         if err <= tol:
             return True
         _jacobian(C, monomials, products, w, K, S, J)
-        if not _solve_spd(J, F, d, K, _VECTOR_DAMPING * err, L, y):
+        phi = _newton_step(J, F, d, K, _VECTOR_DAMPING * err, L, y, theta, b, phi, trial, _VECTOR_DIVERGED,
+                           (u, scale, pi, C, K, F, w, wt))
+        if np.isnan(phi):
             return False
-        slope = 0.0
-        for i in range(K):
-            slope += d[i] * F[i]
-        step = 1.0
-        accepted = False
-        for _h in range(_HALVINGS):
-            for i in range(K):
-                trial[i] = theta[i] - step * d[i]
-            value = 0.5 * _pass(u, scale, pi, C, trial, K, F, w, wt)
-            for i in range(K):
-                value -= trial[i] * b[i]
-            if value <= phi - 1e-4 * step * slope + 1e-15 * abs(phi):
-                accepted = True
-                break
-            step *= 0.5
-        if not accepted:
-            return False
-        for i in range(K):
-            theta[i] = trial[i]
-            if abs(theta[i]) > _VECTOR_DIVERGED:
-                return False
-        phi = value
     return False
 
 

@@ -36,14 +36,14 @@ used, which makes duplicated points and exactly low-rank kernels safe (no divisi
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any, Protocol
+from dataclasses import dataclass, field, fields
+from typing import Any, ClassVar, Protocol
 
 import numpy as np
 from scipy.linalg import solve_triangular
 
 from .kernels import Kernel
-from .validation import as_samples, check_choice
+from .validation import as_samples, check_choice, check_count, check_tol
 
 __all__ = [
     "PivotedCholesky",
@@ -59,6 +59,43 @@ __all__ = [
 
 PIVOTING_RULES = ("greedy", "random")
 _DEFAULT_BLOCK = {"greedy": 64, "random": 64}
+
+
+@dataclass(frozen=True)
+class Factorisation:
+    """How a fit's pivoted Cholesky decompositions run: one object, validated when it is made and
+    passed whole from the estimator to the problem builders (in memory, chunked, class basis).
+
+    tol: stop once trace(K - L L^T) <= tol * trace K, in [0, 1) (``jdlcore.validation.check_tol``);
+    max_rank: at most this many pivots, an integer >= 1, or None for the builder's default budget
+    (``jdlcore.degeneracy.rank_budget``); pivoting: "random" (RPCholesky) or "greedy"; seed: of the
+    random pivoting and of the samples drawn beside it; block_size: candidate pivots per round
+    (None: 64).
+    """
+
+    tol: float = 1e-3
+    max_rank: int | None = None
+    pivoting: str = "random"
+    seed: int | None = 0
+    block_size: int | None = None
+
+    NAMES: ClassVar[tuple[str, ...]] = ("tol", "max_rank", "pivoting", "seed", "block_size")
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "tol", check_tol(self.tol))
+        check_count(self.max_rank, "max_rank", optional=True)
+        check_choice(self.pivoting, "pivoting", PIVOTING_RULES)
+        check_count(self.block_size, "block_size", optional=True)
+
+    @classmethod
+    def of(cls, owner: Any) -> "Factorisation":
+        """The factorisation settings held by ``owner`` (an estimator's parameters of the same names)."""
+        return cls(**{name: getattr(owner, name) for name in cls.NAMES})
+
+    def options(self, **changes: Any) -> dict[str, Any]:
+        """The settings as keyword arguments of ``pivoted_cholesky`` / ``run_pivoted_cholesky``,
+        with ``changes`` applied (e.g. a resolved max_rank)."""
+        return {**{f.name: getattr(self, f.name) for f in fields(self)}, **changes}
 
 
 @dataclass

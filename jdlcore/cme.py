@@ -105,15 +105,7 @@ class CME(Estimator):
     def __init__(self, kernel_x: Kernel | None = None, kernel_y: Kernel | None = None, reg: float = 1e-3,
                  tol: float = 1e-3, constraints: str = "none", pivoting: str = "random",
                  max_rank: int | None = None, seed: int | None = 0, block_size: int | None = None):
-        self.kernel_x = kernel_x
-        self.kernel_y = kernel_y
-        self.reg = reg
-        self.tol = tol
-        self.constraints = constraints
-        self.pivoting = pivoting
-        self.max_rank = max_rank
-        self.seed = seed
-        self.block_size = block_size
+        self._keep_params(locals())
 
     clips = False  # the pipeline's scoring asks every model; CME reports weights as they are
 

@@ -25,11 +25,11 @@ from typing import Any, Callable, ClassVar
 
 import numpy as np
 
-from .cholesky import PIVOTING_RULES
+from .cholesky import Factorisation
 from .kernels import Kernel
 from .atoms import STANDARD_FUNCTIONS
 from .queries import below_thresholds, check_levels, class_indicator
-from .validation import as_samples, check_choice, check_count, check_paired, check_tol
+from .validation import as_samples, check_choice, check_paired
 
 __all__ = ["Estimator", "UnsupportedQuery", "paired_samples", "REQUEST_KINDS"]
 
@@ -56,6 +56,12 @@ class Estimator:
     _FITTED: ClassVar[str] = "coef_"  # the attribute a fit sets last-but-not-least; its absence means unfitted
 
     # -- parameters -------------------------------------------------------------------------------
+    def _keep_params(self, arguments: dict[str, Any]) -> None:
+        """Keep the constructor's arguments (its ``locals()``) as attributes, under the declared names
+        ``_KERNELS`` + ``_PARAMS``; unvalidated until ``fit`` (``_check_params``), as in scikit-learn."""
+        for name in self._KERNELS + self._PARAMS:
+            setattr(self, name, arguments[name])
+
     def get_params(self) -> dict[str, Any]:
         """The constructor parameters by name."""
         return {name: getattr(self, name) for name in self._KERNELS + self._PARAMS}
@@ -87,15 +93,13 @@ class Estimator:
         return positivity
 
     def _check_factorisation(self) -> None:
-        """tol (``check_tol``), pivoting, max_rank (an integer >= 1 or None) and the kernels (jdlcore Kernels
-        or None)."""
-        check_tol(self.tol)
-        check_choice(self.pivoting, "pivoting", PIVOTING_RULES)
+        """The factorisation settings (``Factorisation``: tol, max_rank, pivoting, seed, block_size) and
+        the kernels (jdlcore Kernels or None)."""
+        Factorisation.of(self)
         for name in self._KERNELS:
             kernel = getattr(self, name)
             if kernel is not None and not isinstance(kernel, Kernel):
                 raise ValueError(f"{name}: must be a jdlcore Kernel, got {type(kernel).__name__}")
-        check_count(self.max_rank, "max_rank", optional=True)
 
     # -- fitted state and query points ----------------------------------------------------------
     def _fitted(self) -> None:

@@ -46,7 +46,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from .basis import JDLReductions, SpectralBasis, spectral_basis
-from .cholesky import pivoted_cholesky
+from .cholesky import Factorisation, pivoted_cholesky
 from .jdl import JDL, JDLProblem
 from .kernels import DeltaKernel, GaussianKernel, Kernel, kernel_from_dict
 from .solvers.active_set import ProjectionQP
@@ -151,12 +151,7 @@ def build_class_problem(
     labels: np.ndarray,
     Y: np.ndarray,
     kernel_y: Kernel,
-    *,
-    tol: float,
-    max_rank: int | None = None,
-    pivoting: str = "random",
-    seed: int | None = 0,
-    block_size: int | None = None,
+    factorisation: Factorisation = Factorisation(),
 ) -> JDLProblem:
     """The JDL problem with the class basis on X: pivoted Cholesky of K_Y only, and the reductions.
 
@@ -167,8 +162,7 @@ def build_class_problem(
     classes, inverse, counts = np.unique(labels[:, 0], return_inverse=True, return_counts=True)
     inverse = inverse.reshape(-1)
     n, D = labels.shape[0], classes.size
-    factor = pivoted_cholesky(kernel_y, Y, tol=tol, max_rank=max_rank, pivoting=pivoting, seed=seed,
-                              block_size=block_size)
+    factor = pivoted_cholesky(kernel_y, Y, **factorisation.options())
     basis_y = spectral_basis(factor, kernel_y)
     # The basis values through the kernel, Psi_Y(y_j) = k(y_j, pivots) @ coefficients, exactly what the
     # fitted model's queries recompute (``Atoms``), rather than the factor's L V (equal up to rounding,
@@ -402,17 +396,7 @@ class GreedyJDL(JDL):
         block_size: int | None = None,
         support_size: int | None = None,
     ):
-        self.kernel_y = kernel_y
-        self.reg = reg
-        self.tol = tol
-        self.positivity = positivity
-        self.bounds = bounds
-        self.class_order = class_order
-        self.pivoting = pivoting
-        self.max_rank = max_rank
-        self.seed = seed
-        self.block_size = block_size
-        self.support_size = support_size
+        self._keep_params(locals())
 
     # The X side is the delta kernel's class basis. JDL's switches (clips, uses_grid, uses_tightening)
     # are False for the greedy positivity rules "atoms" and "cube".
@@ -447,10 +431,7 @@ class GreedyJDL(JDL):
         if classes.size < 2:
             raise ValueError(f"labels: need at least 2 classes, got 1 (every label is {float(classes[0])!r})")
         class_order_indices(self.class_order, classes, counts)  # fail before the factorisation
-        problem = build_class_problem(
-            labels, Y, self.kernel_y or GaussianKernel(1.0), tol=float(self.tol), max_rank=self.max_rank,
-            pivoting=self.pivoting, seed=self.seed, block_size=self.block_size,
-        )
+        problem = build_class_problem(labels, Y, self.kernel_y or GaussianKernel(1.0), Factorisation.of(self))
         return self.fit_problem(problem, Y)
 
     def _solve(self, problem: JDLProblem, reg: float) -> tuple[np.ndarray, dict[str, Any]]:

@@ -13,7 +13,7 @@ without positivity ("none", "normalization") the signed weights are returned as 
 Positivity can also be imposed in the fit: "grid" (1 + h >= 0 on the support atoms times a sample
 of the training x, by budgeted cutting planes), "tightening" (the paper's (33)) and "pointwise"
 (Lemma 4.2's (29), every (x, y)). These shrink the model toward independence (measured in the
-README); their laws are still projected at query time wherever a fresh x breaks the constraint.
+docs/positivity.md); their laws are still projected at query time wherever a fresh x breaks the constraint.
 """
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ from .atoms import STANDARD_FUNCTIONS, Atoms, FunctionSums, block_sums, evaluate
 from .basis import (
     JDLReductions, SpectralBasis, column_extremes, factor_partials, reductions_from_partials, spectral_basis,
 )
-from .cholesky import PivotedCholesky, pivoted_cholesky
+from .cholesky import Factorisation, PivotedCholesky, pivoted_cholesky
 from .degeneracy import (
     MARGINAL_ROWS, GridBudgetWarning, announce, factor_degeneracies, marginal_degeneracy, rank_budget,
 )
@@ -81,30 +81,27 @@ def build_problem(
     Y: np.ndarray,
     kernel_x: Kernel,
     kernel_y: Kernel,
+    factorisation: Factorisation = Factorisation(),
     *,
-    tol: float,
-    max_rank: int | None = None,
-    pivoting: str = "random",
-    seed: int | None = 0,
-    block_size: int | None = None,
     test_functions: dict[str, Callable] | None = None,
     support_size: int | None = None,
     grid_points: int = GRID_POINTS,
 ) -> JDLProblem:
     """Pivoted Cholesky of K_X and K_Y, double-orthogonal bases, reductions and support (in memory).
 
-    ``test_functions`` (name -> f, row-wise on the atoms) are summed here and registered with
-    models fitted on the problem, besides the standard mean and second moment.
+    ``factorisation``: the settings of both decompositions (a max_rank of None is the default budget,
+    ``jdlcore.degeneracy.rank_budget``). ``test_functions`` (name -> f, row-wise on the atoms) are
+    summed here and registered with models fitted on the problem, besides the standard mean and
+    second moment.
     """
     started = time.perf_counter()
-    budget = rank_budget(len(X)) if max_rank is None else None
-    options = dict(tol=tol, max_rank=budget if max_rank is None else max_rank, pivoting=pivoting, seed=seed,
-                   block_size=block_size)
+    budget = rank_budget(len(X)) if factorisation.max_rank is None else None
+    options = factorisation.options(max_rank=budget or factorisation.max_rank)
     factor_x = pivoted_cholesky(kernel_x, X, **options)
     factor_y = pivoted_cholesky(kernel_y, Y, **options)
     return problem_from_factors(factor_x, factor_y, kernel_x, kernel_y, X, Y, test_functions=test_functions,
-                                started=started, support_size=support_size, seed=seed, grid_points=grid_points,
-                                rank_budget=budget)
+                                started=started, support_size=support_size, seed=factorisation.seed,
+                                grid_points=grid_points, rank_budget=budget)
 
 
 def problem_from_factors(
@@ -154,8 +151,7 @@ def kernel_problem(estimator: Any, X: Any, Y: Any) -> tuple[JDLProblem, np.ndarr
     if extra.get("support_size") is not None and extra["support_size"] > X.shape[0]:
         raise ValueError(f"support_size: {extra['support_size']} is more than the {X.shape[0]} training rows")
     kernels = [GaussianKernel(1.0) if kernel is None else kernel for kernel in (estimator.kernel_x, estimator.kernel_y)]
-    problem = build_problem(X, Y, *kernels, tol=float(estimator.tol), max_rank=estimator.max_rank,
-                            pivoting=estimator.pivoting, seed=estimator.seed, block_size=estimator.block_size, **extra)
+    problem = build_problem(X, Y, *kernels, Factorisation.of(estimator), **extra)
     return problem, X, Y
 
 
@@ -251,20 +247,7 @@ class JDL(Estimator):
         grid_rounds: int = 200,
         grid_seconds: float = 120.0,
     ):
-        self.kernel_x = kernel_x
-        self.kernel_y = kernel_y
-        self.reg = reg
-        self.tol = tol
-        self.constraints = constraints
-        self.positivity = positivity
-        self.pivoting = pivoting
-        self.max_rank = max_rank
-        self.seed = seed
-        self.block_size = block_size
-        self.support_size = support_size
-        self.grid_points = grid_points
-        self.grid_rounds = grid_rounds
-        self.grid_seconds = grid_seconds
+        self._keep_params(locals())
 
     # -- fitting ----------------------------------------------------------------------------------
     def _check_params(self) -> None:

@@ -39,7 +39,7 @@ import numpy as np
 from scipy.linalg import LinAlgError, cho_factor, cho_solve
 
 from .basis import SpectralBasis, spectral_basis
-from .cholesky import pivoted_cholesky
+from .cholesky import Factorisation, pivoted_cholesky
 from .estimator import Estimator
 from .kernels import GaussianKernel, Kernel, kernel_from_dict
 from .validation import as_samples, check_count, check_paired
@@ -277,17 +277,7 @@ class KLR(Estimator):
         max_iter: int = 100,
         gtol: float = 1e-10,
     ):
-        self.kernel_x = kernel_x
-        self.reg = reg
-        self.tol = tol
-        self.threshold = threshold
-        self.fit_intercept = fit_intercept
-        self.pivoting = pivoting
-        self.max_rank = max_rank
-        self.seed = seed
-        self.block_size = block_size
-        self.max_iter = max_iter
-        self.gtol = gtol
+        self._keep_params(locals())
 
     def _check_params(self) -> None:
         _check_positive_scalar(self.reg, "reg")
@@ -301,7 +291,6 @@ class KLR(Estimator):
         if not isinstance(self.fit_intercept, (bool, np.bool_)):
             raise ValueError(f"fit_intercept: must be True or False, got {self.fit_intercept!r}")
         self._check_factorisation()
-        check_count(self.block_size, "block_size", optional=True)
         check_count(self.max_iter, "max_iter")
         _check_positive_scalar(self.gtol, "gtol")
 
@@ -317,8 +306,7 @@ class KLR(Estimator):
             raise ValueError(f"Y: must be one column, shape (n,) or (n, 1), got shape {Y.shape}")
         classes, labels = self._labels(Y[:, 0])
         kernel = self.kernel_x or GaussianKernel(1.0)
-        factor = pivoted_cholesky(kernel, X, tol=float(self.tol), max_rank=self.max_rank, pivoting=self.pivoting,
-                                  seed=self.seed, block_size=self.block_size)
+        factor = pivoted_cholesky(kernel, X, **Factorisation.of(self).options())
         basis = spectral_basis(factor, kernel)
         features = _rotate_rows(factor.L, basis.rotation)  # A = L V = Psi(X); the factor is not used again
         targets = (labels[:, None] == np.arange(1, classes.size)).astype(np.float64)

@@ -554,17 +554,7 @@ class PolynomialJDL(JDL):
         grid_rounds: int = 200,
         grid_seconds: float = 120.0,
     ):
-        self.degree = degree
-        self.reg = reg
-        self.constraints = constraints
-        self.positivity = positivity
-        self.sos_margin = sos_margin
-        self.solver_tol = solver_tol
-        self.seed = seed
-        self.support_size = support_size
-        self.grid_points = grid_points
-        self.grid_rounds = grid_rounds
-        self.grid_seconds = grid_seconds
+        self._keep_params(locals())
 
     def _check_params(self) -> None:
         _check_degree(self.degree)

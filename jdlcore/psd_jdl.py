@@ -153,17 +153,7 @@ class PSDJDL(Estimator):
         max_iter: int = 3000,
         max_features: int = 400,
     ):
-        self.kernel_x = kernel_x
-        self.kernel_y = kernel_y
-        self.reg = reg
-        self.tol = tol
-        self.pivoting = pivoting
-        self.max_rank = max_rank
-        self.seed = seed
-        self.block_size = block_size
-        self.solver_tol = solver_tol
-        self.max_iter = max_iter
-        self.max_features = max_features
+        self._keep_params(locals())
 
     # -- fitting ----------------------------------------------------------------------------------
     def _check_params(self) -> None:

@@ -13,6 +13,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from .cholesky import Factorisation
 from .jdl import JDL, build_problem
 from .kernels import GaussianKernel, Kernel
 from .losses import ClippedLogisticLoss, SecondMomentLoss
@@ -83,11 +84,8 @@ def score_pair(
     params = screening_params(base)
     rows = []
     try:
-        problem = build_problem(
-            X_train, Y_train, kernel_x, kernel_y, tol=float(base.tol), max_rank=base.max_rank,
-            pivoting=base.pivoting, seed=base.seed, block_size=base.block_size, support_size=base.support_size,
-            grid_points=base.grid_points,
-        )
+        problem = build_problem(X_train, Y_train, kernel_x, kernel_y, Factorisation.of(base),
+                                support_size=base.support_size, grid_points=base.grid_points)
     except (ValueError, RuntimeError, np.linalg.LinAlgError, MemoryError) as error:
         seconds = (time.perf_counter() - started) / len(regs)
         return [_failed(kernel_x, kernel_y, reg, error, seconds) for reg in regs]

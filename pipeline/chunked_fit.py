@@ -17,7 +17,7 @@ import numpy as np
 
 from jdlcore.atoms import STANDARD_FUNCTIONS, FunctionSums, block_sums
 from jdlcore.basis import FactorPartials, column_extremes, factor_partials, reductions_from_partials, spectral_basis
-from jdlcore.cholesky import PivotedCholesky, run_pivoted_cholesky
+from jdlcore.cholesky import Factorisation, PivotedCholesky, run_pivoted_cholesky
 from jdlcore.degeneracy import rank_budget
 from jdlcore.jdl import JDLProblem, factor_diagnostics, marginal_sums, support_resolution
 from jdlcore.kernels import Kernel
@@ -91,12 +91,8 @@ def chunked_problem(
     y_chunks: list,
     kernel_x: Kernel,
     kernel_y: Kernel,
+    factorisation: Factorisation = Factorisation(),
     *,
-    tol: float,
-    max_rank: int | None = None,
-    pivoting: str = "random",
-    seed: int | None = 0,
-    block_size: int | None = None,
     extremes: bool = True,
     factor_budget: float | None = None,
     test_functions: dict[str, Callable] | None = None,
@@ -108,7 +104,7 @@ def chunked_problem(
 ) -> JDLProblem:
     """``jdlcore.build_problem`` computed chunk by chunk; x and y chunks must be paired row for row.
 
-    Nothing n-sized leaves the workers. ``extremes``: compute the column minima and maxima of A_X
+    Nothing n-sized leaves the workers. ``factorisation``: the settings of both decompositions. ``extremes``: compute the column minima and maxima of A_X
     and A_Y (a second pass over the chunks; only the tightening (33) needs them, and they are NaN
     when skipped). ``test_functions`` (name -> f, row-wise on y) are summed on the workers and
     registered with models fitted on the problem, besides the standard mean and second moment.
@@ -121,7 +117,7 @@ def chunked_problem(
     started = time.perf_counter()
     say = progress or (lambda line: None)
     seconds: dict[str, float] = {}
-    options = dict(tol=tol, max_rank=max_rank, pivoting=pivoting, seed=seed, block_size=block_size)
+    options = factorisation.options()
     factor_x, storage_x = chunked_factor(client, kernel_x, x_chunks, factor_budget=factor_budget, **options)
     say(f"pivots x: rank {factor_x.rank}, relative residual {factor_x.relative_error:.3g}")
     factor_y, storage_y = chunked_factor(client, kernel_y, y_chunks, factor_budget=factor_budget, **options)
@@ -137,7 +133,7 @@ def chunked_problem(
     plan = None
     if y_sample is not None:
         size = min(support_size or default_support_size(y_sample.shape[1]), storage_y.n)
-        plan = plan_support(y_sample, size, seed, support_resolution(kernel_y))
+        plan = plan_support(y_sample, size, factorisation.seed, support_resolution(kernel_y))
     shared = client.scatter([factor_x.pivot_points, factor_x.B_pivots, factor_y.pivot_points, factor_y.B_pivots,
                              functions, plan], broadcast=True)
     parts = client.gather([client.submit(_partials, x, y, kernel_x, kernel_y, *shared, pure=False)
@@ -166,7 +162,7 @@ def chunked_problem(
                                  marginal_sums(reductions, function_sums))
     seconds["reductions"] = time.perf_counter() - mark
     say(f"reductions: {seconds['reductions']:.1f} s")
-    budget = rank_budget(storage_x.n, holds_factor=False) if max_rank is None else None
+    budget = rank_budget(storage_x.n, holds_factor=False) if factorisation.max_rank is None else None
     factors = factor_diagnostics(factor_x, factor_y, started, budget)
     factors.update({f"{stage}_seconds": value for stage, value in seconds.items()})
     factors["factor_kept"] = bool(storage_x.keeps_factor and storage_y.keeps_factor)

@@ -20,6 +20,7 @@ import zarr
 
 from jdlcore.compression import ArraySource, CompressionResult, SampleSource, run_compression
 from jdlcore.compression.amcmd import LinearEmbedding, amcmd_between, cme_embedding, data_cme, kcme_embedding
+from jdlcore.cholesky import Factorisation
 from jdlcore.compression.compress import check_settings
 from jdlcore.compression.sources import Partial, add_partials, chunk_rows_for, reduce_rows
 from jdlcore.kernels import DeltaKernel, GaussianKernel, Kernel, kernel_from_dict
@@ -162,8 +163,8 @@ def _data_embedding(source: SampleSource, kernel_x: Kernel, kernel_y: Kernel, re
     if isinstance(source, DaskSource):
         from .chunked_fit import chunked_problem
 
-        problem = chunked_problem(source.client, source.x_chunks, source.y_chunks, kernel_x, kernel_y, tol=float(tol),
-                                  seed=seed, extremes=False)
+        problem = chunked_problem(source.client, source.x_chunks, source.y_chunks, kernel_x, kernel_y,
+                                  Factorisation.of(cme), extremes=False)
         return cme_embedding(cme.fit_problem(problem))
     return cme_embedding(cme.fit(source.X, source.Y))
 

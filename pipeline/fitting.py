@@ -17,6 +17,7 @@ import numpy as np
 import zarr
 
 from jdlcore import GaussianKernel, build_problem
+from jdlcore.cholesky import Factorisation
 from jdlcore.registry import METHODS as REGISTRY, estimator_class
 from jdlcore.degeneracy import MARGINAL_ROWS
 from jdlcore.support import sample_rows
@@ -183,13 +184,12 @@ def _fit_from_reductions(estimator: Any, data: str | os.PathLike, group: zarr.Gr
                          scheduler: str | None, progress: Callable[[str], None] | None) -> Any:
     """JDL and CME from the factorisations and m x m reductions: in this process (``scheduler`` None)
     or chunk by chunk on Dask, where each chunk is a task reading its own rows of the store."""
-    options = dict(tol=estimator.tol, pivoting=estimator.pivoting, seed=estimator.seed)
+    factorisation = Factorisation.of(estimator)
     on_atoms = estimator.laws_on_atoms  # a support and a grid sample to build as well
-    if on_atoms:
-        options.update(support_size=estimator.support_size, grid_points=estimator.grid_points)
+    options = dict(support_size=estimator.support_size, grid_points=estimator.grid_points) if on_atoms else {}
     if scheduler is None:
         Y = group["y"][:]
-        problem = build_problem(group["x"][:], Y, estimator.kernel_x, estimator.kernel_y, **options)
+        problem = build_problem(group["x"][:], Y, estimator.kernel_x, estimator.kernel_y, factorisation, **options)
     else:
         from .chunked_fit import chunked_problem
 
@@ -202,6 +202,6 @@ def _fit_from_reductions(estimator: Any, data: str | os.PathLike, group: zarr.Gr
         with dask_client(scheduler) as client:
             chunks = store_chunks(client, data, group)
             problem = chunked_problem(client, chunks["x"], chunks["y"], estimator.kernel_x, estimator.kernel_y,
-                                      extremes=on_atoms and estimator.uses_tightening, progress=progress,
+                                      factorisation, extremes=on_atoms and estimator.uses_tightening, progress=progress,
                                       **samples, **options)
     return estimator.fit_problem(problem, Y)

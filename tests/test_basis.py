@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from jdlcore import GaussianKernel, Matern52Kernel, build_problem, pivoted_cholesky, spectral_basis
+from jdlcore import Factorisation, GaussianKernel, Matern52Kernel, build_problem, pivoted_cholesky, spectral_basis
 from jdlcore.jdl import problem_from_factors
 from jdlcore.basis import reductions_from_values
 
@@ -23,7 +23,7 @@ def test_double_orthogonality(rng):
 
 def test_reductions_are_sums_over_samples(rng):
     X, Y = rng.standard_normal((500, 1)), rng.standard_normal((500, 2))
-    problem = build_problem(X, Y, GaussianKernel(1.0), GaussianKernel(1.0), tol=1e-4)
+    problem = build_problem(X, Y, GaussianKernel(1.0), GaussianKernel(1.0), Factorisation(tol=1e-4))
     red, A_x, A_y = problem.reductions, problem.A_x, problem.A_y
     np.testing.assert_allclose(red.cross, sum(np.outer(A_y[i], A_x[i]) for i in range(500)), atol=1e-9)
     np.testing.assert_allclose(red.sum_x, A_x.sum(0), atol=1e-12)

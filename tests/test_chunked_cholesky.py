@@ -44,7 +44,7 @@ def test_chunked_jdl_fit_equals_in_memory(dask_client, constraints, positivity):
     atoms agree to rounding and keep the same sums; its weights solve an ill-conditioned system whose
     targets the two paths sum in different orders, so single weights agree to about 1e-5 relative
     (1e-6 absolute) and the moments they keep to 1e-10."""
-    from jdlcore import JDL, build_problem
+    from jdlcore import JDL, Factorisation, build_problem
     from jdlcore.support import sample_rows
     from pipeline.chunked_fit import chunked_problem
 
@@ -52,11 +52,11 @@ def test_chunked_jdl_fit_equals_in_memory(dask_client, constraints, positivity):
     X = rng.standard_normal((3000, 2))
     Y = X @ np.array([[0.8], [0.3]]) + 0.5 * rng.standard_normal((3000, 1))
     kx, ky = GaussianKernel(1.0), GaussianKernel(0.7)
-    options = dict(tol=1e-4, pivoting="random", seed=2)
-    memory = build_problem(X, Y, kx, ky, support_size=600, **options)
+    factorisation = Factorisation(tol=1e-4, pivoting="random", seed=2)
+    memory = build_problem(X, Y, kx, ky, factorisation, support_size=600)
     chunked = chunked_problem(dask_client, dask_client.scatter(chunks_of(X, 700)),
-                              dask_client.scatter(chunks_of(Y, 700)), kx, ky, y_sample=Y[sample_rows(3000, 2)],
-                              grid_x=X[sample_rows(3000, 2, 1000)], support_size=600, **options)
+                              dask_client.scatter(chunks_of(Y, 700)), kx, ky, factorisation,
+                              y_sample=Y[sample_rows(3000, 2)], grid_x=X[sample_rows(3000, 2, 1000)], support_size=600)
     for name in ("lam_x", "lam_y", "cross", "sum_x", "sum_y", "min_x", "max_x", "min_y", "max_y"):
         a, b = getattr(chunked.reductions, name), getattr(memory.reductions, name)
         np.testing.assert_allclose(a, b, rtol=0, atol=1e-10 * max(1.0, np.abs(b).max()), err_msg=name)
@@ -113,15 +113,15 @@ def test_fit_survives_a_killed_worker():
 def test_chunked_problem_with_large_bases(dask_client):
     """Ranks above ~150 make the m x m rotations large enough for Dask to ship them as separate
     tasks; x and y must not collide (found at n = 1e6)."""
-    from jdlcore import build_problem
+    from jdlcore import Factorisation, build_problem
     from pipeline.chunked_fit import chunked_problem
 
     rng = np.random.default_rng(3)
     X, Y = rng.uniform(-3, 3, (2500, 2)), rng.uniform(-3, 3, (2500, 2))
     kx, ky = GaussianKernel(0.4), GaussianKernel(0.45)
     chunked = chunked_problem(dask_client, dask_client.scatter(chunks_of(X, 600)), dask_client.scatter(chunks_of(Y, 600)),
-                              kx, ky, tol=1e-4, seed=1)
-    memory = build_problem(X, Y, kx, ky, tol=1e-4, seed=1)
+                              kx, ky, Factorisation(tol=1e-4, seed=1))
+    memory = build_problem(X, Y, kx, ky, Factorisation(tol=1e-4, seed=1))
     assert min(chunked.factors["rank_x"], chunked.factors["rank_y"]) > 200
     np.testing.assert_allclose(chunked.reductions.cross, memory.reductions.cross, rtol=0,
                                atol=1e-10 * np.abs(memory.reductions.cross).max())
@@ -131,7 +131,7 @@ def test_chunked_problem_with_large_bases(dask_client):
 def test_factor_free_chunked_problem_equals_in_memory(dask_client):
     """With no memory for L on the workers (budget 0) the reductions and the registered test-function
     sums are computed from L = K[:, S] B[S, :] slab by slab; they equal the in-memory ones."""
-    from jdlcore import JDL, build_problem
+    from jdlcore import JDL, Factorisation, build_problem
     from jdlcore.atoms import STANDARD_FUNCTIONS
     from pipeline.chunked_fit import chunked_problem
 
@@ -139,10 +139,10 @@ def test_factor_free_chunked_problem_equals_in_memory(dask_client):
     X = rng.standard_normal((4000, 2))
     Y = np.column_stack([X[:, 0] * X[:, 1], X[:, 1]]) + 0.3 * rng.standard_normal((4000, 2))
     kx, ky = GaussianKernel(0.9), GaussianKernel(0.8)
-    options = dict(tol=1e-4, pivoting="greedy", test_functions=STANDARD_FUNCTIONS)
-    memory = build_problem(X, Y, kx, ky, **options)
+    factorisation = Factorisation(tol=1e-4, pivoting="greedy")
+    memory = build_problem(X, Y, kx, ky, factorisation, test_functions=STANDARD_FUNCTIONS)
     chunked = chunked_problem(dask_client, dask_client.scatter(chunks_of(X, 900)), dask_client.scatter(chunks_of(Y, 900)),
-                              kx, ky, factor_budget=0, **options)
+                              kx, ky, factorisation, factor_budget=0, test_functions=STANDARD_FUNCTIONS)
     assert chunked.A_x is None and chunked.A_y is None and not chunked.factors["factor_kept"]
     np.testing.assert_array_equal(chunked.factors["pivots_x"], memory.factors["pivots_x"])
     for name in ("lam_x", "lam_y", "cross", "sum_x", "sum_y", "min_x", "max_x", "min_y", "max_y"):

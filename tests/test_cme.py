@@ -3,6 +3,7 @@ import numpy as np
 import pytest
 
 from jdlcore import CME, GaussianKernel
+from jdlcore import Factorisation
 from jdlcore.jdl import build_problem
 from jdlcore.cme import solve_cme
 
@@ -50,7 +51,7 @@ def test_low_rank_objective_is_the_dense_objective_46():
     X, Y = sample(40, seed=3)
     n, reg = X.shape[0], 1e-2
     kx, ky = GaussianKernel(0.8), GaussianKernel(0.6)
-    problem = build_problem(X, Y, kx, ky, tol=1e-3)
+    problem = build_problem(X, Y, kx, ky, Factorisation(tol=1e-3))
     red = problem.reductions
     fx, fy = pivoted_cholesky(kx, X, tol=1e-3), pivoted_cholesky(ky, Y, tol=1e-3)
     assert fx.rank < n and fy.rank < n
@@ -73,7 +74,7 @@ def test_constrained_solutions_match_conic_reference(constraints):
     cp = pytest.importorskip("cvxpy")
     X, Y = sample(200, seed=5)
     reg = 1e-4
-    problem = build_problem(X, Y, GaussianKernel(0.5), GaussianKernel(0.3), tol=1e-4)
+    problem = build_problem(X, Y, GaussianKernel(0.5), GaussianKernel(0.3), Factorisation(tol=1e-4))
     red, C = problem.reductions, problem.basis_y.coefficients
     F_ours, info = solve_cme(red, reg, C, constraints)
     D = red.lam_x[None, :] + red.n * reg

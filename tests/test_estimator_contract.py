@@ -2,10 +2,12 @@
 parameters round-trip, a fit returns self and sets the fitted attributes (ending in _) only then,
 every query of the surface answers with its documented shape or raises UnsupportedQuery, the
 state round-trips bit for bit, and bad input is refused with one line."""
+import inspect
+
 import numpy as np
 import pytest
 
-from jdlcore import METHODS, Estimator, GaussianKernel, UnsupportedQuery, estimator_class
+from jdlcore import METHODS, PSDJDL, Estimator, GaussianKernel, UnsupportedQuery, estimator_class
 from jdlcore.registry import method_of
 
 N, Q = 160, 7
@@ -53,6 +55,17 @@ def test_the_registry_names_each_class_by_its_own_declaration():
         assert cls.resolve_positivity("auto") == (cls.positivity_rules[0] if cls.positivity_rules else "none")
         with pytest.raises(ValueError, match="method: unknown value 'nope'"):
             estimator_class("nope")
+
+
+@pytest.mark.parametrize("cls", [*METHODS.values(), PSDJDL], ids=lambda cls: cls.__name__)
+def test_the_constructor_takes_exactly_the_declared_parameters(cls):
+    """``__init__``'s arguments are the declared ``_KERNELS`` + ``_PARAMS`` (what get_params, the
+    model store and the pipeline read), each kept as it was given."""
+    names = [name for name in inspect.signature(cls.__init__).parameters if name != "self"]
+    assert sorted(names) == sorted(cls._KERNELS + cls._PARAMS)
+    sentinels = {name: object() for name in names}
+    model = cls(**sentinels)
+    assert all(getattr(model, name) is value for name, value in sentinels.items())
 
 
 @pytest.mark.parametrize("method", list(METHODS))

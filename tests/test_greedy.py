@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 from scipy.stats import norm
 
-from jdlcore import DegeneracyWarning, DeltaKernel, GaussianKernel, JDL, LaplaceKernel
+from jdlcore import DegeneracyWarning, DeltaKernel, Factorisation, GaussianKernel, JDL, LaplaceKernel
 from jdlcore.greedy import (
     ClassBasis, GreedyJDL, build_class_problem, class_objective, class_order_indices, solve_class_step,
 )
@@ -75,8 +75,8 @@ def steps(model: GreedyJDL):
 def test_separable_objective_equals_jdl_problem_and_brute_force_risk(rng):
     labels, Y = dependent_data(40, seed=1)
     kernel, reg = GaussianKernel(0.6), 1e-3
-    greedy = build_class_problem(labels[:, None], Y, kernel, tol=1e-10, seed=0)
-    full = build_problem(labels[:, None], Y, DeltaKernel(), kernel, tol=1e-10, seed=0)
+    greedy = build_class_problem(labels[:, None], Y, kernel, Factorisation(tol=1e-10, seed=0))
+    full = build_problem(labels[:, None], Y, DeltaKernel(), kernel, Factorisation(tol=1e-10, seed=0))
     assert np.array_equal(greedy.basis_y.coefficients, full.basis_y.coefficients)
     red, classes = greedy.reductions, greedy.basis_x.classes
     n, (m_y, D) = red.n, red.cross.shape

@@ -350,10 +350,11 @@ def test_tune_screens_grid_positivity_through_the_projection(data, monkeypatch):
 def test_grid_positivity_needs_the_sample_of_training_x(data):
     from dataclasses import replace
 
-    from jdlcore import build_problem
+    from jdlcore import Factorisation, build_problem
 
     X, Y = data
-    problem = replace(build_problem(X, Y, GaussianKernel(0.6), GaussianKernel(0.6), tol=1e-4), grid_x=None)
+    problem = replace(build_problem(X, Y, GaussianKernel(0.6), GaussianKernel(0.6), Factorisation(tol=1e-4)),
+                      grid_x=None)
     with pytest.raises(ValueError, match="positivity: 'grid' needs the problem's support and sample"):
         JDL(GaussianKernel(0.6), GaussianKernel(0.6), positivity="grid").fit_problem(problem, Y)
     model = JDL(GaussianKernel(0.6), GaussianKernel(0.6)).fit_problem(problem, Y)
@@ -373,12 +374,12 @@ def test_negative_share_counts_negative_radon_nikodym_values_block_by_block():
 
 
 def test_problem_from_factors_is_build_problem_on_given_factorisations(data):
-    from jdlcore import build_problem, pivoted_cholesky
+    from jdlcore import Factorisation, build_problem, pivoted_cholesky
     from jdlcore.jdl import problem_from_factors
 
     X, Y = data
     kx, ky = GaussianKernel(0.5), GaussianKernel(0.4)
-    whole = build_problem(X, Y, kx, ky, tol=1e-6)
+    whole = build_problem(X, Y, kx, ky, Factorisation(tol=1e-6))
     paired = problem_from_factors(pivoted_cholesky(kx, X, tol=1e-6), pivoted_cholesky(ky, Y, tol=1e-6), kx, ky, X, Y)
     np.testing.assert_array_equal(paired.A_x, whole.A_x)
     np.testing.assert_array_equal(paired.reductions.cross, whole.reductions.cross)

@@ -5,7 +5,7 @@ import shutil
 import numpy as np
 import pytest
 
-from jdlcore import JDL, GaussianKernel, build_problem
+from jdlcore import JDL, Factorisation, GaussianKernel, build_problem
 
 xr = pytest.importorskip("xarray")
 pytest.importorskip("zarr")
@@ -83,7 +83,8 @@ def test_loaded_atoms_stay_on_disk_and_registered_functions_survive(tmp_path):
     from jdlcore.atoms import STANDARD_FUNCTIONS, Atoms
 
     X, Y = bivariate_gaussian(700, seed=2)
-    problem = build_problem(X, Y, GaussianKernel(0.5), GaussianKernel(0.5), tol=1e-5, test_functions=STANDARD_FUNCTIONS)
+    problem = build_problem(X, Y, GaussianKernel(0.5), GaussianKernel(0.5), Factorisation(tol=1e-5),
+                            test_functions=STANDARD_FUNCTIONS)
     fitted = JDL(GaussianKernel(0.5), GaussianKernel(0.5), reg=1e-4, constraints="normalization").fit_problem(problem, Y)
     fitted.register("cube", lambda y: y**3)
     loaded = load_model(save_model(fitted, tmp_path / "m.zarr"))

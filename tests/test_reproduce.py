@@ -220,7 +220,7 @@ def test_plan_keeps_only_the_parts_asked_for():
 
 
 def test_the_lengthscale_search_leaves_out_candidates_beyond_the_rank_budget(monkeypatch):
-    from jdlcore import JDL, build_problem, median_heuristic
+    from jdlcore import JDL, Factorisation, build_problem, median_heuristic
     from pipeline.reproduce import moments
     from pipeline.reproduce.data import CauchyCase
 
@@ -228,8 +228,9 @@ def test_the_lengthscale_search_leaves_out_candidates_beyond_the_rank_budget(mon
     X, Y = CauchyCase.random(2, rng).sample(1500, rng)
     train, validation = (X[:1200], Y[:1200]), (X[1200:], Y[1200:])
     scale_x, scale_y = median_heuristic(train[0]), median_heuristic(train[1])
-    narrow = build_problem(*train, GaussianKernel(0.25 * scale_x), GaussianKernel(0.25 * scale_y), tol=1e-3)
-    wide = build_problem(*train, GaussianKernel(8 * scale_x), GaussianKernel(8 * scale_y), tol=1e-3)
+    narrow = build_problem(*train, GaussianKernel(0.25 * scale_x), GaussianKernel(0.25 * scale_y),
+                           Factorisation(tol=1e-3))
+    wide = build_problem(*train, GaussianKernel(8 * scale_x), GaussianKernel(8 * scale_y), Factorisation(tol=1e-3))
     budget = max(wide.basis_x.size, wide.basis_y.size)
     assert min(narrow.basis_x.size, narrow.basis_y.size) > budget  # heavy tails: many more pivots when narrow
     evaluated = []

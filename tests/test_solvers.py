@@ -3,7 +3,7 @@ force, and a generic conic solver (cvxpy + Clarabel)."""
 import numpy as np
 import pytest
 
-from jdlcore import GaussianKernel, build_problem
+from jdlcore import Factorisation, GaussianKernel, build_problem
 from jdlcore.solvers import (
     grid_minimum, solve_grid_positivity, solve_normalized, solve_tightened, solve_unconstrained, tightening_bounds,
 )
@@ -37,7 +37,7 @@ def test_full_rank_low_rank_solution_equals_full_n2_problem(normalize):
     X, Y = bivariate_gaussian(30, seed=4)
     kx, ky = GaussianKernel(0.15), GaussianKernel(0.15)
     reg = 1e-3
-    problem = build_problem(X, Y, kx, ky, tol=1e-14, pivoting="greedy")
+    problem = build_problem(X, Y, kx, ky, Factorisation(tol=1e-14, pivoting="greedy"))
     assert problem.factors["rank_x"] == 30 and problem.factors["rank_y"] == 30
     solve = solve_normalized if normalize else solve_unconstrained
     H = solve(problem.reductions, reg)
@@ -66,7 +66,7 @@ def full_problem_cvxpy(X, Y, kx, ky, reg, positivity):
     if positivity == "grid":
         constraints.append(grid >= -1)
     else:
-        problem = build_problem(X, Y, kx, ky, tol=1e-14, pivoting="greedy")
+        problem = build_problem(X, Y, kx, ky, Factorisation(tol=1e-14, pivoting="greedy"))
         A_x, A_y = problem.A_x, problem.A_y
         Q_x, Q_y = np.linalg.solve(KX, A_x), np.linalg.solve(KY, A_y)  # K Q = A
         products = np.einsum("si,tj->stij", A_y, A_x)
@@ -85,7 +85,7 @@ def test_full_rank_positivity_solution_equals_full_n2_problem(positivity, tolera
     X, Y = bivariate_gaussian(18, seed=6)
     kx, ky = GaussianKernel(0.3), GaussianKernel(0.3)
     reg = 1e-3
-    problem = build_problem(X, Y, kx, ky, tol=1e-14, pivoting="greedy")
+    problem = build_problem(X, Y, kx, ky, Factorisation(tol=1e-14, pivoting="greedy"))
     assert problem.factors["rank_x"] == 18 and problem.factors["rank_y"] == 18
     if positivity == "grid":
         H = solve_grid_positivity(problem.reductions, reg, problem.A_x, problem.A_y).H
@@ -102,7 +102,7 @@ def test_full_rank_positivity_solution_equals_full_n2_problem(positivity, tolera
 @pytest.fixture(scope="module")
 def small_problem():
     X, Y = bivariate_gaussian(60, seed=2)
-    return build_problem(X, Y, GaussianKernel(0.5), GaussianKernel(0.5), tol=1e-5)
+    return build_problem(X, Y, GaussianKernel(0.5), GaussianKernel(0.5), Factorisation(tol=1e-5))
 
 
 def relative(a, b):

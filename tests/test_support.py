@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-from jdlcore import JDL, GaussianKernel, build_problem
+from jdlcore import JDL, Factorisation, GaussianKernel, build_problem
 from jdlcore.jdl import marginal_sums
 from jdlcore.support import (
     MarginalSums, Support, build_support, finish_support, plan_support, reweight, sample_rows, sum_groups,
@@ -133,7 +133,7 @@ def test_vector_y_cells_without_reweighting_keep_the_mean():
     rng = np.random.default_rng(6)
     X = rng.standard_normal((3000, 1))
     Y = np.column_stack([X[:, 0], 50.0 * rng.standard_normal(3000)])
-    problem = build_problem(X, Y, GaussianKernel(1.0), GaussianKernel(1.0), tol=1e-3)
+    problem = build_problem(X, Y, GaussianKernel(1.0), GaussianKernel(1.0), Factorisation(tol=1e-3))
     plan = plan_support(Y, 300, seed=0)
     partial = support_partial(Y[:1000], plan) + support_partial(Y[1000:], plan)
     support = finish_support(partial, problem.basis_y.features, marginal_sums(problem.reductions, problem.function_sums),
@@ -157,7 +157,7 @@ def test_sum_groups_are_the_normalisation_mean_and_second_moment_columns():
 
 def test_support_of_a_problem_is_reused_across_reg(fitted):
     model, X, Y = fitted
-    problem = build_problem(X[:3000], Y[:3000], GaussianKernel(0.4), GaussianKernel(0.2), tol=1e-3)
+    problem = build_problem(X[:3000], Y[:3000], GaussianKernel(0.4), GaussianKernel(0.2), Factorisation(tol=1e-3))
     first = JDL(GaussianKernel(0.4), GaussianKernel(0.2), reg=1e-6).fit_problem(problem, Y[:3000])
     second = JDL(GaussianKernel(0.4), GaussianKernel(0.2), reg=1e-3).fit_problem(problem, Y[:3000])
     assert first.support_ is second.support_ is problem.support

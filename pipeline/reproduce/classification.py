@@ -17,7 +17,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from jdlcore import CME, JDL, KLR, GaussianKernel, build_problem, median_heuristic
+from jdlcore import CME, JDL, KLR, Factorisation, GaussianKernel, build_problem, median_heuristic
 from jdlcore.losses import clipped_logistic_loss
 
 from .data import daily_returns, return_events
@@ -80,7 +80,7 @@ def classification_cell(d: int, n: int, replicate: int, level: float,
     best = (np.inf, None, None)
     for factor in settings.lengthscale_factors:
         kx = GaussianKernel(factor * median_heuristic(train[0]))
-        problem, factor_time = timed(lambda: build_problem(*train, kx, ky, tol=settings.tol))
+        problem, factor_time = timed(lambda: build_problem(*train, kx, ky, Factorisation(tol=settings.tol)))
         for reg in settings.regs:
             value = loss_of(JDL(kx, ky, reg=reg, tol=settings.tol, constraints="none").fit_problem(problem, train[1]),
                             validation)

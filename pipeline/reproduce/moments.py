@@ -29,7 +29,9 @@ from typing import Any, Callable
 
 import numpy as np
 
-from jdlcore import CME, JDL, GaussianKernel, PolynomialJDL, build_problem, median_heuristic, pivoted_cholesky
+from jdlcore import (
+    CME, JDL, Factorisation, GaussianKernel, PolynomialJDL, build_problem, median_heuristic, pivoted_cholesky,
+)
 from jdlcore.jdl import problem_from_factors
 from jdlcore.losses import SecondMomentLoss, conditional_second_moments, relative_second_moment_loss
 
@@ -188,7 +190,7 @@ def moments_cell(case: str, d: int, n: int, replicate: int, settings: MomentSett
     tol = tolerance(n)
     tune = (min(split, (4 * settings.tune_rows) // 5), min(n - split, settings.tune_rows // 5))
     kernels = _choose_lengthscales(train, validation, settings, tol, tune)
-    problem, factor_time = timed(lambda: build_problem(*train, *kernels, tol=tol, max_rank=settings.max_rank,
+    problem, factor_time = timed(lambda: build_problem(*train, *kernels, Factorisation(tol=tol, max_rank=settings.max_rank),
                                                        test_functions=TEST_FUNCTIONS))
     degree = jpdl_degree(d, split, settings.jpdl_degree)
     fitters = _fitters(kernels, problem, train, tol, degree)
@@ -248,7 +250,8 @@ def moments_cell_chunked(case: str, d: int, n: int, replicate: int, settings: Mo
     rows = (4 * settings.tune_rows) // 5
     small = (X[:rows], Y[:rows]), (X[split:split + settings.tune_rows // 5], Y[split:split + settings.tune_rows // 5])
     kernels = _choose_lengthscales(*small, settings, tol, (rows, settings.tune_rows // 5))
-    problem = build_problem(*small[0], *kernels, tol=tol, max_rank=settings.max_rank, test_functions=TEST_FUNCTIONS)
+    problem = build_problem(*small[0], *kernels, Factorisation(tol=tol, max_rank=settings.max_rank),
+                            test_functions=TEST_FUNCTIONS)
     fitters = _fitters(kernels, problem, small[0], tol, settings.jpdl_degree)
     loss = SecondMomentLoss()
     results: dict[str, Any] = {}
