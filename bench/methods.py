@@ -55,8 +55,8 @@ def evaluate(name: str, model, fit_seconds: float, test: tuple, q: float) -> dic
     event_truth = stats.norm.cdf((q - RHO * Xt[:, 0]) / SIGMA)
     events = (Yt[:, 0] <= q).astype(float)
     row = {"method": name, "fit_seconds": fit_seconds}
-    if isinstance(model, KLR):
-        probability = model.event_probability(Xt)
+    if not model.answers("conditional_expectation"):  # a classifier (KLR): its event probability only
+        probability = model.conditional_cdf(Xt, [q])[:, 0]
     else:
         m2, query = timed(lambda: second_moments(model, Xt))
         row.update({

@@ -1,7 +1,8 @@
 """Contract of a fitted-model store: an xarray Dataset in zarr v3, one variable set per method.
 
 The attribute ``method`` names the estimator: "jdl" (``jdlcore.JDL``), "jpdl" (``PolynomialJDL``),
-"greedy" (``GreedyJDL``), "cme" (``CME``) or "klr" (``KLR``); ``METHOD_VARIABLES`` lists the
+"greedy" (``GreedyJDL``), "cme" (``CME``), "klr" (``KLR``) or "psd" (``PSDJDL``): the registry,
+``jdlcore.METHODS``. ``METHOD_VARIABLES`` lists the
 variables of each and their dimensions (sizes: n samples, m_X / m_Y basis functions, d_X / d_Y
 features). For JDL:
 
@@ -24,8 +25,9 @@ features). For JDL:
 The polynomial JDL replaces a kernel basis by a monomial one (center, scale, exponents,
 coefficients, eigenvalues); the greedy JDL's X basis is its classes and their counts; CME keeps
 both kernel bases and its coefficients (its atoms are the Y pivots, no y_atoms); KLR keeps the X
-basis, logit coefficients, intercepts and classes. Only the methods of ``ATOM_METHODS`` carry the
-atoms and registered test functions.
+basis, logit coefficients, intercepts and classes; PSDJDL keeps both kernel bases, the factor R of
+its PSD matrix (M = R R^T) and the training atoms its laws live on. Only the methods of
+``ATOM_METHODS`` carry support atoms and registered test functions; ``ATOM_STORES`` carry y_atoms.
 
 The conditional laws live on the M support atoms (``jdlcore.support``: support_atoms with
 probabilities support_weights); every query reads them, never the n training atoms. Registered test
@@ -117,6 +119,8 @@ def _method_variables(cls: type) -> dict[str, tuple[str, ...]]:
 METHOD_VARIABLES: dict[str, dict[str, tuple[str, ...]]] = {name: _method_variables(cls) for name, cls in METHODS.items()}
 # Methods whose conditional laws are weights on support atoms, with the n training atoms stored (y_atoms, registered sums).
 ATOM_METHODS = tuple(name for name, cls in METHODS.items() if cls.laws_on_atoms)
+# Methods whose store holds the n training atoms (y_atoms, chunked along ``sample``, read lazily).
+ATOM_STORES = tuple(name for name, dims in METHOD_VARIABLES.items() if "y_atoms" in dims)
 VARIABLE_DIMS = METHOD_VARIABLES["jdl"]
 
 # Optional: the tuning table the hyperparameters were chosen from (data_schemas.tuning, renamed).
@@ -198,5 +202,5 @@ def validate_model_dataset(ds, where: str = "model") -> None:
             if tuple(ds[name].dims) != dims:
                 raise ValueError(f"{where}: variable {name!r} has dims {tuple(ds[name].dims)}, expected {dims}")
         validate_grid(ds, TUNING_DIMS["tuning_validation_loss"], where)
-    if method in ATOM_METHODS and ds.sizes["sample"] != ds.attrs["n_samples"]:
+    if method in ATOM_STORES and ds.sizes["sample"] != ds.attrs["n_samples"]:
         raise ValueError(f"{where}: {ds.sizes['sample']} samples but attribute n_samples={ds.attrs['n_samples']}")

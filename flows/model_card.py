@@ -1,13 +1,9 @@
 """Inspect a model store: a text card and diagnostic plots (``jdl inspect``, the per-fit Prefect artifact).
 
 The card and plots read only the store (``pipeline.model_store.load_model``, plus the optional
-``tuning_*`` table through xarray). Conditional densities are drawn by smoothing the conditional
-weights on the model's atoms with a Gaussian of bandwidth h = (y kernel lengthscale) / 2:
-
-    p(y | x) = sum_k w_k(x) N(y; z_k, h^2) = E[N(y; Y, h^2) | x],
-
-a conditional expectation under the model's own law (``conditional_expectation``). Weights of
-models without positivity may be negative; the plots say so.
+``tuning_*`` table through xarray). Conditional densities and CDFs come from ``jdlcore.curves`` (the
+model's own law smoothed by a Gaussian); a model that answers only class probabilities (KLR) is
+drawn by them. Weights of models without positivity may be negative; the plots say so.
 """
 from __future__ import annotations
 
@@ -20,13 +16,13 @@ import numpy as np
 import xarray as xr
 
 from jdlcore import JDL
-from jdlcore.validation import as_samples
+from jdlcore.curves import (
+    GRID_POINTS, _queries, conditional_curves, conditional_density, default_grid, default_x_values, density_bandwidth,
+)
 from pipeline.model_store import load_model
 
 __all__ = ["model_card", "card_rows", "write_plots", "diagnostics_figure", "conditional_density", "conditional_curves",
-           "density_bandwidth", "default_x_values", "read_tuning"]
-
-GRID_POINTS = 256
+           "density_bandwidth", "default_x_values", "read_tuning", "GRID_POINTS"]
 TUNING_VARIABLES = ("tuning_validation_loss", "tuning_rank_x", "tuning_rank_y")
 
 
@@ -73,20 +69,6 @@ def _best(tuning: xr.Dataset) -> dict[str, float] | None:
 
 
 # -- the card -------------------------------------------------------------------------------------
-def _scale(kernel: Any) -> str:
-    scale = kernel.lengthscale
-    return repr(float(scale)) if np.ndim(scale) == 0 else "[" + ", ".join(repr(float(s)) for s in scale) + "]"
-
-
-def _describe_basis(basis: Any) -> str:
-    """A kernel basis by its kernel, a monomial basis by its degree, a class basis by its classes."""
-    if hasattr(basis, "kernel"):
-        return f"{basis.kernel.name}, lengthscale {_scale(basis.kernel)}"
-    if hasattr(basis, "exponents"):
-        return f"polynomial, degree {int(np.asarray(basis.exponents).sum(axis=1).max())}"
-    return "delta on classes " + ", ".join(f"{c:g}" for c in np.asarray(basis.classes))
-
-
 def _relative_trace(model: Any, side: str) -> np.ndarray:
     """Residual trace after k = 0..m pivots over trace K, shape (m + 1,) (empty without a factorisation)."""
     trace = np.asarray(model.diagnostics_.get(f"trace_error_{side}", []), dtype=np.float64)
@@ -127,7 +109,7 @@ def card_rows(path: str | os.PathLike, model: JDL | None = None) -> list[tuple[s
     bases = [(side, getattr(model, f"basis_{side}_", None)) for side in ("x", "y")]
     bases = [(side, basis) for side, basis in bases if basis is not None]
     for side, basis in bases:
-        rows.append((f"{'kernel' if hasattr(basis, 'kernel') else 'basis'} {side}", _describe_basis(basis)))
+        rows.append((f"{'kernel' if hasattr(basis, 'kernel') else 'basis'} {side}", basis.describe()))
     for name in model._PARAMS:
         value = getattr(model, name)
         if name == "positivity" and getattr(model, "constraints", "positivity") != "positivity":
@@ -214,87 +196,6 @@ def _tuning_rows(model: JDL, tuning: xr.Dataset, recorded: Any) -> list[tuple[st
     return rows
 
 
-# -- conditional densities ------------------------------------------------------------------------
-def density_bandwidth(model: JDL, component: int = 0) -> float:
-    """The smoothing bandwidth h for y feature ``component``: the y kernel lengthscale / 2 (units of y),
-    or a fifth of its standard deviation for a polynomial model."""
-    basis = model.basis_y_
-    if not hasattr(basis, "kernel"):  # a monomial basis: a fifth of the feature's standard deviation
-        return float(np.asarray(basis.scale, dtype=np.float64)[component]) / 5.0
-    scale = np.asarray(basis.kernel.lengthscale, dtype=np.float64)
-    return float(scale if scale.ndim == 0 else scale[component]) / 2.0
-
-
-def default_x_values(model: JDL, n_slices: int = 5) -> np.ndarray:
-    """Query points (n_slices, d_X): the first feature at quantiles 0.1..0.9 of the x pivot points,
-    the other features at the pivots' median (a class model: its classes; a polynomial model:
-    mean +- 1.28 standard deviations)."""
-    if n_slices < 1:
-        raise ValueError(f"n_slices: must be >= 1, got {n_slices}")
-    basis = model.basis_x_
-    if hasattr(basis, "classes"):
-        return np.asarray(basis.classes, dtype=np.float64)[:, None]
-    if hasattr(basis, "center"):
-        pivots = basis.center + np.outer(np.linspace(-1.28, 1.28, 9), basis.scale)
-    else:
-        pivots = np.asarray(basis.pivot_points, dtype=np.float64)
-    levels = np.linspace(0.1, 0.9, n_slices) if n_slices > 1 else np.array([0.5])
-    x = np.tile(np.median(pivots, axis=0), (levels.size, 1))
-    x[:, 0] = np.quantile(pivots[:, 0], levels)
-    return x
-
-
-def _queries(model: Any, x_values: Any) -> np.ndarray:
-    width = model.basis_x_.width
-    x = np.asarray(x_values, dtype=np.float64)
-    if x.ndim == 1 and width > 1:
-        x = x[None, :]
-    x = as_samples(x, "x_values")
-    if x.shape[1] != width:
-        raise ValueError(f"x_values: have {x.shape[1]} features, the model was fitted on {width}")
-    return x
-
-
-def conditional_curves(model: JDL, x_values: Any, y_grid: Any, *, component: int = 0,
-                       bandwidth: float | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """Smoothed conditional density and conditional CDF of y feature ``component`` on ``y_grid``.
-
-    x_values: (k, d_X) queries (a 1-D array is k queries for d_X = 1); y_grid: (g,) in units of y.
-    Returns (density (k, g) in 1 / units of y, cdf (k, g)): the conditional expectations of
-    N(t; y_c, h^2) and of [y_c <= t] for t on the grid, h = ``bandwidth`` (default
-    ``density_bandwidth``), in one ``model.conditional_expectation`` (so the weights are the model's
-    own law: projected, clipped or signed). For scalar y the cdf equals
-    ``model.conditional_cdf(x_values, y_grid)``.
-    """
-    x = _queries(model, x_values)
-    grid = np.asarray(y_grid, dtype=np.float64).ravel()
-    if not 0 <= component < _width(model, "y"):
-        raise ValueError(f"component: must be in [0, {_width(model, 'y')})")
-    h = density_bandwidth(model, component) if bandwidth is None else float(bandwidth)
-
-    def kernel_and_indicator(y: np.ndarray) -> np.ndarray:  # (b, 2g)
-        atoms = y[:, component, None]
-        z = (grid[None, :] - atoms) / h
-        return np.hstack([np.exp(-0.5 * z * z) / (h * math.sqrt(2 * math.pi)), (atoms <= grid[None, :]) * 1.0])
-
-    curves = model.conditional_expectation(x, kernel_and_indicator)
-    return curves[:, :grid.size], curves[:, grid.size:]
-
-
-def conditional_density(model: JDL, x_values: Any, y_grid: Any, *, component: int = 0,
-                        bandwidth: float | None = None) -> np.ndarray:
-    """The smoothed conditional density (k, g) of ``conditional_curves``, in 1 / units of y."""
-    return conditional_curves(model, x_values, y_grid, component=component, bandwidth=bandwidth)[0]
-
-
-def _default_grid(model: JDL, component: int) -> np.ndarray:
-    """GRID_POINTS points spanning the (support) atoms of y feature ``component`` plus 4 bandwidths each side."""
-    support = getattr(model, "support_", None)
-    column = support.atoms[:, component] if support is not None else model.atoms_.column(component)
-    pad = 4 * density_bandwidth(model, component)
-    return np.linspace(float(column.min()) - pad, float(column.max()) + pad, GRID_POINTS)
-
-
 # -- plots ----------------------------------------------------------------------------------------
 def _figure(ncols: int, width: float, height: float):
     """A Figure on its own Agg canvas (no pyplot: nothing global to open or close) and its axes."""
@@ -347,7 +248,7 @@ def _plot_class_probabilities(ax: Any, model: Any) -> None:
 
 def _slices(model: JDL, x_values: Any, n_slices: int):
     x = default_x_values(model, n_slices) if x_values is None else _queries(model, x_values)
-    grid = _default_grid(model, 0)
+    grid = default_grid(model, 0)
     density, cdf = conditional_curves(model, x, grid)
     return x, grid, density, cdf
 
@@ -420,7 +321,7 @@ def write_plots(path: str | os.PathLike, out_dir: str | os.PathLike, *, x_values
     figure, axes = _figure(1, 6, 4)
     _plot_trace(axes[0], model)
     written.append(_save(figure, out / "residual_trace.png"))
-    if hasattr(model, "atoms_"):
+    if model.answers("conditional_expectation"):
         figure, axes = _figure(2, 11, 4.2)
         x, grid, density, cdf = _slices(model, x_values, n_slices)
         _plot_slices(model, x, grid, density, axes[0], cdf, axes[1])
@@ -443,7 +344,7 @@ def diagnostics_figure(path: str | os.PathLike, png_path: str | os.PathLike, mod
     model = load_model(path) if model is None else model
     figure, axes = _figure(2, 10, 3.6)
     _plot_trace(axes[0], model)
-    if hasattr(model, "atoms_"):
+    if model.answers("conditional_expectation"):
         x, grid, density, _ = _slices(model, None, 5)
         _plot_slices(model, x, grid, density, axes[1])
     else:

@@ -8,7 +8,7 @@ A = L V (n x m), with A^T A = Lambda.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -16,9 +16,57 @@ from .cholesky import PivotedCholesky
 from .kernels import Kernel
 
 __all__ = [
-    "SpectralBasis", "JDLReductions", "FactorPartials", "spectral_basis", "factor_partials", "column_extremes",
+    "Basis", "slice_points", "SpectralBasis", "JDLReductions", "FactorPartials", "spectral_basis", "factor_partials", "column_extremes",
     "reductions_from_partials", "reductions_from_values",
 ]
+
+
+class Basis(Protocol):
+    """What every basis of one variable provides (``SpectralBasis``, ``jdlcore.polynomial.PolynomialBasis``,
+    ``jdlcore.greedy.ClassBasis``): the estimators, the model store and the model card read only this.
+
+    size (m) and width (d); raw(Z) (q, r) and coefficients (r, m) with features(Z) = raw(Z) @
+    coefficients = Psi(Z) (q, m); eigenvalues (m,), the squared empirical norms times n;
+    to_arrays(side), the arrays that rebuild it; spec(), the JSON of what generates it (stored as
+    ``kernel_{side}``); describe(), one line for people; smoothing_scale(component), a bandwidth in
+    units of that feature at which the basis resolves the variable (for smoothed densities); and
+    slice_points(n_slices), points (k, d) that span the training data, for plots.
+    """
+
+    coefficients: np.ndarray
+    eigenvalues: np.ndarray
+
+    @property
+    def size(self) -> int: ...
+
+    @property
+    def width(self) -> int: ...
+
+    def raw(self, Z: np.ndarray) -> np.ndarray: ...
+
+    def features(self, Z: np.ndarray) -> np.ndarray: ...
+
+    def to_arrays(self, side: str) -> dict[str, np.ndarray]: ...
+
+    def spec(self) -> dict[str, Any]: ...
+
+    def describe(self) -> str: ...
+
+    def smoothing_scale(self, component: int = 0) -> float: ...
+
+    def slice_points(self, n_slices: int) -> np.ndarray: ...
+
+
+def slice_points(points: np.ndarray, n_slices: int) -> np.ndarray:
+    """(n_slices, d) points spanning ``points`` (k, d): the first feature at its quantiles 0.1..0.9 (0.5
+    for one slice), the others at their medians."""
+    if n_slices < 1:
+        raise ValueError(f"n_slices: must be >= 1, got {n_slices}")
+    points = np.asarray(points, dtype=np.float64)
+    levels = np.linspace(0.1, 0.9, n_slices) if n_slices > 1 else np.array([0.5])
+    out = np.tile(np.median(points, axis=0), (levels.size, 1))
+    out[:, 0] = np.quantile(points[:, 0], levels)
+    return out
 
 
 @dataclass
@@ -66,6 +114,24 @@ class SpectralBasis:
         k_lo, k_hi = self.kernel.bounds
         ends = np.stack([k_lo * self.coefficients, k_hi * self.coefficients])
         return ends.min(axis=0).sum(axis=0), ends.max(axis=0).sum(axis=0)
+
+    def spec(self) -> dict[str, Any]:
+        """The kernel's JSON (``Kernel.to_dict``)."""
+        return self.kernel.to_dict()
+
+    def describe(self) -> str:
+        scale = np.asarray(self.kernel.lengthscale, dtype=np.float64)
+        text = repr(float(scale)) if scale.ndim == 0 else "[" + ", ".join(repr(float(s)) for s in scale) + "]"
+        return f"{self.kernel.name}, lengthscale {text}"
+
+    def smoothing_scale(self, component: int = 0) -> float:
+        """Half the kernel's lengthscale of feature ``component``."""
+        scale = np.asarray(self.kernel.lengthscale, dtype=np.float64)
+        return float(scale if scale.ndim == 0 else scale[component]) / 2.0
+
+    def slice_points(self, n_slices: int) -> np.ndarray:
+        """``slice_points`` of the pivot points."""
+        return slice_points(self.pivot_points, n_slices)
 
     def to_arrays(self, side: str) -> dict[str, np.ndarray]:
         """The arrays that rebuild the basis (with its kernel), named ``{side}_*``."""

@@ -33,13 +33,13 @@ from typing import Any, Callable
 import numpy as np
 
 from .atoms import Atoms, evaluate_function
-from .basis import JDLReductions, SpectralBasis
+from .basis import JDLReductions
 from .estimator import Estimator
 from .jdl import kernel_problem
-from .kernels import Kernel, kernel_from_dict
-from .queries import below_thresholds, check_levels, class_indicator, quantiles_from_weights
+from .kernels import Kernel
+from .queries import below_thresholds, check_levels, quantiles_from_weights
 from .solvers.active_set import ProjectionQP
-from .validation import as_samples, check_choice, check_nonnegative
+from .validation import check_choice, check_nonnegative
 
 __all__ = ["CME", "solve_cme"]
 
@@ -102,7 +102,7 @@ class CME(Estimator):
     state_dims = {"coef": ("basis_y", "basis_x")}
     _PARAMS = ("reg", "tol", "constraints", "pivoting", "max_rank", "seed", "block_size")
 
-    def __init__(self, kernel_x: Kernel | None = None, kernel_y: Kernel | None = None, reg: float = 1e-3,
+    def __init__(self, kernel_x: Kernel | None = None, kernel_y: Kernel | None = None, *, reg: float = 1e-3,
                  tol: float = 1e-3, constraints: str = "none", pivoting: str = "random",
                  max_rank: int | None = None, seed: int | None = 0, block_size: int | None = None):
         self._keep_params(locals())
@@ -153,34 +153,19 @@ class CME(Estimator):
     def state(self) -> dict[str, Any]:
         """Arrays and JSON-able values that rebuild the model (``from_state``); no pickles."""
         self._fitted()
-        arrays = {"coef": self.coef_, **self.basis_x_.to_arrays("x"), **self.basis_y_.to_arrays("y")}
-        for side in ("x", "y"):
-            arrays[f"{side}_trace_error"] = np.asarray(self.diagnostics_[f"trace_error_{side}"], dtype=np.float64)
-        diagnostics = {k: (v.item() if isinstance(v, np.generic) else v)
-                       for k, v in self.diagnostics_.items() if not isinstance(v, np.ndarray)}
-        return {"arrays": arrays, "kernel_x": self.basis_x_.kernel.to_dict(), "kernel_y": self.basis_y_.kernel.to_dict(),
-                "params": {name: getattr(self, name) for name in self._PARAMS}, "n_samples": int(self.n_samples_),
-                "diagnostics": diagnostics, "registered": []}
+        return self._spectral_state({"coef": self.coef_})
 
     @classmethod
     def from_state(cls, state: dict[str, Any]) -> "CME":
         """Rebuild a fitted model from ``state()``; ``ValueError`` on missing or inconsistent parts."""
-        try:
-            arrays = {k: np.asarray(v, dtype=np.float64) for k, v in state["arrays"].items()}
-            kernels = {side: kernel_from_dict(state[f"kernel_{side}"]) for side in ("x", "y")}
-            model = cls(kernel_x=kernels["x"], kernel_y=kernels["y"], **state["params"])
-            bases = {side: SpectralBasis.from_arrays(kernels[side], arrays, side) for side in ("x", "y")}
-            coef = arrays["coef"]
-            n = int(state["n_samples"])
-            traces = {side: arrays[f"{side}_trace_error"] for side in ("x", "y")}
-        except KeyError as missing:
-            raise ValueError(f"state: missing part {missing}") from None
+        model, arrays, bases = cls._spectral_restore(state)
+        if "coef" not in arrays:
+            raise ValueError("state: missing part 'coef'")
+        coef = arrays["coef"]
         if coef.shape != (bases["y"].size, bases["x"].size):
             raise ValueError(f"state: coef has shape {coef.shape}, expected {(bases['y'].size, bases['x'].size)}")
-        model._check_params()
-        model.basis_x_, model.basis_y_, model.coef_, model.n_samples_ = bases["x"], bases["y"], coef, n
+        model.basis_x_, model.basis_y_, model.coef_ = bases["x"], bases["y"], coef
         model._set_atoms()
-        model.diagnostics_ = {**state.get("diagnostics", {}), "trace_error_x": traces["x"], "trace_error_y": traces["y"]}
         return model
 
     # -- queries ----------------------------------------------------------------------------------
@@ -250,16 +235,3 @@ class CME(Estimator):
         order = np.argsort(column, kind="stable")
         return quantiles_from_weights(self.conditional_weights(Xq)[:, order], column[order], levels)
 
-    @property
-    def classes_(self) -> np.ndarray:
-        """Sorted distinct values of a scalar Y among the pivot atoms."""
-        self._fitted()
-        return np.unique(self.atoms_.column(0))
-
-    def predict_proba(self, Xq: Any, classes: Any | None = None) -> np.ndarray:
-        """Weight on each class c of a discrete scalar Y, shape (q, C) (signed, unnormalized)."""
-        self._fitted()
-        if self.atoms_.d != 1:
-            raise ValueError("predict_proba: needs a scalar (discrete) Y")
-        classes = self.classes_ if classes is None else np.asarray(classes, dtype=np.float64).ravel()
-        return self.conditional_expectation(Xq, class_indicator(classes))

@@ -26,7 +26,8 @@ from typing import Any, Callable, ClassVar
 import numpy as np
 
 from .cholesky import Factorisation
-from .kernels import Kernel
+from .basis import SpectralBasis
+from .kernels import Kernel, kernel_from_dict
 from .atoms import STANDARD_FUNCTIONS
 from .queries import below_thresholds, check_levels, class_indicator
 from .validation import as_samples, check_choice, check_paired
@@ -34,6 +35,12 @@ from .validation import as_samples, check_choice, check_paired
 __all__ = ["Estimator", "UnsupportedQuery", "paired_samples", "REQUEST_KINDS"]
 
 REQUEST_KINDS = ("mean", "second_moment", "cdf", "quantile", "proba")
+
+
+_QUERIES = ("conditional_weights", "conditional_expectation", "register", "expectations", "conditional_cdf",
+            "conditional_quantile", "predict_proba", "negative_share")
+_BUILT_ON = {"predict": "conditional_expectation", "total_mass": "conditional_expectation",
+             "predict_proba": "conditional_expectation", "expectation": "expectations"}
 
 
 class UnsupportedQuery(ValueError):
@@ -101,6 +108,39 @@ class Estimator:
             if kernel is not None and not isinstance(kernel, Kernel):
                 raise ValueError(f"{name}: must be a jdlcore Kernel, got {type(kernel).__name__}")
 
+    # -- state (for stores) -----------------------------------------------------------------------
+    def _spectral_state(self, arrays: dict[str, Any]) -> dict[str, Any]:
+        """``state()`` of a model on two kernel bases: its own ``arrays`` with the bases' arrays and
+        residual traces, the kernels, the parameters, n and the JSON-able diagnostics; no registered
+        functions. Every value is an array or JSON (no pickles)."""
+        arrays = dict(arrays)
+        for side in ("x", "y"):
+            arrays.update(getattr(self, f"basis_{side}_").to_arrays(side))
+            arrays[f"{side}_trace_error"] = np.asarray(self.diagnostics_[f"trace_error_{side}"], dtype=np.float64)
+        diagnostics = {k: (v.item() if isinstance(v, np.generic) else v)
+                       for k, v in self.diagnostics_.items() if not isinstance(v, np.ndarray)}
+        return {"arrays": arrays, "kernel_x": self.basis_x_.spec(), "kernel_y": self.basis_y_.spec(),
+                "params": {name: getattr(self, name) for name in self._PARAMS}, "n_samples": int(self.n_samples_),
+                "diagnostics": diagnostics, "registered": []}
+
+    @classmethod
+    def _spectral_restore(cls, state: dict[str, Any]) -> tuple[Any, dict[str, np.ndarray], dict[str, SpectralBasis]]:
+        """The common part of ``from_state`` for ``_spectral_state``: the estimator with its stored (and
+        validated) parameters, ``n_samples_`` and ``diagnostics_`` (residual traces included), the
+        arrays as float64 and the two bases by side. ``ValueError`` naming a missing part."""
+        try:
+            arrays = {name: np.asarray(value, dtype=np.float64) for name, value in state["arrays"].items()}
+            kernels = {side: kernel_from_dict(state[f"kernel_{side}"]) for side in ("x", "y")}
+            model = cls(kernel_x=kernels["x"], kernel_y=kernels["y"], **state["params"])
+            bases = {side: SpectralBasis.from_arrays(kernels[side], arrays, side) for side in ("x", "y")}
+            traces = {f"trace_error_{side}": arrays[f"{side}_trace_error"] for side in ("x", "y")}
+            model.n_samples_ = int(state["n_samples"])
+        except KeyError as missing:
+            raise ValueError(f"state: missing part {missing}") from None
+        model._check_params()
+        model.diagnostics_ = {**state.get("diagnostics", {}), **traces}
+        return model, arrays, bases
+
     # -- fitted state and query points ----------------------------------------------------------
     def _fitted(self) -> None:
         """``RuntimeError`` unless the estimator was fitted (or loaded from a state)."""
@@ -115,6 +155,33 @@ class Estimator:
         if Xq.shape[1] != width:
             raise ValueError(f"Xq: has {Xq.shape[1]} features, the model was fitted on {width}")
         return Xq
+
+    def _query_pairs(self, Xq: Any, Yq: Any) -> tuple[np.ndarray, np.ndarray]:
+        """Query pairs: x (q, d_X) and y (q, d_Y) with the model's feature counts and equal rows."""
+        Xq = self._queries(Xq)
+        Yq = as_samples(Yq, "Yq")
+        width = self.basis_y_.width
+        if Yq.shape[1] != width:
+            raise ValueError(f"Yq: has {Yq.shape[1]} features, the model was fitted on {width}")
+        check_paired(Xq, Yq, "Xq", "Yq")
+        return Xq, Yq
+
+    @property
+    def law_atoms_(self) -> np.ndarray:
+        """The atoms (N, d_Y) that ``conditional_weights`` weighs (default: ``y_atoms_``)."""
+        return np.asarray(self.y_atoms_)
+
+    @classmethod
+    def answers(cls, query: str) -> bool:
+        """Whether the method answers ``query``, a name of the query surface: the class implements it
+        (or, for ``predict``, ``total_mass``, ``predict_proba`` and ``expectation``, the query they are
+        built on) rather
+        than inheriting the base's ``UnsupportedQuery``."""
+        if query not in _QUERIES and query not in _BUILT_ON:
+            raise ValueError(f"query: {query!r} is not a query of the estimator contract")
+        if getattr(cls, query) is not getattr(Estimator, query):
+            return True
+        return query in _BUILT_ON and cls.answers(_BUILT_ON[query])
 
     @property
     def y_width_(self) -> int:
@@ -155,9 +222,22 @@ class Estimator:
         """Quantiles of Q(Y_component | X = x_q) at ``levels`` in (0, 1], shape (q, L)."""
         raise self._unsupported("conditional_quantile")
 
-    def predict_proba(self, Xq: Any) -> np.ndarray:
-        """Q(Y = c | X = x_q) for each class c of ``classes_``, shape (q, C)."""
-        raise self._unsupported("predict_proba")
+    def predict_proba(self, Xq: Any, classes: Any | None = None) -> np.ndarray:
+        """Q(Y = c | X = x_q) for each class c of a discrete scalar Y (default ``classes_``), shape (q, C):
+        the conditional expectation of the class indicators (signed and unnormalised where the law is)."""
+        if not self.answers("conditional_expectation"):
+            raise self._unsupported("predict_proba")
+        self._fitted()
+        if self.y_width_ != 1:
+            raise ValueError("predict_proba: needs a scalar (discrete) Y")
+        classes = self.classes_ if classes is None else np.asarray(classes, dtype=np.float64).ravel()
+        return self.conditional_expectation(Xq, class_indicator(classes))
+
+    @property
+    def classes_(self) -> np.ndarray:
+        """The sorted distinct values of a scalar Y among the law's atoms (the classes of ``predict_proba``)."""
+        self._fitted()
+        return np.unique(self.law_atoms_[:, 0])
 
     def negative_share(self, Xq: Any, tol: float = 1e-12) -> np.ndarray:
         """Share of the model's atoms whose signed weight (or Radon-Nikodym value) at x_q is below -tol,

@@ -101,18 +101,20 @@ class ClassBasis:
     def coefficients(self) -> np.ndarray:
         return self._identity
 
-    @property
-    def rotation(self) -> np.ndarray:
-        return self._identity
+    def spec(self) -> dict[str, Any]:
+        """The delta kernel's JSON: the class indicators are its double-orthogonal basis."""
+        return DeltaKernel().to_dict()
 
-    @property
-    def pivot_points(self) -> np.ndarray:
-        """One point per class (the delta kernel's pivots): k(Z, pivot_points) = raw(Z)."""
-        return self.classes[:, None]
+    def describe(self) -> str:
+        return "delta on classes " + ", ".join(f"{c:g}" for c in self.classes)
 
-    @property
-    def kernel(self) -> Kernel:
-        return DeltaKernel()
+    def smoothing_scale(self, component: int = 0) -> float:
+        """Half the smallest gap between classes (1 for a single class)."""
+        return float(np.diff(self.classes).min()) / 2.0 if self.size > 1 else 1.0
+
+    def slice_points(self, n_slices: int) -> np.ndarray:
+        """Every class, (D, 1), whatever ``n_slices``."""
+        return self.classes[:, None].copy()
 
     def index(self, Z: np.ndarray) -> np.ndarray:
         """Class index (q,) of labels Z (q, 1); unseen labels raise ``ValueError``."""
@@ -385,6 +387,7 @@ class GreedyJDL(JDL):
     def __init__(
         self,
         kernel_y: Kernel | None = None,
+        *,
         reg: float = 1e-3,
         tol: float = 1e-3,
         positivity: str = "atoms",
@@ -508,10 +511,6 @@ class GreedyJDL(JDL):
         if not isinstance(order, str):
             state["params"]["class_order"] = [float(c) for c in np.asarray(order, dtype=np.float64).ravel()]
         return state
-
-    @staticmethod
-    def _basis_spec(basis: Any) -> dict[str, Any]:
-        return DeltaKernel().to_dict() if isinstance(basis, ClassBasis) else basis.kernel.to_dict()
 
     @classmethod
     def _from_params(cls, state: dict[str, Any]) -> "GreedyJDL":

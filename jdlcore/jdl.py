@@ -34,7 +34,7 @@ from .degeneracy import (
 from .estimator import Estimator, paired_samples
 from .kernels import Kernel, kernel_from_dict
 from .laws import MomentBasis, apply_rule, crps as law_crps, map_rows, quantiles
-from .queries import below_thresholds, check_levels, class_indicator
+from .queries import below_thresholds, check_levels
 from .solvers import (
     grid_minimum, pointwise_bounds, solve_grid_positivity, solve_normalized, solve_tightened, solve_unconstrained,
 )
@@ -234,6 +234,7 @@ class JDL(Estimator):
         self,
         kernel_x: Kernel | None = None,
         kernel_y: Kernel | None = None,
+        *,
         reg: float = 1e-3,
         tol: float = 1e-3,
         constraints: str = "positivity",
@@ -417,6 +418,10 @@ class JDL(Estimator):
         return self.support_.atoms
 
     @property
+    def law_atoms_(self) -> np.ndarray:
+        return self.support_atoms_
+
+    @property
     def registered_(self) -> dict[str, tuple[np.ndarray, tuple]]:
         """Registered test functions by name: (values at the support atoms (M, p), shape of one value)."""
         self._fitted()
@@ -451,8 +456,8 @@ class JDL(Estimator):
         }
         return {
             "arrays": arrays,
-            "kernel_x": self._basis_spec(self.basis_x_),
-            "kernel_y": self._basis_spec(self.basis_y_),
+            "kernel_x": self.basis_x_.spec(),
+            "kernel_y": self.basis_y_.spec(),
             "params": {name: getattr(self, name) for name in self._PARAMS},
             "n_samples": int(self.n_samples_),
             "diagnostics": diagnostics,
@@ -529,11 +534,6 @@ class JDL(Estimator):
         model._set_support(support)
         model._support_values = values
         return model
-
-    @staticmethod
-    def _basis_spec(basis: Any) -> dict[str, Any]:
-        """JSON description of what generates a basis (here: its kernel), stored as ``kernel_{side}``."""
-        return basis.kernel.to_dict()
 
     @classmethod
     def _from_params(cls, state: dict[str, Any]) -> "JDL":
@@ -691,18 +691,6 @@ class JDL(Estimator):
         announce(found, stacklevel)
         return found
 
-    def predict_proba(self, Xq: Any, classes: Any | None = None) -> np.ndarray:
-        """Q(Y = c | X = x_q) for each class c of a discrete scalar Y, shape (q, C).
-
-        ``classes`` defaults to the training classes (``classes_``). A discrete Y is one with at most
-        ``support_size`` distinct values, which the support then holds exactly.
-        """
-        self._fitted()
-        if self.support_.d != 1:
-            raise ValueError("predict_proba: needs a scalar (discrete) Y")
-        classes = self.classes_ if classes is None else np.asarray(classes, dtype=np.float64).ravel()
-        return self.conditional_expectation(Xq, class_indicator(classes))
-
     @property
     def classes_(self) -> np.ndarray:
         """The distinct training values of a discrete scalar Y (the classes of ``predict_proba``)."""
@@ -713,6 +701,12 @@ class JDL(Estimator):
         return np.unique(self.support_.atoms[:, 0])
 
     # -- the paper's diagnostics on the n training atoms ---------------------------------------------
+    def density_ratio(self, Xq: Any, Yq: Any) -> np.ndarray:
+        """The fitted Radon-Nikodym derivative 1 + h(x_i, y_i) = 1 + Psi_Y(y_i) H Psi_X(x_i)^T at pairs
+        (x_i, y_i) anywhere, shape (q,): signed, before any projection of the laws."""
+        Xq, Yq = self._query_pairs(Xq, Yq)
+        return 1.0 + np.einsum("qm,qm->q", self.basis_y_.features(Yq), self._directions(Xq))
+
     def radon_nikodym(self, Xq: Any) -> np.ndarray:
         """1 + h(x_q, y_j) for queries x_q and every training atom y_j, shape (q, n)."""
         Xq = self._queries(Xq)

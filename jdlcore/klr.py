@@ -266,6 +266,7 @@ class KLR(Estimator):
     def __init__(
         self,
         kernel_x: Kernel | None = None,
+        *,
         reg: float = 1e-3,
         tol: float = 1e-3,
         threshold: float | None = None,
@@ -313,7 +314,7 @@ class KLR(Estimator):
         solve_started = time.perf_counter()
         W, b, info = _newton(features, targets, float(self.reg), bool(self.fit_intercept), int(self.max_iter),
                              float(self.gtol))
-        self.classes_ = classes
+        self._classes = classes
         self.coef_ = W.copy()
         self.intercept_ = b.copy()
         self.basis_x_ = basis
@@ -361,6 +362,12 @@ class KLR(Estimator):
         """Class probabilities, shape (q, C), columns in the order of ``classes_``; rows sum to 1."""
         log_z, P = _log_partition(self.decision_function(Xq))
         return np.column_stack([np.exp(-log_z), P])
+
+    @property
+    def classes_(self) -> np.ndarray:
+        """The sorted class labels (C,) float64 (with a threshold: [0, 1], 1 = the event)."""
+        self._fitted()
+        return self._classes
 
     def predict(self, Xq: Any) -> np.ndarray:
         """The most probable class (a value of ``classes_``) per query, shape (q,)."""
@@ -440,7 +447,7 @@ class KLR(Estimator):
         }
         return {
             "arrays": {name: np.asarray(array, dtype=np.float64) for name, array in arrays.items()},
-            "kernel_x": basis.kernel.to_dict(),
+            "kernel_x": basis.spec(),
             "params": {name: getattr(self, name) for name in self._PARAMS},
             "n_samples": int(self.n_samples_),
             "diagnostics": diagnostics,
@@ -472,7 +479,7 @@ class KLR(Estimator):
         model._check_params()
         model.basis_x_ = SpectralBasis(kernel, arrays["x_pivot_points"], arrays["x_coefficients"],
                                        arrays["x_eigenvalues"], arrays["x_rotation"])
-        model.coef_, model.intercept_, model.classes_ = arrays["coef"], arrays["intercept"], arrays["classes"]
+        model.coef_, model.intercept_, model._classes = arrays["coef"], arrays["intercept"], arrays["classes"]
         model.n_samples_ = n
         model.diagnostics_ = {**state.get("diagnostics", {}), "trace_error_x": arrays["x_trace_error"]}
         return model

@@ -67,7 +67,7 @@ from scipy.linalg import solve_triangular
 from scipy.sparse import csr_matrix
 
 from .atoms import block_sums
-from .basis import JDLReductions, reductions_from_values
+from .basis import JDLReductions, reductions_from_values, slice_points
 from .jdl import CONSTRAINTS, GRID_POINTS, JDL, JDLProblem
 from .support import sample_rows
 from .validation import as_samples, check_choice, check_nonnegative, check_paired
@@ -202,6 +202,17 @@ class PolynomialBasis:
         """JSON description (stored as ``kernel_{side}``)."""
         return {"name": "polynomial", "degree": self.degree, "width": self.width, "size": self.size,
                 "standardized": True}
+
+    def describe(self) -> str:
+        return f"polynomial, degree {self.degree}"
+
+    def smoothing_scale(self, component: int = 0) -> float:
+        """A fifth of the feature's training standard deviation."""
+        return float(self.scale[component]) / 5.0
+
+    def slice_points(self, n_slices: int) -> np.ndarray:
+        """``jdlcore.basis.slice_points`` of the mean +- 1.28 standard deviations."""
+        return slice_points(self.center + np.outer(np.linspace(-1.28, 1.28, 9), self.scale), n_slices)
 
 
 def fit_polynomial_basis(Z: Any, degree: int, name: str = "Z") -> tuple[PolynomialBasis, np.ndarray]:
@@ -542,17 +553,18 @@ class PolynomialJDL(JDL):
 
     def __init__(
         self,
+        *,
         degree: int = 4,
         reg: float = 1e-3,
         constraints: str = "positivity",
         positivity: str = "sos",
         sos_margin: float = 1e-8,
         solver_tol: float = 1e-10,
-        seed: int | None = 0,
         support_size: int | None = None,
         grid_points: int = GRID_POINTS,
         grid_rounds: int = 200,
         grid_seconds: float = 120.0,
+        seed: int | None = 0,
     ):
         self._keep_params(locals())
 
@@ -591,10 +603,6 @@ class PolynomialJDL(JDL):
                                        margin=float(self.sos_margin), tol=float(self.solver_tol))
         self.sos_gram_ = info.pop("sos_gram_matrix")
         return H, info
-
-    @staticmethod
-    def _basis_spec(basis: Any) -> dict[str, Any]:
-        return basis.spec()
 
     @classmethod
     def _from_params(cls, state: dict[str, Any]) -> "PolynomialJDL":

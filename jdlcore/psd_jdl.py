@@ -47,8 +47,8 @@ from .jdl import kernel_problem
 from .kernels import Kernel
 from .psd_fit import project_psd_affine
 from .solvers.fista import fista
-from .queries import below_thresholds, check_levels, class_indicator, quantiles_from_weights
-from .validation import as_samples, check_nonnegative
+from .queries import below_thresholds, check_levels, quantiles_from_weights
+from .validation import check_nonnegative
 
 __all__ = ["PSDJDL", "fourth_moments", "diagonal_moments", "apply_T", "psd_jdl_objective"]
 
@@ -137,22 +137,17 @@ class PSDJDL(Estimator):
     solve_seconds, rank_x, rank_y, ...).
     """
 
+    method = "psd"
+    summary = "JDL with 1 + h a PSD form in the feature map: a law non-negative at every (x, y)"
+    positivity_rules = ("psd",)  # 1 + h = |R^T phi(x, y)|^2: structural, there is nothing to choose
+    state_dims = {"factor": ("psd_feature", "psd_rank"), "y_atoms": ("sample", "y_feature")}
+    _FITTED = "factor_"
     _PARAMS = ("reg", "tol", "pivoting", "max_rank", "seed", "block_size", "solver_tol", "max_iter", "max_features")
 
-    def __init__(
-        self,
-        kernel_x: Kernel | None = None,
-        kernel_y: Kernel | None = None,
-        reg: float = 1e-3,
-        tol: float = 1e-3,
-        pivoting: str = "random",
-        max_rank: int | None = None,
-        seed: int | None = 0,
-        block_size: int | None = None,
-        solver_tol: float = 1e-9,
-        max_iter: int = 3000,
-        max_features: int = 400,
-    ):
+    def __init__(self, kernel_x: Kernel | None = None, kernel_y: Kernel | None = None, *, reg: float = 1e-3,
+                 tol: float = 1e-3, pivoting: str = "random", max_rank: int | None = None, seed: int | None = 0,
+                 block_size: int | None = None, solver_tol: float = 1e-9, max_iter: int = 3000,
+                 max_features: int = 400):
         self._keep_params(locals())
 
     # -- fitting ----------------------------------------------------------------------------------
@@ -189,14 +184,13 @@ class PSDJDL(Estimator):
         N = (N + N.T) / 2.0
         M, info = _fista(F_x, F_y, D, N, n, float(self.reg), float(self.solver_tol), int(self.max_iter))
         self.basis_x_, self.basis_y_ = problem.basis_x, problem.basis_y
-        self.y_atoms_ = np.ascontiguousarray(Y)
-        self._bt = Bt
-        self.gram_y_ = G_y
         self.n_samples_ = n
+        self._set_atoms(Y)
         self._set_coef(M)
         factors = problem.factors
         self.diagnostics_ = {
             "rank_x": factors["rank_x"], "rank_y": factors["rank_y"], "features": p,
+            "trace_error_x": factors["trace_error_x"], "trace_error_y": factors["trace_error_y"],
             "factor_seconds": factors["factor_seconds"],
             "objective": psd_jdl_objective(self.coef_, F_x, F_y, D, n, float(self.reg)),
             "min_eigenvalue": float(np.linalg.eigvalsh(self.coef_)[0]),
@@ -209,29 +203,59 @@ class PSDJDL(Estimator):
             **solver_degeneracy(info, "FISTA solver", f"max_iter = {self.max_iter}, solver_tol = {self.solver_tol:g}"),
         }
         announce(self.diagnostics_["degeneracies"], stacklevel=2)
-        self._registered: dict[str, tuple[np.ndarray, tuple]] = {}
         return self
 
+    def _set_atoms(self, Y: np.ndarray) -> None:
+        """The training atoms y_t (n, d_Y) and what queries read of them: b~_t = [1, Psi_Y(y_t)] through
+        the kernel (as a stored model recomputes them) and G~_Y = sum_t b~_t b~_t^T."""
+        self.y_atoms_ = np.ascontiguousarray(Y, dtype=np.float64)
+        self._bt = _augment(self.basis_y_.features(self.y_atoms_))
+        self.gram_y_ = self._bt.T @ self._bt
+        self._registered: dict[str, tuple[np.ndarray, tuple]] = {}
+
     def _set_coef(self, M: np.ndarray) -> None:
-        """Set M (p, p), symmetric PSD; stores its factor R (M = R R^T) used by every query."""
+        """Set M (p, p), symmetric PSD, through its factor R (M = R R^T; ``_set_factor``)."""
         qx, qy = self.basis_x_.size + 1, self.basis_y_.size + 1
         M = np.asarray(M, dtype=np.float64)
         if M.shape != (qx * qy, qx * qy):
             raise ValueError(f"M: must have shape ({qx * qy}, {qx * qy}), got {M.shape}")
-        R = _psd_factor(M)
-        self.factor_ = R
-        self.coef_ = R @ R.T
+        self._set_factor(_psd_factor(M))
+
+    def _set_factor(self, R: np.ndarray) -> None:
+        """Set the factor R (p, r) used by every query, and M = R R^T."""
+        qx, qy = self.basis_x_.size + 1, self.basis_y_.size + 1
         self._factor3 = R.reshape(qx, qy, R.shape[1])  # (j, k, r)
+        self.coef_ = R @ R.T
+        self.factor_ = R
+
+    # -- state (for stores) -----------------------------------------------------------------------
+    def state(self) -> dict[str, Any]:
+        """The factor R, the training atoms and the bases as arrays, the rest JSON-able (no pickles);
+        ``from_state(state())`` answers every query bit for bit. Registered functions are not kept
+        (``register`` again: one pass over the atoms)."""
+        self._fitted()
+        return self._spectral_state({"factor": self.factor_, "y_atoms": self.y_atoms_})
+
+    @classmethod
+    def from_state(cls, state: dict[str, Any]) -> "PSDJDL":
+        """Rebuild a fitted model from ``state()``; ``ValueError`` on missing or inconsistent parts."""
+        model, arrays, bases = cls._spectral_restore(state)
+        missing = [name for name in ("factor", "y_atoms") if name not in arrays]
+        if missing:
+            raise ValueError(f"state: missing part {missing[0]!r}")
+        factor, atoms = arrays["factor"], arrays["y_atoms"]
+        p = (bases["x"].size + 1) * (bases["y"].size + 1)
+        if factor.ndim != 2 or factor.shape[0] != p:
+            raise ValueError(f"state: factor has shape {factor.shape}, expected ({p}, r) for the bases")
+        if atoms.shape != (model.n_samples_, bases["y"].width):
+            raise ValueError(f"state: y_atoms has shape {atoms.shape}, expected ({model.n_samples_}, "
+                             f"{bases['y'].width})")
+        model.basis_x_, model.basis_y_ = bases["x"], bases["y"]
+        model._set_atoms(atoms)
+        model._set_factor(factor)
+        return model
 
     # -- queries ----------------------------------------------------------------------------------
-    def _points(self, Z: Any, name: str, side: str) -> np.ndarray:
-        self._fitted()
-        basis = self.basis_x_ if side == "x" else self.basis_y_
-        Z = as_samples(Z, name)
-        if Z.shape[1] != basis.width:
-            raise ValueError(f"{name}: has {Z.shape[1]} features, the model was fitted on {basis.width}")
-        return Z
-
     def _x_factors(self, Xq: np.ndarray) -> np.ndarray:
         """C_x (q, q_Y, r) with M_x = C_x C_x^T."""
         at = _augment(self.basis_x_.features(Xq))
@@ -253,7 +277,7 @@ class PSDJDL(Estimator):
 
     def radon_nikodym(self, Xq: Any) -> np.ndarray:
         """g(x_q, y_t) = 1 + h for queries x_q and every training atom y_t, shape (q, n); >= 0."""
-        Xq = self._points(Xq, "Xq", "x")
+        Xq = self._queries(Xq)
         out = np.empty((Xq.shape[0], self.n_samples_))
         for sl in self._batches(Xq.shape[0]):
             C = self._x_factors(Xq[sl])  # (b, q_Y, r)
@@ -263,10 +287,7 @@ class PSDJDL(Estimator):
 
     def density_ratio(self, Xq: Any, Yq: Any) -> np.ndarray:
         """g(x_i, y_i) = 1 + h at arbitrary pairs (x_i, y_i), shape (q,); >= 0 everywhere."""
-        Xq = self._points(Xq, "Xq", "x")
-        Yq = self._points(Yq, "Yq", "y")
-        if Xq.shape[0] != Yq.shape[0]:
-            raise ValueError(f"Xq and Yq: must have the same number of rows, got {Xq.shape[0]} and {Yq.shape[0]}")
+        Xq, Yq = self._query_pairs(Xq, Yq)
         out = np.empty(Xq.shape[0])
         for sl in self._form_batches(Xq.shape[0]):
             C = self._x_factors(Xq[sl])  # (b, q_Y, r)
@@ -284,6 +305,10 @@ class PSDJDL(Estimator):
         """Total negative weight of Q(Y | X = x_q), computed from the values g(x_q, y_t), shape (q,)."""
         values = self.radon_nikodym(Xq)
         return np.minimum(values, 0.0).sum(axis=1) / -values.sum(axis=1) + 0.0  # + 0.0: no -0.0
+
+    def negative_share(self, Xq: Any, tol: float = 1e-12) -> np.ndarray:
+        """Share of the training atoms with g(x_q, y_t) < -tol, shape (q,): 0 up to rounding, measured."""
+        return np.mean(self.radon_nikodym(Xq) < -tol, axis=1)
 
     def _function_moments(self, f: Callable | None) -> tuple[np.ndarray, tuple]:
         """R_f as (q_Y^2, P): sum_t f(y_t) b~_t b~_t^T flattened, and the shape of one value f(y)."""
@@ -305,7 +330,7 @@ class PSDJDL(Estimator):
 
     def conditional_expectation(self, Xq: Any, f: Callable[[np.ndarray], np.ndarray] | None = None) -> np.ndarray:
         """E_Q[f(Y) | X = x_q], shape (q, ...); f maps atoms (b, d_y) row by row, default the identity."""
-        Xq = self._points(Xq, "Xq", "x")
+        Xq = self._queries(Xq)
         Rf, shape = self._function_moments(f)
         return self._expect(Xq, Rf, shape)
 
@@ -314,12 +339,19 @@ class PSDJDL(Estimator):
         self._fitted()
         self._registered[name] = self._function_moments(f)
 
-    def expectation(self, name: str, Xq: Any) -> np.ndarray:
-        """E_Q[f(Y) | X = x_q] for a registered test function."""
-        Xq = self._points(Xq, "Xq", "x")
-        if name not in self._registered:
-            raise ValueError(f"name: no test function {name!r} registered; have {sorted(self._registered)}")
-        return self._expect(Xq, *self._registered[name])
+    @property
+    def registered_(self) -> dict[str, tuple[np.ndarray, tuple]]:
+        """Registered test functions by name: (R_f (q_Y^2, P), shape of one value)."""
+        self._fitted()
+        return dict(self._registered)
+
+    def expectations(self, names: list[str], Xq: Any) -> dict[str, np.ndarray]:
+        """E_Q[f(Y) | X = x_q] for registered test functions, by name."""
+        Xq = self._queries(Xq)
+        unknown = [name for name in names if name not in self._registered]
+        if unknown:
+            raise ValueError(f"names: no test function {unknown[0]!r} registered; have {sorted(self._registered)}")
+        return {name: self._expect(Xq, *self._registered[name]) for name in names}
 
     def conditional_cdf(self, Xq: Any, thresholds: Any) -> np.ndarray:
         """Q(Y <= t | X = x_q), shape (q, T); thresholds (T,) for scalar Y or (T, d_y)."""
@@ -328,7 +360,7 @@ class PSDJDL(Estimator):
 
     def conditional_quantile(self, Xq: Any, levels: Any, component: int = 0) -> np.ndarray:
         """Quantiles of Q(Y_component | X = x_q) at levels in (0, 1], shape (q, len(levels))."""
-        Xq = self._points(Xq, "Xq", "x")
+        Xq = self._queries(Xq)
         levels = check_levels(levels)
         d_y = self.y_atoms_.shape[1]
         if not 0 <= component < d_y:
@@ -340,18 +372,6 @@ class PSDJDL(Estimator):
             out[sl] = quantiles_from_weights(self.conditional_weights(Xq[sl])[:, order], column[order], levels)
         return out
 
-    def predict_proba(self, Xq: Any, classes: Any | None = None) -> np.ndarray:
-        """Q(Y = c | X = x_q) for each class c of a discrete scalar Y, shape (q, C)."""
-        self._fitted()
-        if self.y_atoms_.shape[1] != 1:
-            raise ValueError("predict_proba: needs a scalar (discrete) Y")
-        classes = self.classes_ if classes is None else np.asarray(classes, dtype=np.float64).ravel()
-        return self.conditional_expectation(Xq, class_indicator(classes))
-
-    @property
-    def classes_(self) -> np.ndarray:
-        self._fitted()
-        return np.unique(self.y_atoms_[:, 0])
 
 
 def _fista(F_x: np.ndarray, F_y: np.ndarray, D: np.ndarray, N: np.ndarray, n: int, reg: float, tol: float,

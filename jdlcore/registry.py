@@ -16,10 +16,11 @@ from .greedy import GreedyJDL
 from .jdl import JDL
 from .klr import KLR
 from .polynomial import PolynomialJDL
+from .psd_jdl import PSDJDL
 
 __all__ = ["METHODS", "estimator_class", "method_of", "POSITIVITY_CHOICES"]
 
-METHODS: dict[str, type[Estimator]] = {cls.method: cls for cls in (JDL, PolynomialJDL, CME, KLR, GreedyJDL)}
+METHODS: dict[str, type[Estimator]] = {cls.method: cls for cls in (JDL, PolynomialJDL, CME, KLR, GreedyJDL, PSDJDL)}
 
 # "auto" and every rule of every method, in registry order: what a --positivity flag may say
 POSITIVITY_CHOICES: tuple[str, ...] = tuple(dict.fromkeys(

@@ -20,7 +20,7 @@ import zarr
 
 import jdlcore
 from data_schemas.model import (
-    ATOM_METHODS, METHOD_VARIABLES, SCHEMA_NAME, SCHEMA_VERSION, model_variables, validate_model_dataset,
+    ATOM_STORES, METHOD_VARIABLES, SCHEMA_NAME, SCHEMA_VERSION, model_variables, validate_model_dataset,
 )
 from jdlcore.registry import METHODS, method_of
 
@@ -39,7 +39,7 @@ def model_to_dataset(model: Any, provenance: dict[str, Any] | None = None) -> xr
     state = model.state()
     ds = _dataset(state, provenance, method)
     atoms = None
-    if method in ATOM_METHODS:
+    if method in ATOM_STORES:
         atoms = np.asarray(state["arrays"][ATOMS], dtype=np.float64)
         ds[ATOMS] = (METHOD_VARIABLES[method][ATOMS], atoms)
     _record_checksums(ds, None if atoms is None else _atoms_checksum(atoms))
@@ -123,7 +123,7 @@ def model_from_dataset(ds: xr.Dataset, where: str = "model", atoms: Any = None) 
     """
     validate_model_dataset(ds, where)
     method = ds.attrs["method"]
-    if method in ATOM_METHODS and atoms is None:
+    if method in ATOM_STORES and atoms is None:
         atoms = ds[ATOMS].values
     _verify_checksums(ds, atoms, where)
     try:
@@ -174,7 +174,7 @@ def save_model(model: Any, path: str | os.PathLike, *, overwrite: bool = False,
         ds.to_zarr(staging, mode="w", zarr_format=3, consolidated=False)
         group = zarr.open_group(staging, mode="r+", zarr_format=3)
         atoms_checksum = None
-        if method in ATOM_METHODS:
+        if method in ATOM_STORES:
             atoms = state["arrays"][ATOMS]
             copy = group.create_array(ATOMS, shape=tuple(atoms.shape), dtype="float64",
                                       chunks=(min(SAMPLE_CHUNK, max(atoms.shape[0], 1)), atoms.shape[1]),
@@ -201,7 +201,7 @@ def load_model(path: str | os.PathLike) -> Any:
         raise ValueError(f"{where}: not a readable zarr v3 store ({type(error).__name__}: {error})") from None
     with ds:
         validate_model_dataset(ds, where)
-        has_atoms = ds.attrs["method"] in ATOM_METHODS
+        has_atoms = ds.attrs["method"] in ATOM_STORES
         try:
             small = ds.drop_vars(ATOMS).load() if has_atoms else ds.load()
             atoms = zarr.open_array(source / ATOMS, mode="r", zarr_format=3) if has_atoms else None

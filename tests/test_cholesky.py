@@ -93,3 +93,32 @@ def test_input_errors():
         pivoted_cholesky(GaussianKernel(1.0), np.zeros((3, 1)), pivoting="best")
     with pytest.raises(ValueError, match="tol"):
         pivoted_cholesky(GaussianKernel(1.0), np.zeros((3, 1)), tol=-1)
+
+
+@pytest.mark.parametrize("field, value, message", [
+    ("tol", 1.0, "tol: must be in \\[0, 1\\), got 1.0"),
+    ("tol", float("nan"), "tol: must be in \\[0, 1\\)"),
+    ("max_rank", 0, "max_rank: must be an integer >= 1 or None, got 0"),
+    ("max_rank", 2.5, "max_rank: must be an integer >= 1 or None, got 2.5"),
+    ("pivoting", "best", "pivoting: unknown value 'best'"),
+    ("block_size", True, "block_size: must be an integer >= 1 or None, got True"),
+])
+def test_factorisation_settings_are_refused_when_made(field, value, message):
+    from jdlcore import Factorisation
+
+    with pytest.raises(ValueError, match=message):
+        Factorisation(**{field: value})
+
+
+def test_factorisation_settings_reach_the_decomposition_whole():
+    """``Factorisation.of`` reads an estimator's parameters; its options give exactly the decomposition
+    the same keywords give."""
+    from jdlcore import JDL, Factorisation
+
+    settings = Factorisation.of(JDL(tol=1e-4, max_rank=40, pivoting="greedy", seed=3, block_size=8))
+    assert settings == Factorisation(tol=1e-4, max_rank=40, pivoting="greedy", seed=3, block_size=8)
+    X = np.random.default_rng(2).standard_normal((300, 2))
+    given = pivoted_cholesky(GaussianKernel(0.7), X, **settings.options())
+    spelled = pivoted_cholesky(GaussianKernel(0.7), X, tol=1e-4, max_rank=40, pivoting="greedy", seed=3, block_size=8)
+    np.testing.assert_array_equal(given.pivots, spelled.pivots)
+    assert settings.options(max_rank=7)["max_rank"] == 7 and settings.max_rank == 40

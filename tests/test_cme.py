@@ -167,11 +167,3 @@ def test_bad_input(kwargs, data, match):
         X, Y = X[:1], Y[:1]
     with pytest.raises(ValueError, match=match):
         CME(**kwargs).fit(X, Y)
-
-
-def test_queries_before_fit_and_wrong_width():
-    with pytest.raises(RuntimeError, match="call fit"):
-        CME().conditional_weights(QUERIES)
-    X, Y = sample(20)
-    with pytest.raises(ValueError, match="Xq: has 2 features, the model was fitted on 1"):
-        CME(tol=1e-2).fit(X, Y).conditional_weights(np.zeros((3, 2)))

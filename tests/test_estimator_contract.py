@@ -7,7 +7,7 @@ import inspect
 import numpy as np
 import pytest
 
-from jdlcore import METHODS, PSDJDL, Estimator, GaussianKernel, UnsupportedQuery, estimator_class
+from jdlcore import METHODS, Estimator, GaussianKernel, UnsupportedQuery, estimator_class
 from jdlcore.registry import method_of
 
 N, Q = 160, 7
@@ -32,7 +32,7 @@ def training_data(method: str) -> tuple[np.ndarray, np.ndarray]:
 def unfitted(method: str) -> Estimator:
     cls = estimator_class(method)
     kernels = {"kernel_x": GaussianKernel(1.0), "kernel_y": GaussianKernel(0.7)}
-    options = {"reg": 1e-3, "degree": 2, "support_size": 64}
+    options = {"reg": 1e-3, "degree": 2, "support_size": 64, "max_rank": 5 if method == "psd" else None}
     return cls(**{k: v for k, v in kernels.items() if k in cls._KERNELS},
                **{k: v for k, v in options.items() if k in cls._PARAMS})
 
@@ -49,7 +49,7 @@ def fitted() -> dict[str, tuple[Estimator, np.ndarray, np.ndarray]]:
 
 
 def test_the_registry_names_each_class_by_its_own_declaration():
-    assert list(METHODS) == ["jdl", "jpdl", "cme", "klr", "greedy"]
+    assert list(METHODS) == ["jdl", "jpdl", "cme", "klr", "greedy", "psd"]
     for name, cls in METHODS.items():
         assert cls.method == name and cls.summary and issubclass(cls, Estimator)
         assert cls.resolve_positivity("auto") == (cls.positivity_rules[0] if cls.positivity_rules else "none")
@@ -57,7 +57,7 @@ def test_the_registry_names_each_class_by_its_own_declaration():
             estimator_class("nope")
 
 
-@pytest.mark.parametrize("cls", [*METHODS.values(), PSDJDL], ids=lambda cls: cls.__name__)
+@pytest.mark.parametrize("cls", list(METHODS.values()), ids=lambda cls: cls.__name__)
 def test_the_constructor_takes_exactly_the_declared_parameters(cls):
     """``__init__``'s arguments are the declared ``_KERNELS`` + ``_PARAMS`` (what get_params, the
     model store and the pipeline read), each kept as it was given."""
@@ -120,6 +120,8 @@ def test_every_query_answers_with_its_shape_or_says_it_cannot(method, fitted):
     model, X, Y = fitted[method]
     Xq = X[:Q]
     answers = _answers(model, method, Xq)
+    for name, answer in answers.items():  # what the class declares it answers is what it answers
+        assert model.answers(name) is not isinstance(answer, UnsupportedQuery), name
     d_y = model.y_width_
     shapes = {"conditional_expectation": (Q, d_y), "conditional_cdf": (Q, 3), "conditional_quantile": (Q, 3),
               "negative_share": (Q,), "total_mass": (Q,)}
@@ -187,3 +189,27 @@ def test_requests_are_checked_against_what_each_model_answers(fitted):
     out = jdl.answer_requests(requests, Xj[:Q])
     np.testing.assert_allclose(out["mean"], jdl.conditional_expectation(Xj[:Q]), rtol=0, atol=1e-12)
     np.testing.assert_array_equal(out["q"], jdl.conditional_quantile(Xj[:Q], LEVELS))
+
+
+@pytest.mark.parametrize("method", list(METHODS))
+def test_both_bases_follow_the_basis_protocol(method, fitted):
+    """Each basis answers what the estimators, the store and the model card read (``jdlcore.basis.Basis``):
+    features = raw @ coefficients, a JSON spec, a description, a positive smoothing scale and
+    slice points inside the training range."""
+    import json
+
+    model, X, Y = fitted[method]
+    for side, data in (("x", X), ("y", Y)):
+        basis = getattr(model, f"basis_{side}_", None)
+        if basis is None:  # KLR has no y basis: its y is a class label
+            continue
+        np.testing.assert_array_equal(basis.features(data[:5]), basis.raw(data[:5]) @ basis.coefficients)
+        assert basis.features(data[:5]).shape == (5, basis.size) and basis.eigenvalues.shape == (basis.size,)
+        assert json.loads(json.dumps(basis.spec())) == basis.spec() and basis.describe()
+        assert all(basis.smoothing_scale(c) > 0 for c in range(basis.width))
+        points = basis.slice_points(3)
+        assert points.shape[1] == basis.width and points.shape[0] >= 1
+        assert np.all(points >= data.min(axis=0) - 3 * data.std(axis=0))
+        assert np.all(points <= data.max(axis=0) + 3 * data.std(axis=0))
+    with pytest.raises(ValueError, match="query: 'nope' is not a query"):
+        model.answers("nope")

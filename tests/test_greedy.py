@@ -341,12 +341,3 @@ def test_state_round_trip_is_bit_identical(small_data, order):
 def test_bad_input(params, labels, Y, message):
     with pytest.raises(ValueError, match=message):
         GreedyJDL(**params).fit(labels, Y)
-
-
-def test_not_fitted_and_params():
-    with pytest.raises(RuntimeError, match="call fit"):
-        GreedyJDL().conditional_weights([0.0])
-    model = GreedyJDL().set_params(reg=0.5, class_order="frequency")
-    assert model.get_params()["reg"] == 0.5 and model.get_params()["class_order"] == "frequency"
-    with pytest.raises(ValueError, match="constraints: not a parameter of GreedyJDL"):
-        model.set_params(constraints="none")

@@ -64,6 +64,21 @@ def test_signed_law_mass_on_binned_atoms_equals_the_mass_identity():
     assert np.ptp(identity) > 1e-3  # the mass varies with x: the identity is not met by a constant
 
 
+def test_density_ratio_at_pairs_is_the_fitted_radon_nikodym_derivative(model, data):
+    """density_ratio(x_i, y_i) = 1 + Psi_Y(y_i) H Psi_X(x_i)^T, checked against the full (q x n) matrix
+    of ``radon_nikodym`` on training atoms and against the explicit product at far pairs."""
+    X, Y = data
+    Xq = queries(6)
+    rows = np.arange(6) * 7
+    full = model.radon_nikodym(Xq)  # (6, n) at every training atom
+    np.testing.assert_allclose(model.density_ratio(Xq, Y[rows]), full[np.arange(6), rows], rtol=0, atol=1e-12)
+    far_x, far_y = np.array([[6.0], [-9.0]]), np.array([[-7.0], [8.0]])
+    explicit = 1.0 + np.diag(model.basis_y_.features(far_y) @ model.coef_ @ model.basis_x_.features(far_x).T)
+    np.testing.assert_allclose(model.density_ratio(far_x, far_y), explicit, rtol=0, atol=1e-12)
+    with pytest.raises(ValueError, match="Xq and Yq: must have the same number of rows, got 6 and 5"):
+        model.density_ratio(Xq, Y[:5])
+
+
 def test_positive_laws_are_probability_vectors_anywhere(model):
     W = model.conditional_weights(queries(1000, spread=50.0))
     assert W.shape == (1000, model.support_.size)

@@ -241,11 +241,3 @@ def _fit(params=None, X=_X, Y=_Y):
 def test_bad_input_raises_one_clear_error(call, error, message):
     with pytest.raises(error, match=message):
         call()
-
-
-def test_params_round_trip():
-    model = KLR(reg=0.5, threshold=0.0)
-    assert model.set_params(tol=1e-2) is model
-    params = model.get_params()
-    assert params["reg"] == 0.5 and params["tol"] == 1e-2 and params["threshold"] == 0.0 and params["kernel_x"] is None
-    assert KLR(**params).get_params() == params

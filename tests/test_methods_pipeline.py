@@ -1,4 +1,4 @@
-"""Every method (jdl, jpdl, cme, klr, greedy) through the model store, `jdl fit --method` and `jdl score`."""
+"""Every method (jdl, jpdl, cme, klr, greedy, psd) through the model store, `jdl fit --method` and `jdl score`."""
 import json
 
 import numpy as np
@@ -22,7 +22,14 @@ CASES = {
     "cme": ("continuous", {"constraints": "positivity"}, ["mean", "second_moment", "cdf:-1,0,1", "quantile:0.5"]),
     "klr": ("continuous", {"threshold": 0.0}, ["proba", "cdf:0"]),
     "greedy": ("classes", {}, ["mean", "second_moment", "cdf:-1,0,1", "quantile:0.1,0.9"]),
+    "psd": ("continuous", {"tol": 1e-2, "reg": 1e-2}, ["mean", "second_moment", "cdf:-1,0,1", "quantile:0.1,0.9"]),
 }
+
+
+def test_every_registered_method_has_a_case():
+    from jdlcore import METHODS
+
+    assert set(CASES) == set(METHODS)
 
 
 @pytest.fixture(scope="module")
@@ -61,7 +68,7 @@ def expected_scores(model, spec: str, x: np.ndarray) -> np.ndarray:
 def test_fit_store_load_score_each_method(stores, method):
     root, paths = stores
     data, extra, functions = CASES[method]
-    path, fitted = fit_store(paths[data], root / f"{method}.zarr", method=method, **HYPER, **extra)
+    path, fitted = fit_store(paths[data], root / f"{method}.zarr", method=method, **{**HYPER, **extra})
     loaded = load_model(path)
     assert type(loaded) is type(fitted) and method_of(loaded) == method
     attrs = zarr.open_group(path, mode="r").attrs

@@ -80,39 +80,28 @@ def n_matrix(C: np.ndarray, l) -> np.ndarray:
 # ------------------------------------------------------------------------------------------------
 # closed forms
 # ------------------------------------------------------------------------------------------------
-def test_l2_gram_matches_quadrature_1d():
-    rng = np.random.default_rng(0)
-    C = rng.normal(0.0, 1.0, (5, 1))
-    l = 0.7
+@pytest.mark.parametrize("seed, centres, lengthscale, box, nodes, repeats", [
+    (0, (5, 1), 0.7, 15.0, 600, 3),  # 1-D, one lengthscale
+    (1, (4, 2), np.array([0.6, 0.9]), 10.0, 160, 2),  # 2-D, a lengthscale per feature
+])
+def test_l2_gram_and_integral_match_quadrature(seed, centres, lengthscale, box, nodes, repeats):
+    """The L2 Gram of the centre-kernel products (a symmetric PSD matrix), the objective's squared L2
+    norm and the integral's closed form, each against Gauss-Legendre quadrature of f = k^T A k."""
+    rng = np.random.default_rng(seed)
+    C, l = rng.normal(0.0, 1.0, centres), lengthscale
     G = psd_l2_gram(C, l)
-    assert G.shape == (25, 25)
+    m = centres[0]
+    assert G.shape == (m * m, m * m)
     np.testing.assert_allclose(G, G.T, rtol=0, atol=1e-14 * np.abs(G).max())
     assert np.linalg.eigvalsh(G)[0] > -1e-12 * np.linalg.eigvalsh(G)[-1]
-    x, w = gl_grid(1, -15.0, 15.0, 600)
-    for _ in range(3):
-        A = random_psd(5, rng)
+    x, w = gl_grid(centres[1], -box, box, nodes)
+    for _ in range(repeats):
+        A = random_psd(m, rng)
         quad = float(w @ brute_f(A, C, l, x) ** 2)
-        closed = float(A.ravel() @ G @ A.ravel())
-        assert abs(closed - quad) <= 1e-8 * quad
-        terms = psd_objective_terms(A, C, l, rng.normal(size=(7, 1)))
-        assert abs(terms["l2_square"] - quad) <= 1e-8 * quad
-        # integral closed form
-        assert abs(GaussianPSDModel(A, C, l).integral() - float(w @ brute_f(A, C, l, x))) <= 1e-10 * GaussianPSDModel(A, C, l).integral()
-
-
-def test_l2_gram_matches_quadrature_2d_per_feature_lengthscale():
-    rng = np.random.default_rng(1)
-    C = rng.normal(0.0, 1.0, (4, 2))
-    l = np.array([0.6, 0.9])
-    G = psd_l2_gram(C, l)
-    x, w = gl_grid(2, -10.0, 10.0, 160)
-    for _ in range(2):
-        A = random_psd(4, rng)
-        quad = float(w @ brute_f(A, C, l, x) ** 2)
-        closed = float(A.ravel() @ G @ A.ravel())
-        assert abs(closed - quad) <= 1e-8 * quad
-        assert abs(psd_objective_terms(A, C, l, C)["l2_square"] - quad) <= 1e-8 * quad
-        assert abs(GaussianPSDModel(A, C, l).integral() - float(w @ brute_f(A, C, l, x))) <= 1e-10 * GaussianPSDModel(A, C, l).integral()
+        assert abs(float(A.ravel() @ G @ A.ravel()) - quad) <= 1e-8 * quad
+        assert abs(psd_objective_terms(A, C, l, rng.normal(size=(7, centres[1])))["l2_square"] - quad) <= 1e-8 * quad
+        integral = GaussianPSDModel(A, C, l).integral()
+        assert abs(integral - float(w @ brute_f(A, C, l, x))) <= 1e-10 * integral
 
 
 @pytest.mark.parametrize("d", [1, 2])

@@ -28,9 +28,8 @@ def data():
 
 @pytest.fixture(scope="module")
 def model(data):
-    X, Y = data
     model = PSDJDL(GaussianKernel(0.5), GaussianKernel(0.5), reg=1e-2, tol=1e-2, max_rank=6,
-                   solver_tol=1e-8).fit(X, Y)
+                   solver_tol=1e-8).fit(*data)
     assert model.diagnostics_["converged"] and model.diagnostics_["degeneracies"] == {}  # 316 iterations measured
     return model
 
