@@ -1,8 +1,11 @@
-"""Hyperparameter selection on a train/validation split (4:1 as in the paper).
+"""Hyperparameter selection on a train/validation split (4:1 as in the paper): the one grid search of
+jdl, run in this process here and fanned out over Dask by ``pipeline.tuning``.
 
-For each pair of lengthscales the pivoted Cholesky factors, bases and reductions are computed once
-on the training part and reused for every ``reg``; each candidate is scored on the validation part
-by a criterion (model, X_val, Y_val) -> float. The best setting is refitted on all the data.
+The grid is lengthscales_x x lengthscales_y x regs. Each side is factorised once per lengthscale
+(pivoted Cholesky on the training rows), each pair of factorisations gives one problem (bases,
+reductions, support) that every ``reg`` reuses, and each candidate is scored on the validation rows
+by a criterion (model, X_val, Y_val) -> float. Unset lengthscales are ``LENGTHSCALE_FACTORS`` times
+the median heuristic of the rows; the best setting is refitted on all the data.
 """
 from __future__ import annotations
 
@@ -13,18 +16,24 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from .cholesky import Factorisation
-from .jdl import JDL, build_problem
-from .kernels import GaussianKernel, Kernel
+from .cholesky import Factorisation, PivotedCholesky, pivoted_cholesky
+from .degeneracy import rank_budget
+from .jdl import JDL, problem_from_factors
+from .kernels import GaussianKernel, Kernel, median_heuristic
 from .losses import ClippedLogisticLoss, SecondMomentLoss
 from .validation import as_samples, check_paired
 
-__all__ = ["TuneResult", "tune", "split_rows", "score_pair", "best_row", "resolve_criterion", "screening_params"]
+__all__ = ["TuneResult", "tune", "split_rows", "score_grid", "best_row", "resolve_criterion", "screening_params",
+           "check_grid", "default_lengthscales", "LENGTHSCALE_FACTORS", "DEFAULT_REGS"]
+
+LENGTHSCALE_FACTORS = (1 / 8, 1 / 4, 1 / 2)  # times the median heuristic, when no lengthscales are given
+DEFAULT_REGS = (1e-6, 1e-5, 1e-4, 1e-3)
+_CANDIDATE_ERRORS = (ValueError, RuntimeError, np.linalg.LinAlgError, MemoryError, FloatingPointError)
 
 
 @dataclass
 class TuneResult:
-    """table: one dict per candidate (lengthscale_x, lengthscale_y, reg, score, rank_x, rank_y, seconds);
+    """table: one dict per candidate (``score_grid``'s rows);
     best: the winning row; model: the best setting refitted on all data."""
 
     table: list[dict[str, Any]]
@@ -59,6 +68,22 @@ def split_rows(n: int, validation_fraction: float, seed: int) -> tuple[np.ndarra
     return order[n_val:], order[:n_val]
 
 
+def default_lengthscales(samples: np.ndarray, seed: int = 0) -> list[float]:
+    """``LENGTHSCALE_FACTORS`` times the median pairwise distance of ``samples`` (rows, features)."""
+    median = median_heuristic(samples, seed=seed)
+    return [float(f * median) for f in LENGTHSCALE_FACTORS]
+
+
+def check_grid(values: Sequence[float], name: str) -> list[float]:
+    """One axis of the grid, sorted: at least one value, all finite, > 0 and distinct."""
+    values = [float(v) for v in values]
+    if not values or not all(np.isfinite(v) and v > 0 for v in values):
+        raise ValueError(f"{name}: needs at least one value, all finite and > 0 (got {values})")
+    if len(set(values)) != len(values):
+        raise ValueError(f"{name}: values must be distinct (got {values})")
+    return sorted(values)
+
+
 def screening_params(base: JDL) -> dict[str, Any]:
     """The estimator's parameters as a tuning candidate scores them: its own, except that grid
     positivity (a cutting-plane solve per candidate) is screened through the projection, the law
@@ -69,52 +94,105 @@ def screening_params(base: JDL) -> dict[str, Any]:
     return params
 
 
-def score_pair(
-    X_train: np.ndarray, Y_train: np.ndarray, X_val: np.ndarray, Y_val: np.ndarray, base: JDL,
-    kernel_x: Kernel, kernel_y: Kernel, regs: Sequence[float], score: Callable,
-) -> list[dict[str, Any]]:
-    """Validation scores of every ``reg`` for one pair of kernels: the factorisations, bases, reductions
-    and support are computed once on the training rows and reused for each ``reg``.
-
-    Returns one row per reg: lengthscale_x, lengthscale_y, reg, score, rank_x, rank_y, seconds
-    (the factorisation time shared out over the regs plus the candidate's own solve and scoring), and
-    ``error`` (the message) for a candidate that failed, whose score is NaN: the search goes on.
-    """
-    started = time.perf_counter()
-    params = screening_params(base)
-    rows = []
-    try:
-        problem = build_problem(X_train, Y_train, kernel_x, kernel_y, Factorisation.of(base),
-                                support_size=base.support_size, grid_points=base.grid_points)
-    except (ValueError, RuntimeError, np.linalg.LinAlgError, MemoryError) as error:
-        seconds = (time.perf_counter() - started) / len(regs)
-        return [_failed(kernel_x, kernel_y, reg, error, seconds) for reg in regs]
-    factor_seconds = time.perf_counter() - started
-    for reg in regs:
+def _factorise_side(Z: np.ndarray, kernels: Sequence[Kernel], factorisation: Factorisation
+                    ) -> tuple[list[PivotedCholesky | Exception], list[float], int | None]:
+    """Pivoted Cholesky of Z with each kernel (the default rank budget where max_rank is None): the
+    factors (or the error a kernel raised), the seconds each took, and the budget."""
+    budget = rank_budget(len(Z)) if factorisation.max_rank is None else None
+    options = factorisation.options(max_rank=budget or factorisation.max_rank)
+    factors, seconds = [], []
+    for kernel in kernels:
         started = time.perf_counter()
         try:
-            model = JDL(**{**params, "kernel_x": kernel_x, "kernel_y": kernel_y, "reg": float(reg)})
-            model.fit_problem(problem, Y_train)
-            value = float(score(model, X_val, Y_val))
-        except (ValueError, RuntimeError, np.linalg.LinAlgError, FloatingPointError) as error:
-            rows.append(_failed(kernel_x, kernel_y, reg, error, factor_seconds / len(regs) + time.perf_counter() - started,
-                                problem.factors))
-            continue
-        rows.append({
-            "lengthscale_x": kernel_x.lengthscale, "lengthscale_y": kernel_y.lengthscale,
-            "reg": float(reg), "score": value,
-            "rank_x": int(problem.factors["rank_x"]), "rank_y": int(problem.factors["rank_y"]),
-            "seconds": factor_seconds / len(regs) + time.perf_counter() - started,
-        })
+            factors.append(pivoted_cholesky(kernel, Z, **options))
+        except _CANDIDATE_ERRORS as error:
+            factors.append(error)
+        seconds.append(time.perf_counter() - started)
+    return factors, seconds, budget
+
+
+def score_grid(
+    X_train: np.ndarray, Y_train: np.ndarray, X_val: np.ndarray, Y_val: np.ndarray, base: JDL,
+    kernels_x: Sequence[Kernel], kernels_y: Sequence[Kernel], regs: Sequence[float], score: Callable,
+    progress: Callable[[str], None] | None = None, usable: Callable[[PivotedCholesky], bool] | None = None,
+) -> list[dict[str, Any]]:
+    """Validation scores of every (k_x, k_y, reg), in that order: each side is factorised once per
+    kernel with ``base``'s factorisation settings, each pair's problem (bases, reductions, support) is
+    built once and shared by the regs, and each candidate is ``base`` with those kernels and reg
+    (``screening_params``) scored by ``score``.
+
+    Returns one row per candidate: lengthscale_x, lengthscale_y, reg, score, rank_x, rank_y, stop_x,
+    stop_y (the factorisations' stop reasons), seconds (its share of the factorisations and of its
+    pair's problem, plus its own solve and scoring), and
+    ``error`` (the message) for a candidate that failed, whose score is NaN: the search goes on.
+    ``progress`` is called with a line per finished pair. ``usable``: a test of each factorisation;
+    the candidates of a pair with a factorisation that fails it are left out unscored (score NaN,
+    ``error`` says why).
+    """
+    factorisation = Factorisation.of(base)
+    params = screening_params(base)
+    factors_x, seconds_x, budget = _factorise_side(X_train, kernels_x, factorisation)
+    factors_y, seconds_y, _ = _factorise_side(Y_train, kernels_y, factorisation)
+    rows: list[dict[str, Any]] = []
+    pairs = len(kernels_x) * len(kernels_y)
+    for (i, kernel_x), (j, kernel_y) in itertools.product(enumerate(kernels_x), enumerate(kernels_y)):
+        started = time.perf_counter()
+        shared = seconds_x[i] / len(kernels_y) + seconds_y[j] / len(kernels_x)
+        failed = next((f for f in (factors_x[i], factors_y[j]) if isinstance(f, Exception)), None)
+        if failed is None and usable is not None:
+            failed = next((_LeftOut(side, f.stop_reason, f.rank) for side, f in (("x", factors_x[i]), ("y", factors_y[j]))
+                           if not usable(f)), None)
+        problem = None
+        if failed is None:
+            try:
+                problem = problem_from_factors(factors_x[i], factors_y[j], kernel_x, kernel_y, X_train, Y_train,
+                                               support_size=base.support_size, seed=factorisation.seed,
+                                               grid_points=base.grid_points, rank_budget=budget)
+            except _CANDIDATE_ERRORS as error:
+                failed = error
+        per_reg = (shared + time.perf_counter() - started) / len(regs)
+        for reg in regs:
+            rows.append(_failed(kernel_x, kernel_y, reg, failed, per_reg) if problem is None else
+                        _candidate(problem, params, kernel_x, kernel_y, reg, Y_train, X_val, Y_val, score, per_reg))
+        if progress is not None:
+            progress(f"tuned {len(rows) // len(regs)}/{pairs} lengthscale pairs")
     return rows
+
+
+class _LeftOut(Exception):
+    """A pair whose factorisation the caller's ``usable`` test refused."""
+
+    def __init__(self, side: str, stop_reason: str, rank: int):
+        super().__init__(f"left out: the {side} factorisation stopped ({stop_reason}) at rank {rank}")
+
+
+def _candidate(problem: Any, params: dict[str, Any], kernel_x: Kernel, kernel_y: Kernel, reg: float,
+               Y_train: np.ndarray, X_val: np.ndarray, Y_val: np.ndarray, score: Callable,
+               shared_seconds: float) -> dict[str, Any]:
+    """The table row of one candidate: the estimator fitted on the pair's problem and scored."""
+    started = time.perf_counter()
+    try:
+        model = JDL(**{**params, "kernel_x": kernel_x, "kernel_y": kernel_y, "reg": float(reg)})
+        model.fit_problem(problem, Y_train)
+        value = float(score(model, X_val, Y_val))
+    except _CANDIDATE_ERRORS as error:
+        return _failed(kernel_x, kernel_y, reg, error, shared_seconds + time.perf_counter() - started, problem.factors)
+    return {
+        "lengthscale_x": kernel_x.lengthscale, "lengthscale_y": kernel_y.lengthscale,
+        "reg": float(reg), "score": value,
+        "rank_x": int(problem.factors["rank_x"]), "rank_y": int(problem.factors["rank_y"]),
+        "stop_x": problem.factors["stop_reason_x"], "stop_y": problem.factors["stop_reason_y"],
+        "seconds": shared_seconds + time.perf_counter() - started,
+    }
 
 
 def _failed(kernel_x: Kernel, kernel_y: Kernel, reg: float, error: Exception, seconds: float,
             factors: dict | None = None) -> dict[str, Any]:
     """The table row of a candidate that raised: score NaN, the error's message kept."""
+    factors = factors or {}
     return {"lengthscale_x": kernel_x.lengthscale, "lengthscale_y": kernel_y.lengthscale, "reg": float(reg),
-            "score": float("nan"), "rank_x": int((factors or {}).get("rank_x", 0)),
-            "rank_y": int((factors or {}).get("rank_y", 0)), "seconds": seconds,
+            "score": float("nan"), "rank_x": int(factors.get("rank_x", 0)), "rank_y": int(factors.get("rank_y", 0)),
+            "stop_x": factors.get("stop_reason_x"), "stop_y": factors.get("stop_reason_y"), "seconds": seconds,
             "error": f"{type(error).__name__}: {error}"}
 
 
@@ -133,9 +211,9 @@ def tune(
     Y: Any,
     *,
     estimator: JDL | None = None,
-    lengthscales_x: Sequence[float] = (0.5, 1.0, 2.0),
-    lengthscales_y: Sequence[float] = (0.5, 1.0, 2.0),
-    regs: Sequence[float] = (1e-5, 1e-4, 1e-3, 1e-2),
+    lengthscales_x: Sequence[float] | None = None,
+    lengthscales_y: Sequence[float] | None = None,
+    regs: Sequence[float] = DEFAULT_REGS,
     criterion: str | Callable = "second_moment",
     threshold: float | None = None,
     validation_fraction: float = 0.2,
@@ -143,23 +221,23 @@ def tune(
     refit: bool = True,
 ) -> TuneResult:
     """Grid search over kernel lengthscales and ``reg`` for a JDL ``estimator`` (its kernel families,
-    tolerance and constraints are kept; lengthscales and reg are replaced)."""
+    factorisation settings and constraints are kept; lengthscales and reg are replaced). Lengthscales
+    default to ``LENGTHSCALE_FACTORS`` times the median heuristic of X and of Y, regs to
+    ``DEFAULT_REGS``: the grid ``jdl tune`` searches."""
     X = as_samples(X, "X", min_rows=5)
     Y = as_samples(Y, "Y", min_rows=5)
     check_paired(X, Y)
-    for name, values in (("lengthscales_x", lengthscales_x), ("lengthscales_y", lengthscales_y), ("regs", regs)):
-        if len(values) == 0:
-            raise ValueError(f"{name}: needs at least one value")
+    grid_x = check_grid(default_lengthscales(X, seed) if lengthscales_x is None else lengthscales_x, "lengthscales_x")
+    grid_y = check_grid(default_lengthscales(Y, seed) if lengthscales_y is None else lengthscales_y, "lengthscales_y")
+    regs = check_grid(regs, "regs")
     score = resolve_criterion(criterion, threshold)
     base = estimator if estimator is not None else JDL()
     base._check_params()
     kernel_x = base.kernel_x or GaussianKernel(1.0)
     kernel_y = base.kernel_y or GaussianKernel(1.0)
     train, val = split_rows(X.shape[0], validation_fraction, seed)
-    table: list[dict[str, Any]] = []
-    for lx, ly in itertools.product(lengthscales_x, lengthscales_y):
-        table += score_pair(X[train], Y[train], X[val], Y[val], base, kernel_x.with_lengthscale(lx),
-                            kernel_y.with_lengthscale(ly), regs, score)
+    table = score_grid(X[train], Y[train], X[val], Y[val], base, [kernel_x.with_lengthscale(v) for v in grid_x],
+                       [kernel_y.with_lengthscale(v) for v in grid_y], regs, score)
     best = best_row(table)
     params = {
         **base.get_params(),

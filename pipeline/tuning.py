@@ -1,8 +1,9 @@
 """Hyperparameter selection on a staged store: the grid fanned out over Dask, the table kept in zarr.
 
 A seeded random subsample of at most ``max_rows`` rows is split 4:1 into training and validation
-rows (the tuning of the paper's experiments). Each pair of lengthscales is one task running
-``jdlcore.tuning.score_pair``: the factorisations are shared by all values of ``reg``. The result is
+rows (the tuning of the paper's experiments) and searched by ``jdlcore.tuning.score_grid``, the grid
+and its defaults being jdlcore's: in this process as one search (each side factorised once per
+lengthscale), or on Dask one task per pair of lengthscales. The result is
 a tuning store, an xarray Dataset following ``data_schemas.tuning``: the validation loss over the
 grid (lengthscale_x, lengthscale_y, reg), the ranks per pair and the best setting.
 """
@@ -19,18 +20,17 @@ import numpy as np
 import xarray as xr
 
 from data_schemas.tuning import SCHEMA_NAME, SCHEMA_VERSION, validate_tuning_dataset
-from jdlcore import JDL, GaussianKernel, median_heuristic
-from jdlcore.tuning import best_row, resolve_criterion, score_pair, split_rows
+from jdlcore import JDL, GaussianKernel
+from jdlcore.tuning import (
+    DEFAULT_REGS, LENGTHSCALE_FACTORS, best_row, check_grid, default_lengthscales, resolve_criterion, score_grid,
+    split_rows,
+)
 
 from .atomic import atomic_store, refuse_existing
 from .cluster import dask_client, resolve_scheduler
 from .staging import data_fingerprint, open_staged
 
 __all__ = ["tune_store", "load_tuning", "default_lengthscales", "subsample_rows", "LENGTHSCALE_FACTORS"]
-
-LENGTHSCALE_FACTORS = (1 / 8, 1 / 4, 1 / 2)  # times the median heuristic, when no grid is given
-DEFAULT_REGS = (1e-6, 1e-5, 1e-4, 1e-3)
-
 
 def subsample_rows(n: int, max_rows: int, seed: int) -> np.ndarray:
     """Sorted indices of a seeded random subset of min(n, max_rows) of n rows."""
@@ -39,12 +39,6 @@ def subsample_rows(n: int, max_rows: int, seed: int) -> np.ndarray:
     if n <= max_rows:
         return np.arange(n)
     return np.sort(np.random.default_rng(seed).choice(n, max_rows, replace=False))
-
-
-def default_lengthscales(samples: np.ndarray, seed: int) -> list[float]:
-    """``LENGTHSCALE_FACTORS`` times the median pairwise distance of ``samples`` (rows, features)."""
-    median = median_heuristic(samples, seed=seed)
-    return [float(f * median) for f in LENGTHSCALE_FACTORS]
 
 
 def tune_store(
@@ -76,11 +70,10 @@ def tune_store(
     target = Path(out)
     refuse_existing(target, overwrite)
     score = resolve_criterion(criterion, threshold)
-    for name, values in (("lengthscales_x", lengthscales_x), ("lengthscales_y", lengthscales_y), ("regs", regs)):
-        if values is not None and (len(values) == 0 or not all(np.isfinite(v) and v > 0 for v in values)):
-            raise ValueError(f"{name}: needs at least one value, all finite and > 0 (got {list(values)})")
-    if len(set(map(float, regs))) != len(regs):
-        raise ValueError(f"regs: values must be distinct (got {list(regs)})")
+    regs = check_grid(regs, "regs")
+    for name, values in (("lengthscales_x", lengthscales_x), ("lengthscales_y", lengthscales_y)):
+        if values is not None:
+            check_grid(values, name)
     base = JDL(tol=tol, constraints=constraints, seed=seed)
     base._check_params()
     group = open_staged(data)
@@ -88,29 +81,22 @@ def tune_store(
     rows = subsample_rows(n, max_rows, seed)
     X = group["x"].get_orthogonal_selection((rows, slice(None)))
     Y = group["y"].get_orthogonal_selection((rows, slice(None)))
-    grid_x = sorted(map(float, lengthscales_x)) if lengthscales_x else default_lengthscales(X, seed)
-    grid_y = sorted(map(float, lengthscales_y)) if lengthscales_y else default_lengthscales(Y, seed)
-    for name, values in (("lengthscales_x", grid_x), ("lengthscales_y", grid_y)):
-        if len(set(values)) != len(values):
-            raise ValueError(f"{name}: values must be distinct (got {values})")
-    regs = sorted(map(float, regs))
+    grid_x = check_grid(lengthscales_x or default_lengthscales(X, seed), "lengthscales_x")
+    grid_y = check_grid(lengthscales_y or default_lengthscales(Y, seed), "lengthscales_y")
     train, val = split_rows(rows.size, validation_fraction, seed)
     parts = (X[train], Y[train], X[val], Y[val])
-    pairs = [(GaussianKernel(lx), GaussianKernel(ly)) for lx, ly in itertools.product(grid_x, grid_y)]
+    kernels_x, kernels_y = [GaussianKernel(v) for v in grid_x], [GaussianKernel(v) for v in grid_y]
     started = time.perf_counter()
     where = resolve_scheduler(scheduler, rows.size)
     if where is None:
-        tables = []
-        for k, (kx, ky) in enumerate(pairs, 1):
-            tables.append(score_pair(*parts, base, kx, ky, regs, score))
-            if progress is not None:
-                progress(f"tuned {k}/{len(pairs)} lengthscale pairs")
+        tables = [score_grid(*parts, base, kernels_x, kernels_y, regs, score, progress)]
     else:
         from distributed import as_completed
 
+        pairs = list(itertools.product(kernels_x, kernels_y))
         with dask_client(where) as client:
             shared = [client.scatter(part, broadcast=True) for part in parts]
-            futures = [client.submit(score_pair, *shared, base, kx, ky, regs, score, pure=False) for kx, ky in pairs]
+            futures = [client.submit(score_grid, *shared, base, [kx], [ky], regs, score, pure=False) for kx, ky in pairs]
             for k, _ in enumerate(as_completed(futures), 1):
                 if progress is not None:
                     progress(f"tuned {k}/{len(pairs)} lengthscale pairs")

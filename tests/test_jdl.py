@@ -322,13 +322,17 @@ def test_tune_reuses_factors_picks_the_best_and_records_failures(data, monkeypat
     import jdlcore.tuning as tuning_module
 
     X, Y = data
-    built = []
-    real = tuning_module.build_problem
-    monkeypatch.setattr(tuning_module, "build_problem", lambda *a, **k: built.append(a[2:4]) or real(*a, **k))
+    factorised, paired = [], []
+    real_factor, real_pair = tuning_module.pivoted_cholesky, tuning_module.problem_from_factors
+    monkeypatch.setattr(tuning_module, "pivoted_cholesky",
+                        lambda kernel, *a, **k: factorised.append(kernel.lengthscale) or real_factor(kernel, *a, **k))
+    monkeypatch.setattr(tuning_module, "problem_from_factors",
+                        lambda *a, **k: paired.append((a[2].lengthscale, a[3].lengthscale)) or real_pair(*a, **k))
     result = tune(X, Y, estimator=JDL(tol=1e-4, constraints="normalization"),
                   lengthscales_x=(0.3, 1.0), lengthscales_y=(0.5,), regs=(1e-5, 1e-2))
     assert len(result.table) == 4
-    assert [(kx.lengthscale, ky.lengthscale) for kx, ky in built] == [(0.3, 0.5), (1.0, 0.5)]  # once per pair
+    assert factorised == [0.3, 1.0, 0.5]  # each side once per lengthscale, then paired: one problem per pair
+    assert paired == [(0.3, 0.5), (1.0, 0.5)]
     scores = result.scores()
     assert result.best["score"] == scores.min()
     assert result.model.kernel_x.lengthscale == result.best["lengthscale_x"]
@@ -346,6 +350,27 @@ def test_tune_reuses_factors_picks_the_best_and_records_failures(data, monkeypat
     assert len(failed) == 1 and np.isnan(failed[0]["score"]) and "this candidate broke" in failed[0]["error"]
     with pytest.raises(ValueError, match="threshold"):
         tune(X, Y, criterion="logistic")
+
+
+def test_grid_search_scores_equal_fits_on_the_training_rows(data):
+    """Sharing factorisations between pairs changes nothing: each row's score is exactly the criterion
+    of its candidate fitted on the training rows from its own problem (``build_problem``)."""
+    from jdlcore import Factorisation, SecondMomentLoss, build_problem
+    from jdlcore.tuning import score_grid, split_rows
+
+    X, Y = data
+    train, val = split_rows(X.shape[0], 0.2, 0)
+    loss = SecondMomentLoss()
+    rows = score_grid(X[train], Y[train], X[val], Y[val], JDL(tol=1e-4, constraints="normalization"),
+                      [GaussianKernel(0.3), GaussianKernel(1.0)], [GaussianKernel(0.5), GaussianKernel(2.0)],
+                      [1e-5, 1e-3], loss)
+    assert len(rows) == 8
+    for row in rows:
+        kx, ky = GaussianKernel(row["lengthscale_x"]), GaussianKernel(row["lengthscale_y"])
+        problem = build_problem(X[train], Y[train], kx, ky, Factorisation(tol=1e-4))
+        model = JDL(kx, ky, reg=row["reg"], tol=1e-4, constraints="normalization").fit_problem(problem, Y[train])
+        assert row["score"] == loss(model, X[val], Y[val])
+        assert (row["rank_x"], row["rank_y"]) == (problem.factors["rank_x"], problem.factors["rank_y"])
 
 
 def test_tune_screens_grid_positivity_through_the_projection(data, monkeypatch):

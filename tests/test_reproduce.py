@@ -220,7 +220,7 @@ def test_plan_keeps_only_the_parts_asked_for():
 
 
 def test_the_lengthscale_search_leaves_out_candidates_beyond_the_rank_budget(monkeypatch):
-    from jdlcore import JDL, Factorisation, build_problem, median_heuristic
+    from jdlcore import JDL, Factorisation, build_problem, median_heuristic, tuning
     from pipeline.reproduce import moments
     from pipeline.reproduce.data import CauchyCase
 
@@ -240,7 +240,7 @@ def test_the_lengthscale_search_leaves_out_candidates_beyond_the_rank_budget(mon
             evaluated.append((self.kernel_x.lengthscale / scale_x, self.kernel_y.lengthscale / scale_y))
             return super().fit_problem(problem, Y)
 
-    monkeypatch.setattr(moments, "JDL", Recording)
+    monkeypatch.setattr(tuning, "JDL", Recording)  # the candidates of jdl's grid search (score_grid)
     search = dict(lengthscale_factors=(0.25, 8.0), regs=(1e-6,))
     moments._choose_lengthscales(train, validation, moments.MomentSettings(**search), 1e-3, (1200, 300))
     assert sorted(set(np.round(evaluated, 6).ravel())) == [0.25, 8.0]  # without a budget: every candidate

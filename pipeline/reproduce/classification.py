@@ -19,6 +19,7 @@ import numpy as np
 
 from jdlcore import CME, JDL, KLR, Factorisation, GaussianKernel, build_problem, median_heuristic
 from jdlcore.losses import clipped_logistic_loss
+from jdlcore.tuning import best_row, score_grid
 
 from .data import daily_returns, return_events
 from .metrics import negative_probability_share, normalization_error, timed
@@ -77,16 +78,11 @@ def classification_cell(d: int, n: int, replicate: int, level: float,
         return clipped_logistic_loss(_probability(model, data[0], threshold), data[1][:, 0] <= threshold)
 
     ky = GaussianKernel(median_heuristic(train[1]))
-    best = (np.inf, None, None)
-    for factor in settings.lengthscale_factors:
-        kx = GaussianKernel(factor * median_heuristic(train[0]))
-        problem, factor_time = timed(lambda: build_problem(*train, kx, ky, Factorisation(tol=settings.tol)))
-        for reg in settings.regs:
-            value = loss_of(JDL(kx, ky, reg=reg, tol=settings.tol, constraints="none").fit_problem(problem, train[1]),
-                            validation)
-            if value < best[0]:
-                best = (value, kx, (problem, factor_time))
-    _, kx, (problem, factor_time) = best
+    kernels_x = [GaussianKernel(factor * median_heuristic(train[0])) for factor in settings.lengthscale_factors]
+    table = score_grid(*train, *validation, JDL(tol=settings.tol, constraints="none"), kernels_x, [ky], settings.regs,
+                       lambda model, X, Y: loss_of(model, (X, Y)))
+    kx = GaussianKernel(best_row(table)["lengthscale_x"])
+    problem, factor_time = timed(lambda: build_problem(*train, kx, ky, Factorisation(tol=settings.tol)))
     fitters = _fitters(kx, ky, problem, train, threshold, settings.tol)
     results: dict[str, Any] = {}
     regs: dict[str, float] = {}

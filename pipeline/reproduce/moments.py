@@ -23,16 +23,15 @@ conditional second moments at the 5,000 test points.
 """
 from __future__ import annotations
 
-import itertools
 from dataclasses import dataclass
 from typing import Any, Callable
 
 import numpy as np
 
 from jdlcore import (
-    CME, JDL, Factorisation, GaussianKernel, PolynomialJDL, build_problem, median_heuristic, pivoted_cholesky,
+    CME, JDL, Factorisation, GaussianKernel, PolynomialJDL, build_problem, median_heuristic,
 )
-from jdlcore.jdl import problem_from_factors
+from jdlcore.tuning import best_row, score_grid
 from jdlcore.losses import SecondMomentLoss, conditional_second_moments, relative_second_moment_loss
 
 from .data import CauchyCase, GaussianCase, UniformCase
@@ -88,36 +87,25 @@ def make_case(case: str, d: int, rng: np.random.Generator):
     raise ValueError(f"case: unknown {case!r}; choose one of {', '.join(CASES)}")
 
 
-def _factorisations(Z: np.ndarray, factors: tuple[float, ...], tol: float,
-                    max_rank: int | None) -> dict[float, tuple[GaussianKernel, Any]]:
-    """factor -> (Gaussian kernel of factor x the median heuristic of Z (n, d), its pivoted Cholesky of Z)."""
-    scale = median_heuristic(Z)
-    out = {}
-    for factor in factors:
-        kernel = GaussianKernel(factor * scale)
-        out[factor] = (kernel, pivoted_cholesky(kernel, Z, tol=tol, max_rank=max_rank))
-    return out
-
-
 def _choose_lengthscales(train: tuple, validation: tuple, settings: MomentSettings, tol: float,
                          rows: tuple[int, int]) -> tuple[GaussianKernel, GaussianKernel]:
-    """The (k_x, k_y) whose best normalized JDL has the smallest pooled validation loss (40). Each side
-    is factorised once per lengthscale factor and the factorisations are paired (``problem_from_factors``);
-    a factor whose factorisation needs more pivots than ``settings.max_rank`` is left out."""
+    """The (k_x, k_y) whose best normalized JDL has the smallest pooled validation loss (40), by jdl's
+    grid search (``jdlcore.tuning.score_grid``: each side factorised once per lengthscale factor of
+    the median heuristic, the pairs' problems shared by the regs). A factorisation that needs more
+    pivots than ``settings.max_rank`` (none: unlimited) leaves its candidates out; should every one
+    exceed it, the widest kernels, the fewest pivots, are taken."""
     (X, Y), (Xv, Yv) = (train[0][:rows[0]], train[1][:rows[0]]), (validation[0][:rows[1]], validation[1][:rows[1]])
     factors = settings.lengthscale_factors
-    sides = [_factorisations(Z, factors, tol, settings.max_rank) for Z in (X, Y)]
-    within = [{f: fk for f, fk in side.items() if fk[1].stop_reason != "max_rank"} for side in sides]
-    loss = SecondMomentLoss()
-    best, chosen = np.inf, None
-    for (kx, factor_x), (ky, factor_y) in itertools.product(within[0].values(), within[1].values()):
-        problem = problem_from_factors(factor_x, factor_y, kx, ky, X, Y, test_functions=TEST_FUNCTIONS)
-        for reg in settings.regs:
-            value = loss(JDL(kx, ky, reg=reg, tol=tol, constraints="normalization").fit_problem(problem, Y), Xv, Yv)
-            if np.isfinite(value) and value < best:
-                best, chosen = value, (kx, ky)
-    widest = max(factors)  # the fewest pivots, should every candidate exceed the budget
-    return chosen or (sides[0][widest][0], sides[1][widest][0])
+    kernels = [[GaussianKernel(factor * median_heuristic(Z)) for factor in factors] for Z in (X, Y)]
+    base = JDL(tol=tol, constraints="normalization", max_rank=settings.max_rank or X.shape[0])
+    table = score_grid(X, Y, Xv, Yv, base, *kernels, settings.regs, SecondMomentLoss(),
+                       usable=lambda factor: factor.stop_reason != "max_rank")
+    if not any(np.isfinite(row["score"]) for row in table):
+        widest = int(np.argmax(factors))
+        return kernels[0][widest], kernels[1][widest]
+    best = best_row(table)
+    by_scale = [{kernel.lengthscale: kernel for kernel in side} for side in kernels]
+    return by_scale[0][best["lengthscale_x"]], by_scale[1][best["lengthscale_y"]]
 
 
 def jpdl_degree(d: int, rows: int, largest: int) -> int:
