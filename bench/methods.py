@@ -32,7 +32,7 @@ from jdlcore import (
     CME, JDL, KLR, DeltaKernel, Factorisation, GaussianKernel, GreedyJDL, PolynomialJDL, build_problem,
 )
 from jdlcore.losses import clipped_logistic_loss, relative_second_moment_loss
-from pipeline.reproduce.metrics import negative_share, normalization_error, timed  # the report's metrics
+from experiments.metrics import negative_share, normalization_error, timed  # the report's metrics
 
 RHO = 0.8
 SIGMA = np.sqrt(1 - RHO**2)

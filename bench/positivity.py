@@ -1,7 +1,7 @@
 """What each positivity option costs in accuracy, each at its own validated hyperparameters.
 
 Data: the demo's y = sin(x) + x/3 + (0.15 + 0.25|x|) e, x ~ U(-3, 3), and its 3-D variant
-(``flows.demo.truth``), at n training rows, a separate validation draw and 500 fresh query x.
+(``jdl.demo.truth``), at n training rows, a separate validation draw and 500 fresh query x.
 For every option the lengthscales and reg are chosen by the mean CRPS on the validation rows
 (exact for the weighted support atoms) over the same grid: lengthscales 1/16, 1/8, 1/4, 1/2 times
 the median pairwise distance of each side (x: 1/4, 1/2, 1 in 3-D), reg 1e-7 ... 1e-4. Each pair
@@ -23,7 +23,7 @@ import numpy as np
 from scipy.stats import norm
 
 from _common import write_json
-from flows.demo import make_data, truth
+from jdl.demo import make_data, truth
 from jdlcore import JDL, Factorisation, GaussianKernel, build_problem, median_heuristic
 
 LEVELS = np.array([0.1, 0.5, 0.9])

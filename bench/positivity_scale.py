@@ -1,6 +1,6 @@
 """The default positive law at scale, through the CLI: accuracy, scoring throughput and fit cost.
 
-For each n (default 1e5, 1e6, 1e7) the demo's data (``flows.demo``, scalar y; ``--dims 3`` for the
+For each n (default 1e5, 1e6, 1e7) the demo's data (``jdl.demo``, scalar y; ``--dims 3`` for the
 3-D x variant) are written to Parquet and run as a user would: ``jdl stage``, ``jdl tune`` (defaults),
 ``jdl fit --tuning`` (default positivity: the projection) and ``jdl score``. Then:
 
@@ -31,7 +31,7 @@ import numpy as np
 from scipy.stats import norm
 
 from _common import PeakMemory, scoring_rates, write_json
-from flows.demo import make_data, truth
+from jdl.demo import make_data, truth
 from pipeline.model_store import load_model
 
 LEVELS = np.array([0.1, 0.5, 0.9])

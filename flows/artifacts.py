@@ -20,8 +20,8 @@ def diagnostics_png_path(model_path: str | os.PathLike) -> Path:
 
 
 def fit_summary_markdown(model_path: str | os.PathLike, model: JDL) -> str:
-    """The model card of a fit (``flows.model_card.card_rows``) as a markdown table."""
-    from .model_card import card_rows
+    """The model card of a fit (``pipeline.model_card.card_rows``) as a markdown table."""
+    from pipeline.model_card import card_rows
 
     rows = [("model store", f"`{Path(model_path).resolve()}`"), *card_rows(model_path, model)]
     return "\n".join(["# JDL fit", "", "| | |", "|---|---|", *(f"| {k} | {v} |" for k, v in rows)])
@@ -30,7 +30,7 @@ def fit_summary_markdown(model_path: str | os.PathLike, model: JDL) -> str:
 def publish_fit(model_path: str | os.PathLike, model: JDL) -> Path:
     """Write the diagnostics PNG next to the store and, in a Prefect run, create the fit's two
     artifacts; returns the PNG."""
-    from .model_card import diagnostics_figure
+    from pipeline.model_card import diagnostics_figure
     from .runner import in_prefect_run
 
     png = diagnostics_png_path(model_path)

@@ -106,8 +106,8 @@ def reproduce(kind: str, out: str, quick: bool = False, report: str | None = Non
     with n in [min_n, max_n] (results already in ``out`` for other cells are kept); ``parts``: only
     these cases (moments) or event levels (classification); ``resume``: skip the cells whose results
     are already in ``out`` (each cell is saved as soon as it finishes, so a stopped run resumes)."""
-    from pipeline.reproduce.report import write_report
-    from pipeline.reproduce.runner import load, pending, plan, save, to_datasets
+    from experiments.report import write_report
+    from experiments.runner import load, pending, plan, save, to_datasets
 
     cells = plan(kind, quick, max_n, min_n, parts)
     if resume:

@@ -5,7 +5,7 @@ import sys
 import numpy as np
 import pytest
 
-from flows.cli import main
+from jdl.cli import main
 
 
 def test_demo_runs_the_flows_and_reports_against_the_truth(tmp_path, capsys):
@@ -25,16 +25,16 @@ def test_demo_runs_the_flows_and_reports_against_the_truth(tmp_path, capsys):
 
 
 def test_errors_are_one_line_with_nonzero_exit(tmp_path):
-    result = subprocess.run([sys.executable, "-m", "flows.cli", "demo", "--rows", "5"], capture_output=True, text=True)
+    result = subprocess.run([sys.executable, "-m", "jdl.cli", "demo", "--rows", "5"], capture_output=True, text=True)
     assert result.returncode == 2
     assert result.stderr.strip().splitlines() == ["jdl demo: error: rows: the demo needs at least 100 rows, got 5"]
-    result = subprocess.run([sys.executable, "-m", "flows.cli", "fit", str(tmp_path / "d.zarr"), "--out",
+    result = subprocess.run([sys.executable, "-m", "jdl.cli", "fit", str(tmp_path / "d.zarr"), "--out",
                              str(tmp_path / "m.zarr"), "--tol", "3"], capture_output=True, text=True)
     assert result.returncode == 2
     assert result.stderr.strip().splitlines() == [
         "jdl fit: error: fit: parameter tol: must be in [0, 1) (got 3.0)"]
     for command in ("", "stage", "tune", "fit", "score", "inspect", "serve", "demo", "compress", "reproduce"):
-        result = subprocess.run([sys.executable, "-m", "flows.cli", *command.split(), "--help"], capture_output=True,
+        result = subprocess.run([sys.executable, "-m", "jdl.cli", *command.split(), "--help"], capture_output=True,
                                 text=True)
         assert result.returncode == 0 and "usage: jdl" in result.stdout, command
 

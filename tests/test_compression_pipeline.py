@@ -152,7 +152,7 @@ def test_bad_stores_are_refused(staged, in_memory, tmp_path):
 
 
 def test_jdl_compress_through_the_cli(staged, tmp_path, capsys):
-    from flows.cli import main
+    from jdl.cli import main
 
     argv = ["compress", str(staged[0]), "--m", "12", "--steps", "10", "--out", str(tmp_path / "c.zarr"),
             "--scheduler", "memory"]

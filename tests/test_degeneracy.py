@@ -8,8 +8,8 @@ import pytest
 
 from jdlcore import PSDJDL, JDL, DegeneracyWarning, GaussianKernel, GridBudgetWarning
 from jdlcore.degeneracy import NEAR_MARGINAL, RANK_FLOOR, rank_budget
-from flows.cli import main
-from flows.model_card import card_rows
+from jdl.cli import main
+from pipeline.model_card import card_rows
 from pipeline.model_store import load_model
 
 

@@ -4,7 +4,7 @@ import pytest
 
 pytest.importorskip("pandas")
 zarr = pytest.importorskip("zarr")
-from flows.cli import main  # noqa: E402
+from jdl.cli import main  # noqa: E402
 from pipeline.model_store import load_model  # noqa: E402
 
 

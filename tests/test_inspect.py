@@ -1,4 +1,4 @@
-"""flows.model_card: the model card, the diagnostic plots and the smoothed conditional densities."""
+"""pipeline.model_card: the model card, the diagnostic plots and the smoothed conditional densities."""
 import hashlib
 import json
 import math
@@ -12,7 +12,7 @@ import pytest
 xr = pytest.importorskip("xarray")
 zarr = pytest.importorskip("zarr")
 pytest.importorskip("matplotlib")
-from flows.model_card import (  # noqa: E402
+from pipeline.model_card import (  # noqa: E402
     conditional_curves, conditional_density, default_x_values, density_bandwidth, diagnostics_figure, model_card,
     read_tuning, write_plots,
 )

@@ -6,8 +6,8 @@ import pytest
 
 zarr = pytest.importorskip("zarr")
 from data_schemas.model import SCHEMA_VERSION  # noqa: E402
-from flows.cli import main  # noqa: E402
-from flows.model_card import card_rows, diagnostics_figure  # noqa: E402
+from jdl.cli import main  # noqa: E402
+from pipeline.model_card import card_rows, diagnostics_figure  # noqa: E402
 from pipeline.fitting import choose_positivity, fit_store  # noqa: E402
 from pipeline.model_store import load_model, method_of  # noqa: E402
 from pipeline.scoring import score_store  # noqa: E402

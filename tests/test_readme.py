@@ -39,7 +39,7 @@ def readme_commands() -> list[str]:
 @pytest.mark.parametrize("command", readme_commands())
 def test_readme_commands_parse(command):
     """Every option the README shows exists with that spelling (argparse exits 2 on an unknown one)."""
-    from flows.cli import build_parser
+    from jdl.cli import build_parser
 
     args = build_parser().parse_args(shlex.split(command)[1:])
     assert args.command == command.split()[1]

@@ -1,14 +1,14 @@
-"""The paper's experiments (pipeline.reproduce): metrics against direct computations, the result
+"""The paper's experiments (experiments): metrics against direct computations, the result
 datasets' layout, the report's claim checks, and the quick runs through `jdl reproduce`."""
 import numpy as np
 import pytest
 import xarray as xr
 
-from flows.cli import main
+from jdl.cli import main
 from jdlcore import CME, JDL, GaussianKernel
-from pipeline.reproduce.metrics import negative_share, psd_failure
-from pipeline.reproduce.report import claims, structural_checks
-from pipeline.reproduce.runner import Cell, load, plan, to_datasets
+from experiments.metrics import negative_share, psd_failure
+from experiments.report import claims, structural_checks
+from experiments.runner import Cell, load, plan, to_datasets
 
 from .conftest import bivariate_gaussian
 
@@ -74,7 +74,7 @@ def test_datasets_have_the_issue_layout_and_claims_count_cells():
 
 
 def test_report_lists_replicates_times_and_ranks_per_n(tmp_path):
-    from pipeline.reproduce.report import write_report
+    from experiments.report import write_report
 
     results = []
     for n, count, rank in ((1000, 3, 40), (10_000, 1, 90)):
@@ -142,7 +142,7 @@ def test_quick_classification_run_on_real_returns(tmp_path, capsys):
 
 
 def test_a_stopped_run_keeps_every_finished_cell(tmp_path, monkeypatch):
-    from pipeline.reproduce import runner
+    from experiments import runner
 
     cells = [Cell("moments", "gaussian", 1, 1000, r) for r in range(3)]
     finished = {cell: _fake("moments", "gaussian", 1, 1000, cell.replicate, {"jdl": 0.1 * (cell.replicate + 1)})[1]
@@ -162,7 +162,7 @@ def test_a_stopped_run_keeps_every_finished_cell(tmp_path, monkeypatch):
 
 
 def test_a_resumed_run_does_only_the_cells_not_yet_saved(tmp_path):
-    from pipeline.reproduce.runner import pending, save
+    from experiments.runner import pending, save
 
     cells = [Cell("moments", "gaussian", d, 1000, r) for d in (1, 2) for r in range(3)]
     assert pending(cells, tmp_path / "absent") == cells
@@ -172,7 +172,7 @@ def test_a_resumed_run_does_only_the_cells_not_yet_saved(tmp_path):
 
 
 def test_an_interrupted_save_leaves_the_earlier_results_intact(tmp_path, monkeypatch):
-    from pipeline.reproduce.runner import save
+    from experiments.runner import save
 
     save(to_datasets([_fake("moments", "gaussian", 1, 1000, 0, {"jdl": 0.2})]), tmp_path)
 
@@ -191,7 +191,7 @@ def test_an_interrupted_save_leaves_the_earlier_results_intact(tmp_path, monkeyp
 
 
 def test_save_merges_new_cells_into_earlier_results(tmp_path):
-    from pipeline.reproduce.runner import save
+    from experiments.runner import save
 
     losses = {"jdl": 0.2, "cme": 0.3}
     save(to_datasets([_fake("moments", "gaussian", 1, 1000, 0, losses)]), tmp_path)
@@ -221,8 +221,8 @@ def test_plan_keeps_only_the_parts_asked_for():
 
 def test_the_lengthscale_search_leaves_out_candidates_beyond_the_rank_budget(monkeypatch):
     from jdlcore import JDL, Factorisation, build_problem, median_heuristic, tuning
-    from pipeline.reproduce import moments
-    from pipeline.reproduce.data import CauchyCase
+    from experiments import moments
+    from experiments.data import CauchyCase
 
     rng = np.random.default_rng(3)
     X, Y = CauchyCase.random(2, rng).sample(1500, rng)

@@ -1,4 +1,4 @@
-"""pipeline.reproduce.data: Archakov-Hansen correlations, the simulated cases of Sec. 5.1 and the return data of
+"""experiments.data: Archakov-Hansen correlations, the simulated cases of Sec. 5.1 and the return data of
 Sec. 5.2, each checked against an independent computation."""
 
 import subprocess
@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 import scipy.linalg
 
-from pipeline.reproduce import data
-from pipeline.reproduce.data import (
+from experiments import data
+from experiments.data import (
     DEFAULT_GAMMA_SCALE,
     CauchyCase,
     GaussianCase,
@@ -200,7 +200,7 @@ def test_cauchy_case_heavy_tails():
 
 
 def test_import_is_numpy_scipy_only():
-    code = "import sys, pipeline.reproduce.data; print('skfolio' in sys.modules, 'pandas' in sys.modules)"
+    code = "import sys, experiments.data; print('skfolio' in sys.modules, 'pandas' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
     assert out == ["False", "False"]
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from flows.cli import main
+from jdl.cli import main
 from flows.runner import configured_api_url, execute, prefect_requested, run_stage
 
 from .conftest import write_table
@@ -25,7 +25,7 @@ def test_the_command_line_runs_without_prefect_by_default(tmp_path):
     and the stores are written."""
     script = textwrap.dedent("""
         import sys
-        from flows.cli import main
+        from jdl.cli import main
         data, model = sys.argv[2] + "/d.zarr", sys.argv[2] + "/m.zarr"
         assert main(["stage", sys.argv[1], "--x", "x", "--y", "y", "--out", data]) == 0
         assert main(["fit", data, "--out", model, "--lengthscale-x", "0.5", "--lengthscale-y", "0.3",
@@ -128,7 +128,7 @@ def test_a_configured_api_is_found_in_the_environment_or_the_active_profile(tmp_
 
 def test_help_is_fast_to_import():
     """`jdl --help` imports neither Prefect nor the numerical stack."""
-    script = "import sys\nfrom flows.cli import build_parser\nbuild_parser()\nprint(json.dumps(sorted(m for m in ('prefect', 'numpy', 'dask', 'zarr') if m in sys.modules)))"
+    script = "import sys\nfrom jdl.cli import build_parser\nbuild_parser()\nprint(json.dumps(sorted(m for m in ('prefect', 'numpy', 'dask', 'zarr') if m in sys.modules)))"
     result = subprocess.run([sys.executable, "-c", "import json\n" + script], cwd=REPO, capture_output=True, text=True,
                             timeout=120)
     assert result.returncode == 0, result.stderr
@@ -142,7 +142,7 @@ def test_sigterm_stops_a_command_with_its_cluster_and_leaves_no_output(tmp_path)
     psutil = pytest.importorskip("psutil")
     data = tmp_path / "d.zarr"
     assert main(["stage", str(write_table(tmp_path / "t.npz", 20_000)), "--x", "x", "--y", "y", "--out", str(data)]) == 0
-    command = [sys.executable, "-m", "flows.cli", "-v", "tune", str(data), "--out", str(tmp_path / "tuning.zarr"),
+    command = [sys.executable, "-m", "jdl.cli", "-v", "tune", str(data), "--out", str(tmp_path / "tuning.zarr"),
                "--scheduler", "local", "--lengthscales-x", "0.1,0.2,0.3,0.5,0.8,1.2", "--lengthscales-y", "0.2,0.4"]
     env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
     process = subprocess.Popen(command, cwd=REPO, env=env, stderr=subprocess.PIPE, text=True, start_new_session=True)

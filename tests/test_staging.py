@@ -80,7 +80,7 @@ def test_mismatched_lengths_and_existing_target(table, tmp_path):
 
 
 def test_cli_stage(table, tmp_path, capsys):
-    from flows.cli import main
+    from jdl.cli import main
 
     source = write(table, tmp_path / "s.parquet")
     assert main(["stage", str(source), "--x", "a,b", "--y", "t", "--out", str(tmp_path / "d.zarr"), "--chunk-size", "300"]) == 0

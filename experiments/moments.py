@@ -225,8 +225,8 @@ def moments_cell_chunked(case: str, d: int, n: int, replicate: int, settings: Mo
     import tempfile
     from pathlib import Path
 
-    from ..fitting import fit_store
-    from ..staging import stage
+    from pipeline.fitting import fit_store
+    from pipeline.staging import stage
 
     rng = np.random.default_rng([seed, CASES.index(case), d, n, replicate])
     model = make_case(case, d, rng)

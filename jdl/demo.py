@@ -92,7 +92,7 @@ def run_demo(n: int = 100_000, workdir: str | Path = "jdl-demo", seed: int = 0, 
     from pipeline.model_store import load_model
     from pipeline.tuning import load_tuning
 
-    from .runner import execute
+    from flows.runner import execute
 
     if n < 100:
         raise ValueError(f"rows: the demo needs at least 100 rows, got {n}")

@@ -62,7 +62,7 @@ def _progress_bar(title: str):
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
-    from .progress import displayed, parse_fraction
+    from flows.progress import displayed, parse_fraction
 
     columns = (SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                TimeElapsedColumn())
@@ -97,7 +97,7 @@ def _floats(text: str) -> list[float]:
 @contextlib.contextmanager
 def _session(args: argparse.Namespace, title: str):
     """Console and progress bar for one command; yields whether its runs are recorded in Prefect."""
-    from .runner import prefect_requested
+    from flows.runner import prefect_requested
 
     prefect = prefect_requested(args.prefect)
     _console_logging(verbose=args.verbose, prefect=prefect)
@@ -107,7 +107,7 @@ def _session(args: argparse.Namespace, title: str):
 
 def _execute(args: argparse.Namespace, name: str, title: str | None = None, **parameters):
     """Run the flow ``name`` in-process or, if asked or configured, as a recorded Prefect run."""
-    from .runner import execute
+    from flows.runner import execute
 
     with _session(args, title or name) as prefect:
         return execute(name, prefect=prefect, **parameters)
@@ -115,8 +115,8 @@ def _execute(args: argparse.Namespace, name: str, title: str | None = None, **pa
 
 def _run_flow(args: argparse.Namespace, name: str, settings_class, **parameters):
     """Validate first (nothing starts for bad arguments), then run the flow."""
-    from .pipelines import given
-    from .settings import validated
+    from flows.pipelines import given
+    from flows.settings import validated
 
     validated(settings_class, name, **given(parameters))
     return _execute(args, name, **parameters)
@@ -129,7 +129,7 @@ def _reused(result: dict) -> str:
 def _stage(args: argparse.Namespace) -> int:
     from pipeline.staging import open_staged
 
-    from .settings import StageSettings
+    from flows.settings import StageSettings
 
     result = _run_flow(args, "stage", StageSettings, source=args.source, out=args.out, x=args.x, y=args.y,
                        chunk_size=args.chunk_size)
@@ -144,7 +144,7 @@ def _tune(args: argparse.Namespace) -> int:
 
     from pipeline.tuning import load_tuning
 
-    from .settings import TuneSettings
+    from flows.settings import TuneSettings
 
     result = _run_flow(args, "tune", TuneSettings, data=args.data, out=args.out, lengthscales_x=args.lengthscales_x,
                        lengthscales_y=args.lengthscales_y, regs=args.regs, tol=args.tol, max_rows=args.max_rows,
@@ -160,7 +160,7 @@ def _tune(args: argparse.Namespace) -> int:
 def _fit(args: argparse.Namespace) -> int:
     from pipeline.model_store import load_model
 
-    from .settings import FitSettings
+    from flows.settings import FitSettings
 
     result = _run_flow(args, "fit", FitSettings, data=args.data, out=args.out, tuning=args.tuning,
                        lengthscale_x=args.lengthscale_x, lengthscale_y=args.lengthscale_y, reg=args.reg, tol=args.tol,
@@ -180,7 +180,7 @@ def _fit(args: argparse.Namespace) -> int:
 
 
 def _score(args: argparse.Namespace) -> int:
-    from .settings import ScoreSettings
+    from flows.settings import ScoreSettings
 
     result = _run_flow(args, "score", ScoreSettings, model=args.model, data=args.data, out=args.out,
                        functions=args.function, scheduler=args.scheduler)
@@ -191,7 +191,7 @@ def _score(args: argparse.Namespace) -> int:
 def _compress(args: argparse.Namespace) -> int:
     from pipeline.compression import open_compressed
 
-    from .settings import CompressSettings
+    from flows.settings import CompressSettings
 
     result = _run_flow(args, "compress", CompressSettings, data=args.data, out=args.out, m=args.m,
                        method=args.method, lengthscale_x=args.lengthscale_x, lengthscale_y=args.lengthscale_y,
@@ -207,8 +207,8 @@ def _compress(args: argparse.Namespace) -> int:
 
 
 def _reproduce(args: argparse.Namespace) -> int:
-    from pipeline.reproduce.report import structural_checks
-    from pipeline.reproduce.runner import load, plan
+    from experiments.report import structural_checks
+    from experiments.runner import load, plan
 
     if args.max_n < 10:
         raise ValueError(f"max-n: must be >= 10, got {args.max_n}")
@@ -227,7 +227,7 @@ def _reproduce(args: argparse.Namespace) -> int:
 
 
 def _inspect(args: argparse.Namespace) -> int:
-    from .model_card import model_card, write_plots
+    from pipeline.model_card import model_card, write_plots
 
     print(model_card(args.model))
     if args.plots:
@@ -237,7 +237,7 @@ def _inspect(args: argparse.Namespace) -> int:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    from .serve import serve_deployments
+    from flows.serve import serve_deployments
 
     serve_deployments(args.config, limit=args.limit)
     return 0
