@@ -31,7 +31,7 @@ from _common import write_json
 from jdlcore import (
     CME, JDL, KLR, DeltaKernel, Factorisation, GaussianKernel, GreedyJDL, PolynomialJDL, build_problem,
 )
-from jdlcore.losses import clipped_logistic_loss, relative_second_moment_loss
+from jdlcore.conditional.losses import clipped_logistic_loss, relative_second_moment_loss
 from experiments.metrics import negative_share, normalization_error, timed  # the report's metrics
 
 RHO = 0.8

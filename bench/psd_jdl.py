@@ -21,8 +21,8 @@ import numpy as np
 
 from _common import write_json
 from jdlcore import JDL, GaussianKernel
-from jdlcore.losses import relative_second_moment_loss, second_moment
-from jdlcore.psd_jdl import PSDJDL
+from jdlcore.conditional.losses import relative_second_moment_loss, second_moment
+from jdlcore.models.psd_jdl import PSDJDL
 
 METHODS = [
     ("JDL normalization", dict(constraints="normalization")),

@@ -29,7 +29,7 @@ basis, logit coefficients, intercepts and classes; PSDJDL keeps both kernel base
 its PSD matrix (M = R R^T) and the training atoms its laws live on. Only the methods of
 ``ATOM_METHODS`` carry support atoms and registered test functions; ``ATOM_STORES`` carry y_atoms.
 
-The conditional laws live on the M support atoms (``jdlcore.support``: support_atoms with
+The conditional laws live on the M support atoms (``jdlcore.conditional.support``: support_atoms with
 probabilities support_weights); every query reads them, never the n training atoms. Registered test
 functions (k = 0, 1, ...) hold their values at the support atoms and, for reference, their sums over
 the training atoms (A_Y^T f(y) and f(y)^T 1). The training atoms y_atoms are kept (the training
@@ -54,7 +54,7 @@ from __future__ import annotations
 
 import json
 
-from jdlcore.registry import METHODS
+from jdlcore.models.registry import METHODS
 
 from .tuning import validate_grid
 
@@ -65,7 +65,7 @@ SUPPORT_VERSION = 4  # the first version with support atoms
 
 
 def _spectral(side: str) -> dict[str, tuple[str, ...]]:
-    """A kernel basis from pivoted Cholesky (``jdlcore.basis.SpectralBasis``) and its residual trace."""
+    """A kernel basis from pivoted Cholesky (``jdlcore.lowrank.basis.SpectralBasis``) and its residual trace."""
     return {
         f"{side}_pivot_points": (f"pivot_{side}", f"{side}_feature"),
         f"{side}_coefficients": (f"pivot_{side}", f"basis_{side}"),
@@ -76,7 +76,7 @@ def _spectral(side: str) -> dict[str, tuple[str, ...]]:
 
 
 def _polynomial(side: str) -> dict[str, tuple[str, ...]]:
-    """A monomial basis (``jdlcore.polynomial.PolynomialBasis``): standardisation, exponents, orthonormaliser."""
+    """A monomial basis (``jdlcore.models.polynomial.PolynomialBasis``): standardisation, exponents, orthonormaliser."""
     return {
         f"{side}_center": (f"{side}_feature",),
         f"{side}_scale": (f"{side}_feature",),
@@ -92,7 +92,7 @@ _REDUCTIONS: dict[str, tuple[str, ...]] = {
     "reduction_cross": ("basis_y", "basis_x"),
 }
 def _classes(side: str) -> dict[str, tuple[str, ...]]:
-    """The class one-hot basis of a discrete variable (``jdlcore.greedy.ClassBasis``): classes and counts."""
+    """The class one-hot basis of a discrete variable (``jdlcore.models.greedy.ClassBasis``): classes and counts."""
     return {f"{side}_classes": (f"basis_{side}",), f"{side}_counts": (f"basis_{side}",),
             f"{side}_trace_error": (f"step_{side}",)}
 

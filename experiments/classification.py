@@ -18,7 +18,7 @@ from typing import Any, Callable
 import numpy as np
 
 from jdlcore import CME, JDL, KLR, Factorisation, GaussianKernel, build_problem, median_heuristic
-from jdlcore.losses import clipped_logistic_loss
+from jdlcore.conditional.losses import clipped_logistic_loss
 from jdlcore.tuning import best_row, score_grid
 
 from .data import daily_returns, return_events

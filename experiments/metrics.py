@@ -1,6 +1,6 @@
 """The paper's evaluation metrics (Sec. 5), for any fitted jdlcore estimator.
 
-- second moments: ``jdlcore.losses.conditional_second_moments`` (from the sums of ``TEST_FUNCTIONS``
+- second moments: ``jdlcore.conditional.losses.conditional_second_moments`` (from the sums of ``TEST_FUNCTIONS``
   registered on the problem).
 - ``normalization_error``: max over queries of |E[1 | x] - 1|. JDL-type laws are normalized by
   construction (their expectation divides by the conditional mass); the CME's weights are not.
@@ -17,7 +17,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from jdlcore.losses import second_moment
+from jdlcore.conditional.losses import second_moment
 
 __all__ = ["TOL", "TEST_FUNCTIONS", "timed", "ones", "total_mass", "normalization_error", "psd_failure",
            "negative_share", "negative_probability_share"]

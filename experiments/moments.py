@@ -32,7 +32,7 @@ from jdlcore import (
     CME, JDL, Factorisation, GaussianKernel, PolynomialJDL, build_problem, median_heuristic,
 )
 from jdlcore.tuning import best_row, score_grid
-from jdlcore.losses import SecondMomentLoss, conditional_second_moments, relative_second_moment_loss
+from jdlcore.conditional.losses import SecondMomentLoss, conditional_second_moments, relative_second_moment_loss
 
 from .data import CauchyCase, GaussianCase, UniformCase
 from .metrics import TEST_FUNCTIONS, negative_share, normalization_error, psd_failure, timed

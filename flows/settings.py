@@ -13,8 +13,8 @@ from typing import Annotated, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from jdlcore.jdl import CONSTRAINTS
-from jdlcore.registry import METHODS, POSITIVITY_CHOICES
+from jdlcore.models.jdl import CONSTRAINTS
+from jdlcore.models.registry import METHODS, POSITIVITY_CHOICES
 from jdlcore.validation import TOL_RULE, check_tol
 from pipeline.scoring import parse_function
 

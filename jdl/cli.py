@@ -38,7 +38,7 @@ def _console_logging(verbose: bool, prefect: bool) -> None:
     """Console lines: in-process, the ``jdl`` logger's lines only if ``verbose`` (the progress bar
     shows the progress); under Prefect, its warnings only unless ``verbose``, never errors (the CLI
     prints them in one line; what reaches the API is unchanged)."""
-    from jdlcore.degeneracy import DegeneracyWarning
+    from jdlcore.models.degeneracy import DegeneracyWarning
 
     warnings.filterwarnings("ignore", category=DegeneracyWarning)  # printed from the stored diagnostics instead
     if not prefect:
@@ -278,13 +278,13 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _method_help() -> str:
-    from jdlcore.registry import METHODS
+    from jdlcore.models.registry import METHODS
 
     return "; ".join(f"{name}: {cls.summary}" for name, cls in METHODS.items()) + " (default jdl)"
 
 
 def _positivity_help() -> str:
-    from jdlcore.registry import METHODS
+    from jdlcore.models.registry import METHODS
 
     rules = "; ".join(f"{name}: {' | '.join(cls.positivity_rules)}" for name, cls in METHODS.items() if cls.positivity_rules)
     return ("auto (default: the method's first rule; for jdl project, each conditional law made positive keeping "

@@ -1,33 +1,40 @@
 """jdlcore: the mathematics of adaptive joint distribution learning, on in-memory NumPy arrays.
 
-No Dask, no Prefect, no I/O: the pipeline feeds these functions.
+No Dask, no Prefect, no I/O: the pipeline feeds these functions. The subpackages, each importing only
+those before it:
+
+* ``kernels``, ``validation``: kernels and the checks of every argument;
+* ``lowrank``: the pivoted Cholesky driver (in memory here, chunked in ``pipeline``), the
+  double-orthogonal bases and the m x m reductions;
+* ``solvers``: the constrained solves of the small problems;
+* ``conditional``: conditional laws on support atoms, their projection onto probability vectors,
+  test functions, quantiles, smoothed curves and the validation losses;
+* ``models``: the estimator contract, the estimators (JDL, CME, KLR, the polynomial, greedy and PSD
+  JDLs), the method registry ``METHODS`` and the degeneracy checks;
+* ``tuning``: the grid search; ``compression``: conditional distribution compression; ``psd``: PSD
+  density models.
 """
-from .basis import JDLReductions, SpectralBasis, spectral_basis
-from .cme import CME
 from .compression import amcmd, compress, jmmd, run_compression
-from .greedy import ClassBasis, GreedyJDL
-from .klr import KLR
-from .polynomial import PolynomialBasis, PolynomialJDL
-from .psd import GaussianPSDModel
-from .psd_fit import fit_psd_density
-from .psd_jdl import PSDJDL
-from .cholesky import Factorisation, FactorStorage, InMemoryFactorStorage, PivotedCholesky, pivoted_cholesky, run_pivoted_cholesky
-from .degeneracy import DegeneracyWarning, GridBudgetWarning
-from .jdl import JDL, JDLProblem, build_problem
+from .conditional.losses import ClippedLogisticLoss, SecondMomentLoss, clipped_logistic_loss, relative_second_moment_loss
 from .kernels import (
-    DeltaKernel,
-    GaussianKernel,
-    Kernel,
-    LaplaceKernel,
-    Matern32Kernel,
-    Matern52Kernel,
-    kernel_from_dict,
-    median_heuristic,
+    DeltaKernel, GaussianKernel, Kernel, LaplaceKernel, Matern32Kernel, Matern52Kernel, kernel_from_dict, median_heuristic,
 )
-from .losses import ClippedLogisticLoss, SecondMomentLoss, clipped_logistic_loss, relative_second_moment_loss
+from .lowrank.basis import JDLReductions, SpectralBasis, spectral_basis
+from .lowrank.cholesky import (
+    Factorisation, FactorStorage, InMemoryFactorStorage, PivotedCholesky, pivoted_cholesky, run_pivoted_cholesky,
+)
+from .models.cme import CME
+from .models.degeneracy import DegeneracyWarning, GridBudgetWarning
+from .models.estimator import Estimator, UnsupportedQuery
+from .models.greedy import ClassBasis, GreedyJDL
+from .models.jdl import JDL, JDLProblem, build_problem
+from .models.klr import KLR
+from .models.polynomial import PolynomialBasis, PolynomialJDL
+from .models.psd_jdl import PSDJDL
+from .models.registry import METHODS, estimator_class
+from .psd.fit import fit_psd_density
+from .psd.model import GaussianPSDModel
 from .tuning import TuneResult, tune
-from .estimator import Estimator, UnsupportedQuery
-from .registry import METHODS, estimator_class
 
 __version__ = "0.1.0"
 

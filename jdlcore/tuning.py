@@ -16,11 +16,11 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from .cholesky import Factorisation, PivotedCholesky, pivoted_cholesky
-from .degeneracy import rank_budget
-from .jdl import JDL, problem_from_factors
+from .lowrank.cholesky import Factorisation, PivotedCholesky, pivoted_cholesky
+from .models.degeneracy import rank_budget
+from .models.jdl import JDL, problem_from_factors
 from .kernels import GaussianKernel, Kernel, median_heuristic
-from .losses import ClippedLogisticLoss, SecondMomentLoss
+from .conditional.losses import ClippedLogisticLoss, SecondMomentLoss
 from .validation import as_samples, check_paired
 
 __all__ = ["TuneResult", "tune", "split_rows", "score_grid", "best_row", "resolve_criterion", "screening_params",

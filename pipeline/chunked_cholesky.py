@@ -1,6 +1,6 @@
 """Pivoted Cholesky over sample chunks held by Dask workers: a ``FactorStorage`` for jdlcore's driver.
 
-The driver (``jdlcore.cholesky.run_pivoted_cholesky``) is the same one the in-memory path uses; this
+The driver (``jdlcore.lowrank.cholesky.run_pivoted_cholesky``) is the same one the in-memory path uses; this
 module only feeds it. Each chunk of samples keeps its own state on a worker: its points (n_c, d),
 its slab of L^T (rank, n_c) while L fits the memory budget, its residual diagonal (n_c,) and the
 local positions of the pivots it holds. Past the budget the chunks drop L and work factor-free,
@@ -21,7 +21,7 @@ import numpy as np
 from distributed.client import FutureCancelledError
 from distributed.scheduler import KilledWorker
 
-from jdlcore.cholesky import pivot_block_inverse, top_candidates
+from jdlcore.lowrank.cholesky import pivot_block_inverse, top_candidates
 from jdlcore.kernels import Kernel
 
 __all__ = ["ChunkState", "DaskFactorStorage"]

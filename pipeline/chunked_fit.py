@@ -15,13 +15,13 @@ from typing import Callable
 
 import numpy as np
 
-from jdlcore.atoms import STANDARD_FUNCTIONS, FunctionSums, block_sums
-from jdlcore.basis import FactorPartials, column_extremes, factor_partials, reductions_from_partials, spectral_basis
-from jdlcore.cholesky import Factorisation, PivotedCholesky, run_pivoted_cholesky
-from jdlcore.degeneracy import rank_budget
-from jdlcore.jdl import JDLProblem, factor_diagnostics, marginal_sums, support_resolution
+from jdlcore.conditional.atoms import STANDARD_FUNCTIONS, FunctionSums, block_sums
+from jdlcore.lowrank.basis import FactorPartials, column_extremes, factor_partials, reductions_from_partials, spectral_basis
+from jdlcore.lowrank.cholesky import Factorisation, PivotedCholesky, run_pivoted_cholesky
+from jdlcore.models.degeneracy import rank_budget
+from jdlcore.models.jdl import JDLProblem, factor_diagnostics, marginal_sums, support_resolution
 from jdlcore.kernels import Kernel
-from jdlcore.support import SupportPlan, default_support_size, finish_support, plan_support, support_partial
+from jdlcore.conditional.support import SupportPlan, default_support_size, finish_support, plan_support, support_partial
 
 from .chunked_cholesky import ChunkState, DaskFactorStorage, recomputed_factor, slabs
 
@@ -33,7 +33,7 @@ def chunked_factor(client, kernel: Kernel, chunks: list, factor_budget: float | 
     """Pivoted Cholesky over chunks (futures of (n_c, d) arrays); L stays on the workers or is dropped.
 
     ``options`` are those of ``run_pivoted_cholesky`` (tol, atol, max_rank, pivoting, seed, ...); a
-    max_rank of None is the default budget (``jdlcore.degeneracy.rank_budget``, L not held in this
+    max_rank of None is the default budget (``jdlcore.models.degeneracy.rank_budget``, L not held in this
     process). ``factor_budget``: that of ``DaskFactorStorage``. The returned factor has ``L=None``.
     """
     storage = DaskFactorStorage(client, kernel, chunks, factor_budget=factor_budget)
@@ -60,7 +60,7 @@ def _partials(
     points_y: np.ndarray, B_y: np.ndarray, test_functions: dict, plan: SupportPlan | None,
 ) -> tuple[FactorPartials, dict[str, FunctionSums], object]:
     """Pass 1 over a pair of chunks: factor partial sums, L_Y^T f(y) and f(y)^T 1 per test function, and
-    the chunk's part of the support (``jdlcore.support.support_partial``; None without a plan)."""
+    the chunk's part of the support (``jdlcore.conditional.support.support_partial``; None without a plan)."""
     support = support_partial(y.X, plan) if plan is not None else None
     partials, sums = None, {}
     for start, stop in slabs(x.X.shape[0]):
@@ -108,7 +108,7 @@ def chunked_problem(
     and A_Y (a second pass over the chunks; only the tightening (33) needs them, and they are NaN
     when skipped). ``test_functions`` (name -> f, row-wise on y) are summed on the workers and
     registered with models fitted on the problem, besides the standard mean and second moment.
-    ``y_sample``: the seeded sample of y rows (``jdlcore.support.sample_rows``) that places the
+    ``y_sample``: the seeded sample of y rows (``jdlcore.conditional.support.sample_rows``) that places the
     support's bins or cells; the support (``support_size`` atoms) is then built in the same pass
     (else by the fit, in a pass over the atoms). ``grid_x``: training x rows for grid positivity
     (``grid_points`` accepted for the in-memory signature; the sample is taken by the caller).

@@ -20,7 +20,7 @@ import zarr
 
 from jdlcore.compression import ArraySource, CompressionResult, SampleSource, run_compression
 from jdlcore.compression.amcmd import LinearEmbedding, amcmd_between, cme_embedding, data_cme, kcme_embedding
-from jdlcore.cholesky import Factorisation
+from jdlcore.lowrank.cholesky import Factorisation
 from jdlcore.compression.compress import check_settings
 from jdlcore.compression.sources import Partial, add_partials, chunk_rows_for, reduce_rows
 from jdlcore.kernels import DeltaKernel, GaussianKernel, Kernel, kernel_from_dict

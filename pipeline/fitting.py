@@ -17,10 +17,10 @@ import numpy as np
 import zarr
 
 from jdlcore import GaussianKernel, build_problem
-from jdlcore.cholesky import Factorisation
-from jdlcore.registry import METHODS as REGISTRY, estimator_class
-from jdlcore.degeneracy import MARGINAL_ROWS
-from jdlcore.support import sample_rows
+from jdlcore.lowrank.cholesky import Factorisation
+from jdlcore.models.registry import METHODS as REGISTRY, estimator_class
+from jdlcore.models.degeneracy import MARGINAL_ROWS
+from jdlcore.conditional.support import sample_rows
 
 from .atomic import refuse_existing
 from .cluster import dask_client, resolve_scheduler

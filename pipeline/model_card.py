@@ -1,7 +1,7 @@
 """Inspect a model store: a text card and diagnostic plots (``jdl inspect``, the per-fit Prefect artifact).
 
 The card and plots read only the store (``pipeline.model_store.load_model``, plus the optional
-``tuning_*`` table through xarray). Conditional densities and CDFs come from ``jdlcore.curves`` (the
+``tuning_*`` table through xarray). Conditional densities and CDFs come from ``jdlcore.conditional.curves`` (the
 model's own law smoothed by a Gaussian); a model that answers only class probabilities (KLR) is
 drawn by them. Weights of models without positivity may be negative; the plots say so.
 """
@@ -16,7 +16,7 @@ import numpy as np
 import xarray as xr
 
 from jdlcore import JDL
-from jdlcore.curves import (
+from jdlcore.conditional.curves import (
     GRID_POINTS, _queries, conditional_curves, conditional_density, default_grid, default_x_values, density_bandwidth,
 )
 from pipeline.model_store import load_model
@@ -158,7 +158,7 @@ def card_rows(path: str | os.PathLike, model: JDL | None = None) -> list[tuple[s
 
 def _law_rows(model: JDL) -> list[tuple[str, str]]:
     """The conditional law: its rule, the support atoms and what they reproduce exactly."""
-    from jdlcore.laws import LEVELS
+    from jdlcore.conditional.laws import LEVELS
 
     d, support = model.diagnostics_, model.support_
     rule = {"project": "projected (positive; mass, mean and second moment kept where they can be)",

@@ -22,7 +22,7 @@ import jdlcore
 from data_schemas.model import (
     ATOM_STORES, METHOD_VARIABLES, SCHEMA_NAME, SCHEMA_VERSION, model_variables, validate_model_dataset,
 )
-from jdlcore.registry import METHODS, method_of
+from jdlcore.models.registry import METHODS, method_of
 
 from .atomic import atomic_store, refuse_existing
 

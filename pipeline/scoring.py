@@ -25,6 +25,7 @@ import numpy as np
 import zarr
 
 from data_schemas.scores import SCHEMA_NAME, SCHEMA_VERSION, function_dims, validate_scores_group
+from jdlcore.models.estimator import PARAMETRISED_KINDS, REQUEST_KINDS
 
 from .atomic import atomic_store, refuse_existing
 from .cluster import dask_client, resolve_scheduler
@@ -35,11 +36,13 @@ __all__ = ["parse_function", "score_store", "open_scores"]
 
 
 def parse_function(spec: str) -> tuple[str, np.ndarray | None]:
-    """'mean' | 'second_moment' | 'cdf:...' | 'quantile:...' -> (kind, parameters)."""
+    """'mean' | 'second_moment' | 'cdf:...' | 'quantile:...' | 'proba' -> (kind, parameters): the
+    requests of ``jdlcore.models.estimator.REQUEST_KINDS``, those of ``PARAMETRISED_KINDS`` with
+    their comma-separated numbers."""
     kind, _, rest = spec.partition(":")
-    if kind in ("mean", "second_moment", "proba") and not rest:
+    if kind in REQUEST_KINDS and kind not in PARAMETRISED_KINDS and not rest:
         return kind, None
-    if kind in ("cdf", "quantile") and rest:
+    if kind in PARAMETRISED_KINDS and rest:
         try:
             values = np.array([float(v) for v in rest.split(",")])
         except ValueError:

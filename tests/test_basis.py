@@ -2,8 +2,8 @@ import numpy as np
 import pytest
 
 from jdlcore import Factorisation, GaussianKernel, Matern52Kernel, build_problem, pivoted_cholesky, spectral_basis
-from jdlcore.jdl import problem_from_factors
-from jdlcore.basis import reductions_from_values
+from jdlcore.models.jdl import problem_from_factors
+from jdlcore.lowrank.basis import reductions_from_values
 
 
 def test_double_orthogonality(rng):

@@ -45,7 +45,7 @@ def test_chunked_jdl_fit_equals_in_memory(dask_client, constraints, positivity):
     targets the two paths sum in different orders, so single weights agree to about 1e-5 relative
     (1e-6 absolute) and the moments they keep to 1e-10."""
     from jdlcore import JDL, Factorisation, build_problem
-    from jdlcore.support import sample_rows
+    from jdlcore.conditional.support import sample_rows
     from pipeline.chunked_fit import chunked_problem
 
     rng = np.random.default_rng(8)
@@ -132,7 +132,7 @@ def test_factor_free_chunked_problem_equals_in_memory(dask_client):
     """With no memory for L on the workers (budget 0) the reductions and the registered test-function
     sums are computed from L = K[:, S] B[S, :] slab by slab; they equal the in-memory ones."""
     from jdlcore import JDL, Factorisation, build_problem
-    from jdlcore.atoms import STANDARD_FUNCTIONS
+    from jdlcore.conditional.atoms import STANDARD_FUNCTIONS
     from pipeline.chunked_fit import chunked_problem
 
     rng = np.random.default_rng(12)

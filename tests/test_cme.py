@@ -4,8 +4,8 @@ import pytest
 
 from jdlcore import CME, GaussianKernel
 from jdlcore import Factorisation
-from jdlcore.jdl import build_problem
-from jdlcore.cme import solve_cme
+from jdlcore.models.jdl import build_problem
+from jdlcore.models.cme import solve_cme
 
 
 def sample(n=30, seed=0):
@@ -46,7 +46,7 @@ def _dense_B(factor, n):
 
 def test_low_rank_objective_is_the_dense_objective_46():
     """(46) at F = B_Y V_Y Ftil V_X^T B_X^T equals the corrected (48) for any Ftil, at low rank."""
-    from jdlcore.cholesky import pivoted_cholesky
+    from jdlcore.lowrank.cholesky import pivoted_cholesky
 
     X, Y = sample(40, seed=3)
     n, reg = X.shape[0], 1e-2

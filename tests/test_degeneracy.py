@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from jdlcore import PSDJDL, JDL, DegeneracyWarning, GaussianKernel, GridBudgetWarning
-from jdlcore.degeneracy import NEAR_MARGINAL, RANK_FLOOR, rank_budget
+from jdlcore.models.degeneracy import NEAR_MARGINAL, RANK_FLOOR, rank_budget
 from jdl.cli import main
 from pipeline.model_card import card_rows
 from pipeline.model_store import load_model

@@ -1,4 +1,4 @@
-"""The estimator contract (jdlcore.estimator), checked for every method of the registry (jdlcore.METHODS):
+"""The estimator contract (jdlcore.models.estimator), checked for every method of the registry (jdlcore.METHODS):
 parameters round-trip, a fit returns self and sets the fitted attributes (ending in _) only then,
 every query of the surface answers with its documented shape or raises UnsupportedQuery, the
 state round-trips bit for bit, and bad input is refused with one line."""
@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from jdlcore import METHODS, Estimator, GaussianKernel, UnsupportedQuery, estimator_class
-from jdlcore.registry import method_of
+from jdlcore.models.registry import method_of
 
 N, Q = 160, 7
 LEVELS = np.array([0.1, 0.5, 0.9])
@@ -193,7 +193,7 @@ def test_requests_are_checked_against_what_each_model_answers(fitted):
 
 @pytest.mark.parametrize("method", list(METHODS))
 def test_both_bases_follow_the_basis_protocol(method, fitted):
-    """Each basis answers what the estimators, the store and the model card read (``jdlcore.basis.Basis``):
+    """Each basis answers what the estimators, the store and the model card read (``jdlcore.lowrank.basis.Basis``):
     features = raw @ coefficients, a JSON spec, a description, a positive smoothing scale and
     slice points inside the training range."""
     import json

@@ -20,10 +20,10 @@ import pytest
 from scipy.stats import norm
 
 from jdlcore import DegeneracyWarning, DeltaKernel, Factorisation, GaussianKernel, JDL, LaplaceKernel
-from jdlcore.greedy import (
+from jdlcore.models.greedy import (
     ClassBasis, GreedyJDL, build_class_problem, class_objective, class_order_indices, solve_class_step,
 )
-from jdlcore.jdl import build_problem
+from jdlcore.models.jdl import build_problem
 
 THRESHOLDS = np.array([-0.3, -0.2, -0.1])
 

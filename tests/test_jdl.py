@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from jdlcore import JDL, DegeneracyWarning, DeltaKernel, GaussianKernel, tune
-from jdlcore.jdl import GridBudgetWarning
-from jdlcore.losses import clipped_logistic_loss, conditional_second_moments, relative_second_moment_loss, second_moment
+from jdlcore.models.jdl import GridBudgetWarning
+from jdlcore.conditional.losses import clipped_logistic_loss, conditional_second_moments, relative_second_moment_loss, second_moment
 
 from .conftest import bivariate_gaussian, step_crps
 
@@ -189,7 +189,7 @@ def test_grid_positivity_at_ten_thousand_rows_holds_on_its_sampled_grid_and_keep
     """n = 10,000 > grid_points = 1,000: the constraint covers a seeded sample of the training x times the
     support atoms. Measured: 5 cutting-plane rounds, 1.2 s; conditional-mean RMSE against 0.8 x on
     [-2, 2] 0.0271 (0.0269 with the projection); the normalized fit's grid minimum is -0.09."""
-    from jdlcore.support import sample_rows
+    from jdlcore.conditional.support import sample_rows
 
     X, Y = bivariate_gaussian(10_000, seed=4)
     kwargs = dict(kernel_x=GaussianKernel(0.5), kernel_y=GaussianKernel(0.5), reg=1e-4, tol=1e-6)
@@ -375,7 +375,7 @@ def test_grid_search_scores_equal_fits_on_the_training_rows(data):
 
 def test_tune_screens_grid_positivity_through_the_projection(data, monkeypatch):
     """No cutting-plane solve per candidate: the grid estimator's candidates are scored with its fallback law."""
-    import jdlcore.jdl as jdl_module
+    import jdlcore.models.jdl as jdl_module
 
     X, Y = data
     solves = []
@@ -415,7 +415,7 @@ def test_negative_share_counts_negative_radon_nikodym_values_block_by_block():
 
 def test_problem_from_factors_is_build_problem_on_given_factorisations(data):
     from jdlcore import Factorisation, build_problem, pivoted_cholesky
-    from jdlcore.jdl import problem_from_factors
+    from jdlcore.models.jdl import problem_from_factors
 
     X, Y = data
     kx, ky = GaussianKernel(0.5), GaussianKernel(0.4)
@@ -430,7 +430,7 @@ def test_problem_from_factors_is_build_problem_on_given_factorisations(data):
 
 def test_streamed_training_atoms_give_the_same_support_and_diagnostics():
     """Atoms read block by block (a lazily read store) build the same support as the in-memory array."""
-    from jdlcore.atoms import Atoms
+    from jdlcore.conditional.atoms import Atoms
 
     X, Y = bivariate_gaussian(3000, seed=21)
     model = JDL(GaussianKernel(0.4), GaussianKernel(0.4), reg=1e-5, tol=1e-6, constraints="normalization").fit(X, Y)
@@ -446,7 +446,7 @@ def test_streamed_training_atoms_give_the_same_support_and_diagnostics():
 
 
 def _problem_without_support(model):
-    from jdlcore.jdl import JDLProblem
+    from jdlcore.models.jdl import JDLProblem
 
     return JDLProblem(model.basis_x_, model.basis_y_, None, None, model.reductions_, {}, dict(model._training_sums))
 

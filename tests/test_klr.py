@@ -1,4 +1,4 @@
-"""Low-rank kernel logistic regression (jdlcore.klr) against independent computations."""
+"""Low-rank kernel logistic regression (jdlcore.models.klr) against independent computations."""
 import json
 
 import numpy as np
@@ -7,7 +7,7 @@ from scipy.optimize import minimize
 from scipy.stats import norm
 
 from jdlcore import GaussianKernel
-from jdlcore.klr import KLR, _objective
+from jdlcore.models.klr import KLR, _objective
 
 from .conftest import bivariate_gaussian
 

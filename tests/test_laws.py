@@ -1,10 +1,10 @@
-"""Conditional laws on support atoms (jdlcore.laws) against independent computations: the projection
+"""Conditional laws on support atoms (jdlcore.conditional.laws) against independent computations: the projection
 against a conic solver (cvxpy), clipping and quantiles against brute force, the CRPS against quadrature."""
 import numpy as np
 import pytest
 
-from jdlcore.laws import MomentBasis, apply_rule, crps, quantiles
-from jdlcore.support import Support
+from jdlcore.conditional.laws import MomentBasis, apply_rule, crps, quantiles
+from jdlcore.conditional.support import Support
 
 from .conftest import step_crps
 
@@ -208,7 +208,7 @@ def test_map_rows_covers_every_row_once_on_the_pool_with_single_threaded_blas(mo
     from threadpoolctl import threadpool_info
 
     import jdlcore.kernels as kernels
-    import jdlcore.laws as laws
+    import jdlcore.conditional.laws as laws
 
     def blas_threads() -> list[int]:
         return [lib["num_threads"] for lib in threadpool_info() if lib["user_api"] == "blas"]
@@ -238,7 +238,7 @@ def test_the_projection_passes_against_numpy(d):
     """The compiled passes of the vector-y Newton (d = 3: the fused four-row loops; d = 4: the general
     ones) against NumPy at random multipliers: t = scale u + theta . C, w = pi [t >= 0], F = C (w t),
     the value sum w t^2 and the Jacobian C diag(w) C^T."""
-    from jdlcore import _law_kernels as kernels
+    from jdlcore.conditional import _law_kernels as kernels
 
     rng = np.random.default_rng(9)
     M = 301

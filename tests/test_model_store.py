@@ -80,7 +80,7 @@ def test_loaded_atoms_stay_on_disk_and_registered_functions_survive(tmp_path):
     """A loaded model reads its training atoms lazily from the store (the paper's diagnostics stream
     over them, no cached A_Y); its queries read the stored support; the functions registered at the
     fit come back bit for bit (a function registered later is not stored, and costs O(M) to register)."""
-    from jdlcore.atoms import STANDARD_FUNCTIONS, Atoms
+    from jdlcore.conditional.atoms import STANDARD_FUNCTIONS, Atoms
 
     X, Y = bivariate_gaussian(700, seed=2)
     problem = build_problem(X, Y, GaussianKernel(0.5), GaussianKernel(0.5), Factorisation(tol=1e-5),

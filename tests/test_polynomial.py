@@ -9,7 +9,7 @@ from math import comb
 import numpy as np
 import pytest
 
-from jdlcore.polynomial import (
+from jdlcore.models.polynomial import (
     PolynomialBasis, PolynomialJDL, build_polynomial_problem, fit_polynomial_basis, gram_exponents,
     monomial_exponents, solve_sos_positivity, sos_certificate,
 )

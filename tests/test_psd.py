@@ -9,7 +9,7 @@ import pytest
 from scipy import integrate, stats
 
 from jdlcore.kernels import GaussianKernel
-from jdlcore.psd import GaussianPSDModel
+from jdlcore.psd.model import GaussianPSDModel
 
 INF = np.inf
 

@@ -1,7 +1,7 @@
-"""Tests for jdlcore.psd_fit (Gaussian PSD density fitting, Rudi & Ciliberto 2021, estimator (12)).
+"""Tests for jdlcore.psd.fit (Gaussian PSD density fitting, Rudi & Ciliberto 2021, estimator (12)).
 
 f is computed here by brute force (explicit double sums over the centres) and integrals by
-Gauss-Legendre quadrature, independently of jdlcore.psd.
+Gauss-Legendre quadrature, independently of jdlcore.psd.model.
 """
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import warnings
 import numpy as np
 import pytest
 
-from jdlcore.psd import GaussianPSDModel
-from jdlcore.psd_fit import (
+from jdlcore.psd.model import GaussianPSDModel
+from jdlcore.psd.fit import (
     project_psd_affine,
     fit_psd_density,
     held_out_loss,

@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 
 from jdlcore import JDL, DegeneracyWarning, GaussianKernel
-from jdlcore.psd_jdl import PSDJDL, apply_T, diagonal_moments, fourth_moments, psd_jdl_objective
+from jdlcore.models.psd_jdl import PSDJDL, apply_T, diagonal_moments, fourth_moments, psd_jdl_objective
 
 from .conftest import bivariate_gaussian
 

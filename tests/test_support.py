@@ -1,10 +1,10 @@
-"""Weighted support atoms (jdlcore.support) against brute-force sums over the training atoms."""
+"""Weighted support atoms (jdlcore.conditional.support) against brute-force sums over the training atoms."""
 import numpy as np
 import pytest
 
 from jdlcore import JDL, Factorisation, GaussianKernel, build_problem
-from jdlcore.jdl import marginal_sums
-from jdlcore.support import (
+from jdlcore.models.jdl import marginal_sums
+from jdlcore.conditional.support import (
     MarginalSums, Support, build_support, finish_support, plan_support, reweight, sample_rows, sum_groups,
     support_partial,
 )
@@ -145,7 +145,7 @@ def test_vector_y_cells_without_reweighting_keep_the_mean():
 def test_sum_groups_are_the_normalisation_mean_and_second_moment_columns():
     atoms = np.array([[0.0, 1.0], [2.0, -1.0], [1.0, 1.0]])
     psi = np.array([[1.0], [2.0], [3.0]])
-    from jdlcore.atoms import FunctionSums
+    from jdlcore.conditional.atoms import FunctionSums
 
     sums = MarginalSums(3, np.array([6.0]), FunctionSums(np.zeros((1, 2)), np.zeros(2), (2,)),
                         FunctionSums(np.zeros((1, 4)), np.zeros(4), (2, 2)))
@@ -173,7 +173,7 @@ def test_support_class_is_plain_data():
 
 def test_build_support_from_blocks_equals_the_single_block(fitted):
     model, X, Y = fitted
-    from jdlcore.jdl import marginal_sums
+    from jdlcore.models.jdl import marginal_sums
 
     sums = marginal_sums(model.reductions_, model._training_sums)
     args = (Y[sample_rows(Y.shape[0], 0)], 512, model.basis_y_.features, sums, 0, 0.1)

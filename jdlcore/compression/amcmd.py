@@ -62,7 +62,7 @@ def data_cme(kernel_x: Kernel, kernel_y: Kernel, reg: float, n: int, tol: float,
     """The project's low-rank CME that stands for the KCME (K + reg I)^{-1} of n samples (the paper's
     lambda): ``jdlcore.CME`` takes (K + n reg' I), so reg' = reg / n; unfitted, to fit in memory or on
     a chunked problem."""
-    from ..cme import CME
+    from ..models.cme import CME
 
     return CME(kernel_x, kernel_y, reg=float(reg) / n, tol=float(tol), seed=seed)
 

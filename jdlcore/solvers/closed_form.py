@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..basis import JDLReductions
+from ..lowrank.basis import JDLReductions
 
 __all__ = ["solve_unconstrained", "solve_normalized"]
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..basis import JDLReductions
+from ..lowrank.basis import JDLReductions
 from .active_set import ProjectionQP
 
 __all__ = ["GridSolution", "GridSweep", "grid_minimum", "grid_sweep", "solve_grid_positivity"]

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..basis import JDLReductions
+from ..lowrank.basis import JDLReductions
 from .tightening import tightening_bounds
 
 __all__ = ["reference_solve"]

@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 from scipy.optimize import brentq
 
-from ..basis import JDLReductions
+from ..lowrank.basis import JDLReductions
 
 __all__ = ["product_bounds", "tightening_bounds", "pointwise_bounds", "solve_tightened", "tightening_value"]
 

@@ -40,15 +40,15 @@ from typing import Any, Callable
 
 import numpy as np
 
-from .atoms import evaluate_function
+from ..conditional.atoms import evaluate_function
 from .degeneracy import announce, factor_degeneracies, solver_degeneracy
 from .estimator import Estimator
 from .jdl import kernel_problem
-from .kernels import Kernel
-from .psd_fit import project_psd_affine
-from .solvers.fista import fista
-from .queries import below_thresholds, check_levels, quantiles_from_weights
-from .validation import check_nonnegative
+from ..kernels import Kernel
+from ..psd.fit import project_psd_affine
+from ..solvers.fista import fista
+from ..conditional.queries import below_thresholds, check_levels, quantiles_from_weights
+from ..validation import check_nonnegative
 
 __all__ = ["PSDJDL", "fourth_moments", "diagonal_moments", "apply_T", "psd_jdl_objective"]
 

@@ -15,7 +15,7 @@ from typing import Any, Callable, Iterator
 
 import numpy as np
 
-from .basis import SpectralBasis
+from ..lowrank.basis import SpectralBasis
 
 __all__ = ["Atoms", "FunctionSums", "block_sums", "evaluate_function", "identity", "outer_square", "STANDARD_FUNCTIONS"]
 

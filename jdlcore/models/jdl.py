@@ -4,9 +4,9 @@ Model (paper eq. (5), (26)): with the double-orthogonal bases Psi_X, Psi_Y and c
 (m_Y x m_X), the Radon-Nikodym derivative is 1 + h(x, y) = 1 + Psi_Y(y) H Psi_X(x)^T, and the
 conditional law of Y given x weights an atom y by (1 + h(x, y)) relative to the marginal of Y.
 
-The marginal of Y lives on M weighted support atoms (``jdlcore.support``) that reproduce the
+The marginal of Y lives on M weighted support atoms (``jdlcore.conditional.support``) that reproduce the
 training sums the model depends on, so every query costs O(M m_Y) per row, whatever n is. The
-signed law on the support becomes a probability vector by the estimator's rule (``jdlcore.laws``):
+signed law on the support becomes a probability vector by the estimator's rule (``jdlcore.conditional.laws``):
 "project" (default) keeps its mass, mean and second moment, "clip" discards the negative mass;
 without positivity ("none", "normalization") the signed weights are returned as they are.
 
@@ -23,25 +23,25 @@ from typing import Any, Callable
 
 import numpy as np
 
-from .atoms import STANDARD_FUNCTIONS, Atoms, FunctionSums, block_sums, evaluate_function
-from .basis import (
+from ..conditional.atoms import STANDARD_FUNCTIONS, Atoms, FunctionSums, block_sums, evaluate_function
+from ..lowrank.basis import (
     JDLReductions, SpectralBasis, column_extremes, factor_partials, reductions_from_partials, spectral_basis,
 )
-from .cholesky import Factorisation, PivotedCholesky, pivoted_cholesky
+from ..lowrank.cholesky import Factorisation, PivotedCholesky, pivoted_cholesky
 from .degeneracy import (
     MARGINAL_ROWS, GridBudgetWarning, announce, factor_degeneracies, marginal_degeneracy, rank_budget,
 )
 from .estimator import Estimator, paired_samples
-from .kernels import Kernel, kernel_from_dict
-from .laws import MomentBasis, apply_rule, crps as law_crps, map_rows, quantiles
-from .queries import below_thresholds, check_levels
-from .solvers import (
+from ..kernels import Kernel, kernel_from_dict
+from ..conditional.laws import MomentBasis, apply_rule, crps as law_crps, map_rows, quantiles
+from ..conditional.queries import below_thresholds, check_levels
+from ..solvers import (
     grid_minimum, pointwise_bounds, solve_grid_positivity, solve_normalized, solve_tightened, solve_unconstrained,
 )
-from .support import (
+from ..conditional.support import (
     MarginalSums, Support, build_support, check_support_size, default_support_size, sample_rows,
 )
-from .validation import as_samples, check_choice, check_nonnegative
+from ..validation import as_samples, check_choice, check_nonnegative
 
 __all__ = [
     "JDL", "JDLProblem", "build_problem", "problem_from_factors", "factor_diagnostics", "marginal_sums",
@@ -90,7 +90,7 @@ def build_problem(
     """Pivoted Cholesky of K_X and K_Y, double-orthogonal bases, reductions and support (in memory).
 
     ``factorisation``: the settings of both decompositions (a max_rank of None is the default budget,
-    ``jdlcore.degeneracy.rank_budget``). ``test_functions`` (name -> f, row-wise on the atoms) are
+    ``jdlcore.models.degeneracy.rank_budget``). ``test_functions`` (name -> f, row-wise on the atoms) are
     summed here and registered with models fitted on the problem, besides the standard mean and
     second moment.
     """
@@ -122,7 +122,7 @@ def problem_from_factors(
     """``build_problem`` from given in-memory factorisations of K_X and K_Y (n rows each; X (n, d_x) and
     Y (n, d_y) the samples): a lengthscale search factorises each side once per lengthscale and pairs
     them here. ``started``: the perf_counter time the factorisations began (for ``factor_seconds``);
-    ``rank_budget``: the default rank cap they ran under, if any (``jdlcore.degeneracy``)."""
+    ``rank_budget``: the default rank cap they ran under, if any (``jdlcore.models.degeneracy``)."""
     started = time.perf_counter() if started is None else started
     partials = factor_partials(factor_x.L, factor_y.L)
     basis_x = spectral_basis(factor_x, kernel_x, gram=partials.gram_x)
@@ -144,7 +144,7 @@ def kernel_problem(estimator: Any, X: Any, Y: Any) -> tuple[JDLProblem, np.ndarr
     (``build_problem``) with the estimator's kernels (Gaussian of lengthscale 1 where None) and
     factorisation options (tol, max_rank, pivoting, seed, block_size; support_size and grid_points
     where it has them); returns (problem, X, Y)."""
-    from .kernels import GaussianKernel
+    from ..kernels import GaussianKernel
 
     X, Y = paired_samples(X, Y)
     extra = {name: getattr(estimator, name) for name in ("support_size", "grid_points") if hasattr(estimator, name)}
@@ -198,7 +198,7 @@ class JDL(Estimator):
     constraints: "none", "normalization" or "positivity" (normalization, and a positive law).
     positivity: how the conditional laws are made probability vectors when constraints="positivity":
         "project" (default): at every x, the probability vector on the support atoms closest to the
-            signed law that keeps its mass, mean and second moment (``jdlcore.laws``); the fit is
+            signed law that keeps its mass, mean and second moment (``jdlcore.conditional.laws``); the fit is
             the normalized one;
         "clip": negative weights set to 0 and the rest renormalised at every x (discards mass);
         "grid": 1 + h >= 0 in the fit, on the support atoms times ``grid_points`` training x, by
@@ -210,14 +210,14 @@ class JDL(Estimator):
         does not reach, the law is projected as for "project".
     pivoting: "random" (default) or "greedy" pivoted Cholesky; seed for random pivoting and samples.
     max_rank: cap on each rank m_X, m_Y (None: the default budget, max(512, n / 8) within a quarter of
-        the machine's memory for L, ``jdlcore.degeneracy.rank_budget``; a fit stopped there warns).
+        the machine's memory for L, ``jdlcore.models.degeneracy.rank_budget``; a fit stopped there warns).
     support_size: M, the number of support atoms of the Y marginal (default 512; at most n). Fewer
         distinct training values: those values, exactly.
     grid_points, grid_rounds, grid_seconds: the budget of positivity="grid" (training x rows,
         cutting-plane rounds, wall-clock seconds).
 
     Fitted attributes end in ``_``: basis_x_, basis_y_, coef_ (H, m_Y x m_X), support_ (the support
-    atoms and weights, ``jdlcore.support.Support``), atoms_ (the n training atoms, for the paper's
+    atoms and weights, ``jdlcore.conditional.support.Support``), atoms_ (the n training atoms, for the paper's
     diagnostics on the training grid), reductions_, diagnostics_.
     """
 
@@ -274,7 +274,7 @@ class JDL(Estimator):
 
     def fit(self, X: Any, Y: Any) -> "JDL":
         """Fit on paired samples X (n, d_X) and Y (n, d_Y); returns self. A degenerate fit warns
-        (``jdlcore.degeneracy.DegeneracyWarning``) and lists why in ``diagnostics_["degeneracies"]``."""
+        (``jdlcore.models.degeneracy.DegeneracyWarning``) and lists why in ``diagnostics_["degeneracies"]``."""
         self._check_params()
         problem, X, Y = kernel_problem(self, X, Y)
         self.fit_problem(problem, Y)
@@ -395,7 +395,7 @@ class JDL(Estimator):
 
     @property
     def law_rule(self) -> str:
-        """How the signed law becomes the law queries read: "signed", "clip" or "project" (``jdlcore.laws``)."""
+        """How the signed law becomes the law queries read: "signed", "clip" or "project" (``jdlcore.conditional.laws``)."""
         if self.constraints != "positivity":
             return "signed"
         return "clip" if self.positivity == "clip" else "project"
@@ -578,7 +578,7 @@ class JDL(Estimator):
 
     def law_levels(self, Xq: Any) -> np.ndarray:
         """What the projection kept at each query, (q,) int: 2 mass, mean and second moment; 1 mass and
-        mean; 0 mass; -1 the signed law had no positive mass (``jdlcore.laws.LEVELS``)."""
+        mean; 0 mass; -1 the signed law had no positive mass (``jdlcore.conditional.laws.LEVELS``)."""
         if self.law_rule != "project":
             raise ValueError(f"law_levels: only the 'project' rule keeps moments; this model's law is {self.law_rule!r}")
         R = self._signed_values(self._directions(self._queries(Xq)))

@@ -13,7 +13,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from .cholesky import PivotedCholesky
-from .kernels import Kernel
+from ..kernels import Kernel
 
 __all__ = [
     "Basis", "slice_points", "SpectralBasis", "JDLReductions", "FactorPartials", "spectral_basis", "factor_partials", "column_extremes",
@@ -22,8 +22,8 @@ __all__ = [
 
 
 class Basis(Protocol):
-    """What every basis of one variable provides (``SpectralBasis``, ``jdlcore.polynomial.PolynomialBasis``,
-    ``jdlcore.greedy.ClassBasis``): the estimators, the model store and the model card read only this.
+    """What every basis of one variable provides (``SpectralBasis``, ``jdlcore.models.polynomial.PolynomialBasis``,
+    ``jdlcore.models.greedy.ClassBasis``): the estimators, the model store and the model card read only this.
 
     size (m) and width (d); raw(Z) (q, r) and coefficients (r, m) with features(Z) = raw(Z) @
     coefficients = Psi(Z) (q, m); eigenvalues (m,), the squared empirical norms times n;

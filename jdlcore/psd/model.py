@@ -26,7 +26,7 @@ import numpy as np
 from scipy import linalg
 from scipy.special import erf, erfc
 
-from .validation import as_samples, check_positive
+from ..validation import as_samples, check_positive
 
 __all__ = ["GaussianPSDModel", "gaussian_block", "gaussian_mass", "eta_from_lengthscale"]
 

@@ -71,9 +71,9 @@ from typing import Any
 
 import numpy as np
 
-from .psd import GaussianPSDModel, eta_from_lengthscale, gaussian_block, gaussian_mass
-from .solvers.fista import fista
-from .validation import as_samples, check_choice, check_nonnegative
+from .model import GaussianPSDModel, eta_from_lengthscale, gaussian_block, gaussian_mass
+from ..solvers.fista import fista
+from ..validation import as_samples, check_choice, check_nonnegative
 
 __all__ = ["fit_psd_density", "psd_objective_terms", "psd_l2_gram", "held_out_loss", "project_psd_affine"]
 
@@ -201,8 +201,8 @@ def _default_centers(X: np.ndarray, m: int, lengthscale: Any, seed: int) -> tupl
     which both solvers need (they work in whitened coordinates K^{1/2} A K^{1/2}).
     Fallback, if pivoted Cholesky raises: m distinct data points drawn at random."""
     try:
-        from .cholesky import pivoted_cholesky
-        from .kernels import GaussianKernel
+        from ..lowrank.cholesky import pivoted_cholesky
+        from ..kernels import GaussianKernel
 
         scale = np.asarray(lengthscale, dtype=np.float64)
         kernel = GaussianKernel(float(scale) if scale.ndim == 0 else scale)
@@ -252,7 +252,7 @@ def fit_psd_density(
 
     Returns
     -------
-    ``jdlcore.psd.GaussianPSDModel(A, centers, lengthscale)`` with attribute ``fit_info_``: dict with
+    ``jdlcore.psd.model.GaussianPSDModel(A, centers, lengthscale)`` with attribute ``fit_info_``: dict with
     objective (J at the returned A), iterations, solver, seconds, min_eigenvalue, integral, m, ...
     """
     X = as_samples(X, "X")

@@ -66,11 +66,11 @@ import numpy as np
 from scipy.linalg import solve_triangular
 from scipy.sparse import csr_matrix
 
-from .atoms import block_sums
-from .basis import JDLReductions, reductions_from_values, slice_points
+from ..conditional.atoms import block_sums
+from ..lowrank.basis import JDLReductions, reductions_from_values, slice_points
 from .jdl import CONSTRAINTS, GRID_POINTS, JDL, JDLProblem
-from .support import sample_rows
-from .validation import as_samples, check_choice, check_nonnegative, check_paired
+from ..conditional.support import sample_rows
+from ..validation import as_samples, check_choice, check_nonnegative, check_paired
 
 __all__ = [
     "PolynomialBasis", "PolynomialJDL", "monomial_exponents", "evaluate_monomials", "fit_polynomial_basis",
@@ -211,7 +211,7 @@ class PolynomialBasis:
         return float(self.scale[component]) / 5.0
 
     def slice_points(self, n_slices: int) -> np.ndarray:
-        """``jdlcore.basis.slice_points`` of the mean +- 1.28 standard deviations."""
+        """``jdlcore.lowrank.basis.slice_points`` of the mean +- 1.28 standard deviations."""
         return slice_points(self.center + np.outer(np.linspace(-1.28, 1.28, 9), self.scale), n_slices)
 
 

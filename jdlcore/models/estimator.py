@@ -11,7 +11,7 @@
   ``total_mass``; a query a method cannot answer raises ``UnsupportedQuery`` naming the method.
   ``prepare_requests`` / ``answer_requests`` answer the pipeline's named requests (mean,
   second_moment, cdf, quantile, proba) through that surface.
-* Class declarations, read by the registry (``jdlcore.registry``) and everything derived from it
+* Class declarations, read by the registry (``jdlcore.models.registry``) and everything derived from it
   (CLI choices, flow settings, the model store's schema): ``method`` (the registry name), ``summary``
   (one line), ``positivity_rules`` (the first is what "auto" means), ``laws_on_atoms`` (conditional
   laws are weights on support atoms, with the training atoms stored), ``fits_from_reductions``
@@ -25,16 +25,17 @@ from typing import Any, Callable, ClassVar
 
 import numpy as np
 
-from .cholesky import Factorisation
-from .basis import SpectralBasis
-from .kernels import Kernel, kernel_from_dict
-from .atoms import STANDARD_FUNCTIONS
-from .queries import below_thresholds, check_levels, class_indicator
-from .validation import as_samples, check_choice, check_paired
+from ..lowrank.cholesky import Factorisation
+from ..lowrank.basis import SpectralBasis
+from ..kernels import Kernel, kernel_from_dict
+from ..conditional.atoms import STANDARD_FUNCTIONS
+from ..conditional.queries import below_thresholds, check_levels, class_indicator
+from ..validation import as_samples, check_choice, check_paired
 
-__all__ = ["Estimator", "UnsupportedQuery", "paired_samples", "REQUEST_KINDS"]
+__all__ = ["Estimator", "UnsupportedQuery", "paired_samples", "REQUEST_KINDS", "PARAMETRISED_KINDS"]
 
 REQUEST_KINDS = ("mean", "second_moment", "cdf", "quantile", "proba")
+PARAMETRISED_KINDS = ("cdf", "quantile")  # requests that carry numbers: thresholds, levels
 
 
 _QUERIES = ("conditional_weights", "conditional_expectation", "register", "expectations", "conditional_cdf",

@@ -2,7 +2,7 @@
 
 Parametrisation. A pivoted Cholesky factor K_X ~ L L^T (n x m) with bi-orthogonal B (K B = L,
 B^T L = I) is rotated into the double-orthogonal basis Psi(x) = Phi_X(x) B V = k(x, pivots) @
-coefficients (``jdlcore.basis``). The functions Psi_j are orthonormal in the RKHS and take the values
+coefficients (``jdlcore.lowrank.basis``). The functions Psi_j are orthonormal in the RKHS and take the values
 A = L V (n x m) at the training points. The classifier is
 
     cl(x) = sigma(Psi(x) c~ + b),     sigma(z) = 1 / (1 + exp(-z)),
@@ -38,11 +38,11 @@ from typing import Any
 import numpy as np
 from scipy.linalg import LinAlgError, cho_factor, cho_solve
 
-from .basis import SpectralBasis, spectral_basis
-from .cholesky import Factorisation, pivoted_cholesky
+from ..lowrank.basis import SpectralBasis, spectral_basis
+from ..lowrank.cholesky import Factorisation, pivoted_cholesky
 from .estimator import Estimator
-from .kernels import GaussianKernel, Kernel, kernel_from_dict
-from .validation import as_samples, check_count, check_paired
+from ..kernels import GaussianKernel, Kernel, kernel_from_dict
+from ..validation import as_samples, check_count, check_paired
 
 __all__ = ["KLR", "MAX_CLASSES"]
 

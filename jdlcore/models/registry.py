@@ -2,7 +2,7 @@
 
 Everything that lists methods reads it: the ``jdl`` command's ``--method`` choices and help, the
 flows' settings, the model store's schema and its loader. Each class declares what the rest needs
-(``jdlcore.estimator.Estimator``): its positivity rules (the first is what "auto" means), whether its
+(``jdlcore.models.estimator.Estimator``): its positivity rules (the first is what "auto" means), whether its
 laws live on support atoms, whether it fits from chunked reductions, its bases and its state's
 arrays. Adding a method means writing its class and adding it here.
 """

@@ -42,8 +42,8 @@ from typing import Any, ClassVar, Protocol
 import numpy as np
 from scipy.linalg import solve_triangular
 
-from .kernels import Kernel
-from .validation import as_samples, check_choice, check_count, check_tol
+from ..kernels import Kernel
+from ..validation import as_samples, check_choice, check_count, check_tol
 
 __all__ = [
     "PivotedCholesky",
@@ -68,7 +68,7 @@ class Factorisation:
 
     tol: stop once trace(K - L L^T) <= tol * trace K, in [0, 1) (``jdlcore.validation.check_tol``);
     max_rank: at most this many pivots, an integer >= 1, or None for the builder's default budget
-    (``jdlcore.degeneracy.rank_budget``); pivoting: "random" (RPCholesky) or "greedy"; seed: of the
+    (``jdlcore.models.degeneracy.rank_budget``); pivoting: "random" (RPCholesky) or "greedy"; seed: of the
     random pivoting and of the samples drawn beside it; block_size: candidate pivots per round
     (None: 64).
     """

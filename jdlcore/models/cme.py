@@ -32,14 +32,14 @@ from typing import Any, Callable
 
 import numpy as np
 
-from .atoms import Atoms, evaluate_function
-from .basis import JDLReductions
+from ..conditional.atoms import Atoms, evaluate_function
+from ..lowrank.basis import JDLReductions
 from .estimator import Estimator
 from .jdl import kernel_problem
-from .kernels import Kernel
-from .queries import below_thresholds, check_levels, quantiles_from_weights
-from .solvers.active_set import ProjectionQP
-from .validation import check_choice, check_nonnegative
+from ..kernels import Kernel
+from ..conditional.queries import below_thresholds, check_levels, quantiles_from_weights
+from ..solvers.active_set import ProjectionQP
+from ..validation import check_choice, check_nonnegative
 
 __all__ = ["CME", "solve_cme"]
 

@@ -1,7 +1,7 @@
 """Conditional laws on weighted support atoms, and the queries read from them.
 
 A JDL model's signed conditional law at x puts weight pi_k (1 + h(x, z_k)) / Z(x) on the support
-atoms z_k (see ``jdlcore.support``); off the training data 1 + h can be negative. A *rule* turns the
+atoms z_k (see ``jdlcore.conditional.support``); off the training data 1 + h can be negative. A *rule* turns the
 values R = 1 + h(x, z_k) into the law that queries read:
 
 * "signed": the normalised signed weights, as fitted (not a probability vector where 1 + h < 0);
@@ -29,7 +29,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from .kernels import pool_map
+from ..kernels import pool_map
 from .support import Support
 
 __all__ = ["RULES", "LEVELS", "MomentBasis", "apply_rule", "quantiles", "crps", "map_rows", "ROW_ELEMENTS"]

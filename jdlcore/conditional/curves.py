@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from .validation import as_samples
+from ..validation import as_samples
 
 __all__ = ["GRID_POINTS", "conditional_curves", "conditional_density", "default_grid", "default_x_values",
            "density_bandwidth"]

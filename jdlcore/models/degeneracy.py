@@ -39,7 +39,7 @@ MARGINAL_ROWS = 2000  # training rows the marginal comparison is made on
 
 
 class DegeneracyWarning(UserWarning):
-    """A fit ended in a degenerate model (``jdlcore.degeneracy``); the message says why and what to change."""
+    """A fit ended in a degenerate model (``jdlcore.models.degeneracy``); the message says why and what to change."""
 
 
 class GridBudgetWarning(DegeneracyWarning):

@@ -1,7 +1,7 @@
-"""Compiled per-row kernels of ``jdlcore.laws`` (Numba, no GIL): the projection and the quantile merge.
+"""Compiled per-row kernels of ``jdlcore.conditional.laws`` (Numba, no GIL): the projection and the quantile merge.
 
 Each kernel walks the M support atoms of one row a few times and writes its row of the output, so a
-block of rows costs O(rows M) memory traffic and no (rows x M x K) temporaries. ``jdlcore.laws``
+block of rows costs O(rows M) memory traffic and no (rows x M x K) temporaries. ``jdlcore.conditional.laws``
 documents the mathematics; this module is imported on first use (compiling takes a few seconds
 once, then the machine code is cached next to this file).
 """

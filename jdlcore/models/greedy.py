@@ -45,13 +45,13 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from .basis import JDLReductions, SpectralBasis, spectral_basis
-from .cholesky import Factorisation, pivoted_cholesky
+from ..lowrank.basis import JDLReductions, SpectralBasis, spectral_basis
+from ..lowrank.cholesky import Factorisation, pivoted_cholesky
 from .jdl import JDL, JDLProblem
-from .kernels import DeltaKernel, GaussianKernel, Kernel, kernel_from_dict
-from .solvers.active_set import ProjectionQP
-from .support import check_support_size
-from .validation import as_samples, check_choice, check_paired
+from ..kernels import DeltaKernel, GaussianKernel, Kernel, kernel_from_dict
+from ..solvers.active_set import ProjectionQP
+from ..conditional.support import check_support_size
+from ..validation import as_samples, check_choice, check_paired
 
 __all__ = [
     "ClassBasis", "GreedyJDL", "ClassStep", "build_class_problem", "class_objective", "solve_class_step",
