@@ -61,8 +61,10 @@ def test_the_registry_names_each_class_by_its_own_declaration():
 def test_the_constructor_takes_exactly_the_declared_parameters(cls):
     """``__init__``'s arguments are the declared ``_KERNELS`` + ``_PARAMS`` (what get_params, the
     model store and the pipeline read), each kept as it was given."""
-    names = [name for name in inspect.signature(cls.__init__).parameters if name != "self"]
+    parameters = {name: p for name, p in inspect.signature(cls.__init__).parameters.items() if name != "self"}
+    names = list(parameters)
     assert sorted(names) == sorted(cls._KERNELS + cls._PARAMS)
+    assert all(parameters[name].kind is inspect.Parameter.KEYWORD_ONLY for name in cls._PARAMS)  # hyperparameters
     sentinels = {name: object() for name in names}
     model = cls(**sentinels)
     assert all(getattr(model, name) is value for name, value in sentinels.items())

@@ -1,14 +1,16 @@
 """The contract every jdlcore estimator follows, in the spirit of scikit-learn's.
 
-* Hyperparameters: the constructor's keyword arguments, listed in ``_KERNELS`` (jdlcore Kernels or
-  None) and ``_PARAMS`` (JSON values, what ``state()`` stores); ``get_params`` / ``set_params`` follow
-  from them, and ``_check_params`` validates them all when ``fit`` starts.
+* Hyperparameters: the constructor's arguments, keyword-only after the kernels, listed in
+  ``_KERNELS`` (jdlcore Kernels or None) and ``_PARAMS`` (JSON values, what ``state()`` stores) and
+  kept by ``_keep_params``; ``get_params`` / ``set_params`` follow from them, and ``_check_params``
+  validates them all when ``fit`` starts (the factorisation settings through ``Factorisation``).
 * Fitted attributes end in ``_``; ``_fitted()`` is the one check that a model was fitted and
   ``_queries(Xq)`` the one validation of query points.
 * One query surface, with the same names and shapes for every method: ``conditional_weights``,
   ``conditional_expectation``, ``register`` / ``expectations``, ``conditional_cdf``,
   ``conditional_quantile``, ``predict_proba``, ``negative_share``, ``predict`` (the conditional mean),
-  ``total_mass``; a query a method cannot answer raises ``UnsupportedQuery`` naming the method.
+  ``total_mass``; a query a method cannot answer raises ``UnsupportedQuery`` naming the method, and
+  ``answers(query)`` says beforehand which it is. ``law_atoms_`` are the atoms the weights are on.
   ``prepare_requests`` / ``answer_requests`` answer the pipeline's named requests (mean,
   second_moment, cdf, quantile, proba) through that surface.
 * Class declarations, read by the registry (``jdlcore.models.registry``) and everything derived from it
@@ -25,11 +27,11 @@ from typing import Any, Callable, ClassVar
 
 import numpy as np
 
-from ..lowrank.cholesky import Factorisation
-from ..lowrank.basis import SpectralBasis
-from ..kernels import Kernel, kernel_from_dict
 from ..conditional.atoms import STANDARD_FUNCTIONS
 from ..conditional.queries import below_thresholds, check_levels, class_indicator
+from ..kernels import Kernel, kernel_from_dict
+from ..lowrank.basis import SpectralBasis
+from ..lowrank.cholesky import Factorisation
 from ..validation import as_samples, check_choice, check_paired
 
 __all__ = ["Estimator", "UnsupportedQuery", "paired_samples", "REQUEST_KINDS", "PARAMETRISED_KINDS"]
@@ -175,9 +177,8 @@ class Estimator:
     @classmethod
     def answers(cls, query: str) -> bool:
         """Whether the method answers ``query``, a name of the query surface: the class implements it
-        (or, for ``predict``, ``total_mass``, ``predict_proba`` and ``expectation``, the query they are
-        built on) rather
-        than inheriting the base's ``UnsupportedQuery``."""
+        (or, for ``predict``, ``total_mass``, ``predict_proba`` and ``expectation``, the query they
+        are built on) rather than inheriting the base's ``UnsupportedQuery``."""
         if query not in _QUERIES and query not in _BUILT_ON:
             raise ValueError(f"query: {query!r} is not a query of the estimator contract")
         if getattr(cls, query) is not getattr(Estimator, query):

@@ -132,9 +132,11 @@ class PSDJDL(Estimator):
     max_iter: FISTA iteration cap.
     max_features: refuse p = (m_X + 1)(m_Y + 1) above this (M is p x p, each iteration O(p^3)).
 
-    Fitted attributes: coef_ (M, p x p), factor_ (R with M = R R^T), basis_x_, basis_y_, y_atoms_,
+    Fitted attributes: coef_ (M, p x p), factor_ (R (p, r) with M = R R^T; what the store keeps and
+    every query reads), basis_x_, basis_y_, y_atoms_ (the n training atoms the laws weigh), gram_y_,
     n_samples_, diagnostics_ (objective, iterations, converged, min_eigenvalue, normalization_defect,
-    solve_seconds, rank_x, rank_y, ...).
+    solve_seconds, rank_x, rank_y, trace_error_x / _y, ...). Registered as method "psd": positivity
+    "psd" (by construction), fitted in memory.
     """
 
     method = "psd"
