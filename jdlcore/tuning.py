@@ -2,14 +2,14 @@
 jdl, run in this process here and fanned out over Dask by ``pipeline.tuning``.
 
 The grid is lengthscales_x x lengthscales_y x regs. Each side is factorised once per lengthscale
-(pivoted Cholesky on the training rows), each pair of factorisations gives one problem (bases,
+(pivoted Cholesky on the training rows; the y factorisations are kept between pairs while they fit
+an eighth of the machine's memory), each pair of factorisations gives one problem (bases,
 reductions, support) that every ``reg`` reuses, and each candidate is scored on the validation rows
 by a criterion (model, X_val, Y_val) -> float. Unset lengthscales are ``LENGTHSCALE_FACTORS`` times
 the median heuristic of the rows; the best setting is refitted on all the data.
 """
 from __future__ import annotations
 
-import itertools
 import time
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
@@ -17,7 +17,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from .lowrank.cholesky import Factorisation, PivotedCholesky, pivoted_cholesky
-from .models.degeneracy import rank_budget
+from .models.degeneracy import physical_memory, rank_budget
 from .models.jdl import JDL, problem_from_factors
 from .kernels import GaussianKernel, Kernel, median_heuristic
 from .conditional.losses import ClippedLogisticLoss, SecondMomentLoss
@@ -28,6 +28,7 @@ __all__ = ["TuneResult", "tune", "split_rows", "score_grid", "best_row", "resolv
 
 LENGTHSCALE_FACTORS = (1 / 8, 1 / 4, 1 / 2)  # times the median heuristic, when no lengthscales are given
 DEFAULT_REGS = (1e-6, 1e-5, 1e-4, 1e-3)
+CACHE_MEMORY_SHARE = 0.125  # of physical memory: y factorisations kept between pairs (else recomputed)
 _CANDIDATE_ERRORS = (ValueError, RuntimeError, np.linalg.LinAlgError, MemoryError, FloatingPointError)
 
 
@@ -94,21 +95,21 @@ def screening_params(base: JDL) -> dict[str, Any]:
     return params
 
 
-def _factorise_side(Z: np.ndarray, kernels: Sequence[Kernel], factorisation: Factorisation
-                    ) -> tuple[list[PivotedCholesky | Exception], list[float], int | None]:
-    """Pivoted Cholesky of Z with each kernel (the default rank budget where max_rank is None): the
-    factors (or the error a kernel raised), the seconds each took, and the budget."""
+def _factoriser(Z: np.ndarray, factorisation: Factorisation) -> tuple[Callable, int | None]:
+    """A function kernel -> (pivoted Cholesky of Z with that kernel, or the error it raised; seconds),
+    under the default rank budget where max_rank is None, and that budget."""
     budget = rank_budget(len(Z)) if factorisation.max_rank is None else None
     options = factorisation.options(max_rank=budget or factorisation.max_rank)
-    factors, seconds = [], []
-    for kernel in kernels:
+
+    def factorise(kernel: Kernel) -> tuple[PivotedCholesky | Exception, float]:
         started = time.perf_counter()
         try:
-            factors.append(pivoted_cholesky(kernel, Z, **options))
+            factor: PivotedCholesky | Exception = pivoted_cholesky(kernel, Z, **options)
         except _CANDIDATE_ERRORS as error:
-            factors.append(error)
-        seconds.append(time.perf_counter() - started)
-    return factors, seconds, budget
+            factor = error
+        return factor, time.perf_counter() - started
+
+    return factorise, budget
 
 
 def score_grid(
@@ -116,47 +117,65 @@ def score_grid(
     kernels_x: Sequence[Kernel], kernels_y: Sequence[Kernel], regs: Sequence[float], score: Callable,
     progress: Callable[[str], None] | None = None, usable: Callable[[PivotedCholesky], bool] | None = None,
 ) -> list[dict[str, Any]]:
-    """Validation scores of every (k_x, k_y, reg), in that order: each side is factorised once per
-    kernel with ``base``'s factorisation settings, each pair's problem (bases, reductions, support) is
-    built once and shared by the regs, and each candidate is ``base`` with those kernels and reg
-    (``screening_params``) scored by ``score``.
+    """Validation scores of every (k_x, k_y, reg), in that order: each x factorisation is computed once
+    and each y factorisation once as long as the kept ones fit ``CACHE_MEMORY_SHARE`` of the machine's
+    memory (else again for each pair), with ``base``'s factorisation settings; each pair's problem
+    (bases, reductions, support) is built once and shared by the regs, and each candidate is ``base``
+    with those kernels and reg (``screening_params``) scored by ``score``.
 
     Returns one row per candidate: lengthscale_x, lengthscale_y, reg, score, rank_x, rank_y, stop_x,
     stop_y (the factorisations' stop reasons), seconds (its share of the factorisations and of its
-    pair's problem, plus its own solve and scoring), and
-    ``error`` (the message) for a candidate that failed, whose score is NaN: the search goes on.
-    ``progress`` is called with a line per finished pair. ``usable``: a test of each factorisation;
-    the candidates of a pair with a factorisation that fails it are left out unscored (score NaN,
-    ``error`` says why).
+    pair's problem, plus its own solve and scoring), and ``error`` (the message) for a candidate that
+    failed, whose score is NaN: the search goes on. ``progress`` is called with a line per finished
+    pair. ``usable``: a test of each factorisation; the candidates of a pair with a factorisation that
+    fails it are left out unscored (score NaN, ``error`` says why).
     """
     factorisation = Factorisation.of(base)
     params = screening_params(base)
-    factors_x, seconds_x, budget = _factorise_side(X_train, kernels_x, factorisation)
-    factors_y, seconds_y, _ = _factorise_side(Y_train, kernels_y, factorisation)
+    factorise_x, budget = _factoriser(X_train, factorisation)
+    factorise_y, _ = _factoriser(Y_train, factorisation)
+    kept_y: dict[int, tuple[PivotedCholesky | Exception, float]] = {}
+    room = CACHE_MEMORY_SHARE * physical_memory()
     rows: list[dict[str, Any]] = []
-    pairs = len(kernels_x) * len(kernels_y)
-    for (i, kernel_x), (j, kernel_y) in itertools.product(enumerate(kernels_x), enumerate(kernels_y)):
-        started = time.perf_counter()
-        shared = seconds_x[i] / len(kernels_y) + seconds_y[j] / len(kernels_x)
-        failed = next((f for f in (factors_x[i], factors_y[j]) if isinstance(f, Exception)), None)
-        if failed is None and usable is not None:
-            failed = next((_LeftOut(side, f.stop_reason, f.rank) for side, f in (("x", factors_x[i]), ("y", factors_y[j]))
-                           if not usable(f)), None)
-        problem = None
-        if failed is None:
-            try:
-                problem = problem_from_factors(factors_x[i], factors_y[j], kernel_x, kernel_y, X_train, Y_train,
-                                               support_size=base.support_size, seed=factorisation.seed,
-                                               grid_points=base.grid_points, rank_budget=budget)
-            except _CANDIDATE_ERRORS as error:
-                failed = error
-        per_reg = (shared + time.perf_counter() - started) / len(regs)
-        for reg in regs:
-            rows.append(_failed(kernel_x, kernel_y, reg, failed, per_reg) if problem is None else
-                        _candidate(problem, params, kernel_x, kernel_y, reg, Y_train, X_val, Y_val, score, per_reg))
-        if progress is not None:
-            progress(f"tuned {len(rows) // len(regs)}/{pairs} lengthscale pairs")
+    for kernel_x in kernels_x:
+        factor_x, seconds_x = factorise_x(kernel_x)
+        for j, kernel_y in enumerate(kernels_y):
+            started = time.perf_counter()
+            if j in kept_y:
+                factor_y, seconds_y = kept_y[j]
+                shared_y = seconds_y / len(kernels_x)
+            else:
+                factor_y, seconds_y = factorise_y(kernel_y)
+                size = getattr(getattr(factor_y, "L", None), "nbytes", 0)
+                shared_y = seconds_y
+                if size <= room:
+                    kept_y[j], room, shared_y = (factor_y, seconds_y), room - size, seconds_y / len(kernels_x)
+            problem, failed = _pair_problem(factor_x, factor_y, kernel_x, kernel_y, X_train, Y_train, base,
+                                            budget, usable)
+            per_reg = (seconds_x / len(kernels_y) + shared_y + time.perf_counter() - started) / len(regs)
+            for reg in regs:
+                rows.append(_failed(kernel_x, kernel_y, reg, failed, per_reg) if problem is None else
+                            _candidate(problem, params, kernel_x, kernel_y, reg, Y_train, X_val, Y_val, score, per_reg))
+            if progress is not None:
+                progress(f"tuned {len(rows) // len(regs)}/{len(kernels_x) * len(kernels_y)} lengthscale pairs")
     return rows
+
+
+def _pair_problem(factor_x: PivotedCholesky | Exception, factor_y: PivotedCholesky | Exception, kernel_x: Kernel,
+                  kernel_y: Kernel, X: np.ndarray, Y: np.ndarray, base: JDL, budget: int | None,
+                  usable: Callable[[PivotedCholesky], bool] | None) -> tuple[Any, Exception | None]:
+    """(the JDL problem of a pair of factorisations, None) or (None, why the pair has none)."""
+    failed = next((f for f in (factor_x, factor_y) if isinstance(f, Exception)), None)
+    if failed is None and usable is not None:
+        failed = next((_LeftOut(side, f.stop_reason, f.rank) for side, f in (("x", factor_x), ("y", factor_y))
+                       if not usable(f)), None)
+    if failed is not None:
+        return None, failed
+    try:
+        return problem_from_factors(factor_x, factor_y, kernel_x, kernel_y, X, Y, support_size=base.support_size,
+                                    seed=base.seed, grid_points=base.grid_points, rank_budget=budget), None
+    except _CANDIDATE_ERRORS as error:
+        return None, error
 
 
 class _LeftOut(Exception):

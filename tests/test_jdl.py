@@ -331,8 +331,14 @@ def test_tune_reuses_factors_picks_the_best_and_records_failures(data, monkeypat
     result = tune(X, Y, estimator=JDL(tol=1e-4, constraints="normalization"),
                   lengthscales_x=(0.3, 1.0), lengthscales_y=(0.5,), regs=(1e-5, 1e-2))
     assert len(result.table) == 4
-    assert factorised == [0.3, 1.0, 0.5]  # each side once per lengthscale, then paired: one problem per pair
+    assert factorised == [0.3, 0.5, 1.0]  # each side once per lengthscale, then paired: one problem per pair
     assert paired == [(0.3, 0.5), (1.0, 0.5)]
+    factorised.clear()
+    monkeypatch.setattr(tuning_module, "CACHE_MEMORY_SHARE", 0.0)  # no room to keep y factorisations
+    again = tune(X, Y, estimator=JDL(tol=1e-4, constraints="normalization"),
+                 lengthscales_x=(0.3, 1.0), lengthscales_y=(0.5,), regs=(1e-5, 1e-2))
+    assert factorised == [0.3, 0.5, 1.0, 0.5]  # y factorised again for each pair, with the same results
+    assert [row["score"] for row in again.table] == [row["score"] for row in result.table]
     scores = result.scores()
     assert result.best["score"] == scores.min()
     assert result.model.kernel_x.lengthscale == result.best["lengthscale_x"]
