@@ -19,7 +19,7 @@ import numpy as np
 from .lowrank.cholesky import Factorisation, PivotedCholesky, pivoted_cholesky
 from .models.degeneracy import physical_memory, rank_budget
 from .models.jdl import JDL, problem_from_factors
-from .kernels import GaussianKernel, Kernel, median_heuristic
+from .kernels import Kernel, median_heuristic
 from .conditional.losses import ClippedLogisticLoss, SecondMomentLoss
 from .validation import as_samples, check_paired
 
@@ -252,8 +252,7 @@ def tune(
     score = resolve_criterion(criterion, threshold)
     base = estimator if estimator is not None else JDL()
     base._check_params()
-    kernel_x = base.kernel_x or GaussianKernel(1.0)
-    kernel_y = base.kernel_y or GaussianKernel(1.0)
+    kernel_x, kernel_y = base._kernel("kernel_x"), base._kernel("kernel_y")
     train, val = split_rows(X.shape[0], validation_fraction, seed)
     table = score_grid(X[train], Y[train], X[val], Y[val], base, [kernel_x.with_lengthscale(v) for v in grid_x],
                        [kernel_y.with_lengthscale(v) for v in grid_y], regs, score)

@@ -20,7 +20,7 @@ from jdlcore import GaussianKernel, build_problem
 from jdlcore.lowrank.cholesky import Factorisation
 from jdlcore.models.registry import METHODS as REGISTRY, estimator_class
 from jdlcore.models.degeneracy import MARGINAL_ROWS
-from jdlcore.conditional.support import sample_rows
+from jdlcore.conditional.support import check_support_rows, sample_rows
 
 from .atomic import refuse_existing
 from .cluster import dask_client, resolve_scheduler
@@ -130,8 +130,7 @@ def fit_store(
         table = load_tuning(tuning)
     n = int(group.attrs["n_samples"])
     positivity = choose_positivity(positivity, method)
-    if support_size is not None and support_size > n:
-        raise ValueError(f"support_size: {support_size} is more than the {n:,} rows of {data}")
+    check_support_rows(support_size, n, f"rows of {data}")
     started = time.perf_counter()
     estimator = make_estimator(method, lengthscale_x=lengthscale_x, lengthscale_y=lengthscale_y, reg=reg, tol=tol,
                                constraints=constraints, positivity=positivity, pivoting=pivoting, seed=seed,

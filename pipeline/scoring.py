@@ -25,6 +25,7 @@ import numpy as np
 import zarr
 
 from data_schemas.scores import SCHEMA_NAME, SCHEMA_VERSION, function_dims, validate_scores_group
+from jdlcore.conditional.queries import check_levels
 from jdlcore.models.estimator import PARAMETRISED_KINDS, REQUEST_KINDS
 
 from .atomic import atomic_store, refuse_existing
@@ -49,8 +50,11 @@ def parse_function(spec: str) -> tuple[str, np.ndarray | None]:
             raise ValueError(f"function {spec!r}: parameters must be comma-separated numbers") from None
         if not np.all(np.isfinite(values)):
             raise ValueError(f"function {spec!r}: parameters must be finite")
-        if kind == "quantile" and (np.any(values <= 0) or np.any(values > 1)):
-            raise ValueError(f"function {spec!r}: levels must lie in (0, 1]")
+        if kind == "quantile":
+            try:
+                check_levels(values)
+            except ValueError as error:
+                raise ValueError(f"function {spec!r}: {error}") from None
         return kind, values
     raise ValueError(f"function {spec!r}: unknown; use mean, second_moment, cdf:t1,t2,..., quantile:l1,l2,... or proba")
 

@@ -37,7 +37,7 @@ from .atoms import FunctionSums
 __all__ = [
     "Support", "SupportPlan", "SupportPartial", "MarginalSums", "SUM_GROUPS", "default_support_size", "plan_support",
     "support_partial", "sum_groups", "finish_support", "build_support", "reweight", "sample_rows", "check_support_size",
-    "SAMPLE_ROWS",
+    "check_support_rows", "SAMPLE_ROWS",
 ]
 
 SAMPLE_ROWS = 1 << 17  # rows that place the bin edges or cell centres
@@ -58,6 +58,12 @@ def check_support_size(value: Any) -> int | None:
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
         raise ValueError(f"support_size: must be an integer >= 1 (or None for the default), got {value!r}")
     return int(value)
+
+
+def check_support_rows(size: int | None, rows: int, what: str = "training rows") -> None:
+    """``ValueError`` when a requested ``support_size`` exceeds the ``rows`` it would be built from."""
+    if size is not None and size > rows:
+        raise ValueError(f"support_size: {size} is more than the {rows:,} {what}")
 
 
 @dataclass

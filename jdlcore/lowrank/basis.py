@@ -16,8 +16,8 @@ from .cholesky import PivotedCholesky
 from ..kernels import Kernel
 
 __all__ = [
-    "Basis", "slice_points", "SpectralBasis", "JDLReductions", "FactorPartials", "spectral_basis", "factor_partials", "column_extremes",
-    "reductions_from_partials", "reductions_from_values",
+    "Basis", "slice_points", "SpectralBasis", "JDLReductions", "FactorPartials", "spectral_basis", "factor_partials",
+    "column_extremes", "reductions_from_partials", "reductions_from_values",
 ]
 
 

@@ -107,8 +107,6 @@ class CME(Estimator):
                  max_rank: int | None = None, seed: int | None = 0, block_size: int | None = None):
         self._keep_params(locals())
 
-    clips = False  # the pipeline's scoring asks every model; CME reports weights as they are
-
     def _check_params(self) -> None:
         check_nonnegative(self.reg, "reg")
         check_choice(self.constraints, "constraints", CME_CONSTRAINTS)
@@ -153,7 +151,7 @@ class CME(Estimator):
     def state(self) -> dict[str, Any]:
         """Arrays and JSON-able values that rebuild the model (``from_state``); no pickles."""
         self._fitted()
-        return self._spectral_state({"coef": self.coef_})
+        return self._two_basis_state({"coef": self.coef_})
 
     @classmethod
     def from_state(cls, state: dict[str, Any]) -> "CME":
@@ -192,11 +190,6 @@ class CME(Estimator):
     def negative_share(self, Xq: Any, tol: float = 1e-12) -> np.ndarray:
         """Share of the y pivots whose weight at x_q is below -tol, shape (q,)."""
         return np.mean(self.conditional_weights(Xq) < -tol, axis=1)
-
-    def negative_mass(self, Xq: Any) -> np.ndarray:
-        """Negative weight relative to the total mass, shape (q,) (as ``JDL.negative_mass``)."""
-        W = self.conditional_weights(Xq)
-        return np.minimum(W, 0.0).sum(axis=1) / -W.sum(axis=1)
 
     def conditional_expectation(self, Xq: Any, f: Callable[[np.ndarray], np.ndarray] | None = None) -> np.ndarray:
         """sum_k w_k(x_q) f(y_{p_k}) for each query, shape (q, ...); f defaults to the identity."""

@@ -29,7 +29,7 @@ import numpy as np
 
 from ..conditional.atoms import STANDARD_FUNCTIONS
 from ..conditional.queries import below_thresholds, check_levels, class_indicator
-from ..kernels import Kernel, kernel_from_dict
+from ..kernels import GaussianKernel, Kernel, kernel_from_dict
 from ..lowrank.basis import SpectralBasis
 from ..lowrank.cholesky import Factorisation
 from ..validation import as_samples, check_choice, check_paired
@@ -111,24 +111,32 @@ class Estimator:
             if kernel is not None and not isinstance(kernel, Kernel):
                 raise ValueError(f"{name}: must be a jdlcore Kernel, got {type(kernel).__name__}")
 
+    def _kernel(self, name: str) -> Kernel:
+        """The kernel parameter ``name`` ("kernel_x" or "kernel_y"), or the default Gaussian of lengthscale 1."""
+        kernel = getattr(self, name)
+        return GaussianKernel(1.0) if kernel is None else kernel
+
     # -- state (for stores) -----------------------------------------------------------------------
-    def _spectral_state(self, arrays: dict[str, Any]) -> dict[str, Any]:
-        """``state()`` of a model on two kernel bases: its own ``arrays`` with the bases' arrays and
-        residual traces, the kernels, the parameters, n and the JSON-able diagnostics; no registered
-        functions. Every value is an array or JSON (no pickles)."""
+    def _json_diagnostics(self) -> dict[str, Any]:
+        """``diagnostics_`` without its arrays, NumPy scalars as Python numbers (what a state stores)."""
+        return {k: (v.item() if isinstance(v, np.generic) else v)
+                for k, v in self.diagnostics_.items() if not isinstance(v, np.ndarray)}
+
+    def _two_basis_state(self, arrays: dict[str, Any]) -> dict[str, Any]:
+        """``state()`` of a model on an x and a y basis: its own ``arrays`` with the bases' arrays and
+        residual traces, the bases' specs, the parameters, n and the JSON-able diagnostics; no
+        registered functions. Every value is an array or JSON (no pickles)."""
         arrays = dict(arrays)
         for side in ("x", "y"):
             arrays.update(getattr(self, f"basis_{side}_").to_arrays(side))
             arrays[f"{side}_trace_error"] = np.asarray(self.diagnostics_[f"trace_error_{side}"], dtype=np.float64)
-        diagnostics = {k: (v.item() if isinstance(v, np.generic) else v)
-                       for k, v in self.diagnostics_.items() if not isinstance(v, np.ndarray)}
         return {"arrays": arrays, "kernel_x": self.basis_x_.spec(), "kernel_y": self.basis_y_.spec(),
                 "params": {name: getattr(self, name) for name in self._PARAMS}, "n_samples": int(self.n_samples_),
-                "diagnostics": diagnostics, "registered": []}
+                "diagnostics": self._json_diagnostics(), "registered": []}
 
     @classmethod
     def _spectral_restore(cls, state: dict[str, Any]) -> tuple[Any, dict[str, np.ndarray], dict[str, SpectralBasis]]:
-        """The common part of ``from_state`` for ``_spectral_state``: the estimator with its stored (and
+        """The common part of ``from_state`` for ``_two_basis_state`` with kernel bases: the estimator with its stored (and
         validated) parameters, ``n_samples_`` and ``diagnostics_`` (residual traces included), the
         arrays as float64 and the two bases by side. ``ValueError`` naming a missing part."""
         try:
@@ -245,6 +253,12 @@ class Estimator:
         """Share of the model's atoms whose signed weight (or Radon-Nikodym value) at x_q is below -tol,
         shape (q,)."""
         raise self._unsupported("negative_share")
+
+    def negative_mass(self, Xq: Any) -> np.ndarray:
+        """Negative weight of the law's weights at x_q (``conditional_weights``) relative to their total,
+        shape (q,): 0 for a probability vector."""
+        W = self.conditional_weights(Xq)
+        return np.minimum(W, 0.0).sum(axis=1) / -W.sum(axis=1) + 0.0  # + 0.0: no -0.0
 
     def total_mass(self, Xq: Any) -> np.ndarray:
         """E[1 | x_q], shape (q,): measured by a pass over the atoms (1 for a normalised law)."""

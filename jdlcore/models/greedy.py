@@ -48,7 +48,7 @@ import numpy as np
 from ..lowrank.basis import JDLReductions, SpectralBasis, spectral_basis
 from ..lowrank.cholesky import Factorisation, pivoted_cholesky
 from .jdl import JDL, JDLProblem
-from ..kernels import DeltaKernel, GaussianKernel, Kernel, kernel_from_dict
+from ..kernels import DeltaKernel, Kernel, kernel_from_dict
 from ..solvers.active_set import ProjectionQP
 from ..conditional.support import check_support_size
 from ..validation import as_samples, check_choice, check_paired
@@ -434,7 +434,7 @@ class GreedyJDL(JDL):
         if classes.size < 2:
             raise ValueError(f"labels: need at least 2 classes, got 1 (every label is {float(classes[0])!r})")
         class_order_indices(self.class_order, classes, counts)  # fail before the factorisation
-        problem = build_class_problem(labels, Y, self.kernel_y or GaussianKernel(1.0), Factorisation.of(self))
+        problem = build_class_problem(labels, Y, self._kernel("kernel_y"), Factorisation.of(self))
         return self.fit_problem(problem, Y)
 
     def _solve(self, problem: JDLProblem, reg: float) -> tuple[np.ndarray, dict[str, Any]]:

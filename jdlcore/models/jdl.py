@@ -39,9 +39,9 @@ from ..solvers import (
     grid_minimum, pointwise_bounds, solve_grid_positivity, solve_normalized, solve_tightened, solve_unconstrained,
 )
 from ..conditional.support import (
-    MarginalSums, Support, build_support, check_support_size, default_support_size, sample_rows,
+    MarginalSums, Support, build_support, check_support_rows, check_support_size, default_support_size, sample_rows,
 )
-from ..validation import as_samples, check_choice, check_nonnegative
+from ..validation import as_samples, check_choice, check_count, check_nonnegative
 
 __all__ = [
     "JDL", "JDLProblem", "build_problem", "problem_from_factors", "factor_diagnostics", "marginal_sums",
@@ -144,14 +144,11 @@ def kernel_problem(estimator: Any, X: Any, Y: Any) -> tuple[JDLProblem, np.ndarr
     (``build_problem``) with the estimator's kernels (Gaussian of lengthscale 1 where None) and
     factorisation options (tol, max_rank, pivoting, seed, block_size; support_size and grid_points
     where it has them); returns (problem, X, Y)."""
-    from ..kernels import GaussianKernel
-
     X, Y = paired_samples(X, Y)
     extra = {name: getattr(estimator, name) for name in ("support_size", "grid_points") if hasattr(estimator, name)}
-    if extra.get("support_size") is not None and extra["support_size"] > X.shape[0]:
-        raise ValueError(f"support_size: {extra['support_size']} is more than the {X.shape[0]} training rows")
-    kernels = [GaussianKernel(1.0) if kernel is None else kernel for kernel in (estimator.kernel_x, estimator.kernel_y)]
-    problem = build_problem(X, Y, *kernels, Factorisation.of(estimator), **extra)
+    check_support_rows(extra.get("support_size"), X.shape[0])
+    problem = build_problem(X, Y, estimator._kernel("kernel_x"), estimator._kernel("kernel_y"),
+                            Factorisation.of(estimator), **extra)
     return problem, X, Y
 
 
@@ -264,10 +261,8 @@ class JDL(Estimator):
     def _check_support_and_grid(self) -> None:
         """support_size (>= 1 or None) and the grid budget (grid_points, grid_rounds >= 1, grid_seconds > 0)."""
         check_support_size(self.support_size)
-        for name in ("grid_points", "grid_rounds"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-                raise ValueError(f"{name}: must be an integer >= 1, got {value!r}")
+        check_count(self.grid_points, "grid_points")
+        check_count(self.grid_rounds, "grid_rounds")
         seconds = float(self.grid_seconds)
         if not np.isfinite(seconds) or seconds <= 0:
             raise ValueError(f"grid_seconds: must be finite and > 0, got {self.grid_seconds!r}")
@@ -332,8 +327,7 @@ class JDL(Estimator):
     def _support(self, problem: JDLProblem, atoms: Atoms) -> tuple[Support, dict[str, FunctionSums]]:
         """The support of the requested size (the problem's, else one built in a pass over the atoms)
         and the problem's function sums completed with the standard ones."""
-        if self.support_size is not None and self.support_size > atoms.n:
-            raise ValueError(f"support_size: {self.support_size} is more than the {atoms.n} training rows")
+        check_support_rows(self.support_size, atoms.n)
         size = min(self.support_size or default_support_size(atoms.d), atoms.n)
         sums = dict(problem.function_sums)
         for name, f in STANDARD_FUNCTIONS.items():
@@ -417,9 +411,7 @@ class JDL(Estimator):
         self._fitted()
         return self.support_.atoms
 
-    @property
-    def law_atoms_(self) -> np.ndarray:
-        return self.support_atoms_
+    law_atoms_ = support_atoms_  # the atoms the conditional weights are on
 
     @property
     def registered_(self) -> dict[str, tuple[np.ndarray, tuple]]:
@@ -447,20 +439,8 @@ class JDL(Estimator):
             arrays[f"registered_{k}_moments"], arrays[f"registered_{k}_totals"] = sums.moments, sums.totals
             arrays[f"registered_{k}_support"] = self._support_values[name][0]
             registered.append({"name": name, "shape": list(sums.shape)})
-        for side, basis in (("x", self.basis_x_), ("y", self.basis_y_)):
-            arrays.update(basis.to_arrays(side))
-            arrays[f"{side}_trace_error"] = np.asarray(self.diagnostics_[f"trace_error_{side}"], dtype=np.float64)
-        diagnostics = {
-            k: (v.item() if isinstance(v, np.generic) else v)
-            for k, v in self.diagnostics_.items() if not isinstance(v, np.ndarray)
-        }
         return {
-            "arrays": arrays,
-            "kernel_x": self.basis_x_.spec(),
-            "kernel_y": self.basis_y_.spec(),
-            "params": {name: getattr(self, name) for name in self._PARAMS},
-            "n_samples": int(self.n_samples_),
-            "diagnostics": diagnostics,
+            **self._two_basis_state(arrays),
             "registered": registered,
             "support": {"construction": self.support_.construction, "exact": self.support_.exact,
                         "defect": self.support_.defect, "requested": self.support_.requested},

@@ -40,9 +40,9 @@ from scipy.linalg import LinAlgError, cho_factor, cho_solve
 
 from ..lowrank.basis import SpectralBasis, spectral_basis
 from ..lowrank.cholesky import Factorisation, pivoted_cholesky
-from .estimator import Estimator
-from ..kernels import GaussianKernel, Kernel, kernel_from_dict
-from ..validation import as_samples, check_count, check_paired
+from .estimator import Estimator, paired_samples
+from ..kernels import Kernel, kernel_from_dict
+from ..validation import check_count
 
 __all__ = ["KLR", "MAX_CLASSES"]
 
@@ -300,13 +300,11 @@ class KLR(Estimator):
         """Fit on samples X (n, d_X) or (n,) and labels (or continuous values, with a threshold) Y (n,) or (n, 1)."""
         self._check_params()
         started = time.perf_counter()
-        X = as_samples(X, "X", min_rows=2)
-        Y = as_samples(Y, "Y", min_rows=2)
-        check_paired(X, Y)
+        X, Y = paired_samples(X, Y)
         if Y.shape[1] != 1:
             raise ValueError(f"Y: must be one column, shape (n,) or (n, 1), got shape {Y.shape}")
         classes, labels = self._labels(Y[:, 0])
-        kernel = self.kernel_x or GaussianKernel(1.0)
+        kernel = self._kernel("kernel_x")
         factor = pivoted_cholesky(kernel, X, **Factorisation.of(self).options())
         basis = spectral_basis(factor, kernel)
         features = _rotate_rows(factor.L, basis.rotation)  # A = L V = Psi(X); the factor is not used again
@@ -441,16 +439,12 @@ class KLR(Estimator):
             "x_trace_error": self.diagnostics_["trace_error_x"],
             "coef": self.coef_, "intercept": self.intercept_, "classes": self.classes_,
         }
-        diagnostics = {
-            k: (v.item() if isinstance(v, np.generic) else v)
-            for k, v in self.diagnostics_.items() if not isinstance(v, np.ndarray)
-        }
         return {
             "arrays": {name: np.asarray(array, dtype=np.float64) for name, array in arrays.items()},
             "kernel_x": basis.spec(),
             "params": {name: getattr(self, name) for name in self._PARAMS},
             "n_samples": int(self.n_samples_),
-            "diagnostics": diagnostics,
+            "diagnostics": self._json_diagnostics(),
         }
 
     @classmethod

@@ -236,7 +236,7 @@ class PSDJDL(Estimator):
         ``from_state(state())`` answers every query bit for bit. Registered functions are not kept
         (``register`` again: one pass over the atoms)."""
         self._fitted()
-        return self._spectral_state({"factor": self.factor_, "y_atoms": self.y_atoms_})
+        return self._two_basis_state({"factor": self.factor_, "y_atoms": self.y_atoms_})
 
     @classmethod
     def from_state(cls, state: dict[str, Any]) -> "PSDJDL":
@@ -302,11 +302,6 @@ class PSDJDL(Estimator):
         values = self.radon_nikodym(Xq)
         values /= values.sum(axis=1, keepdims=True)
         return values
-
-    def negative_mass(self, Xq: Any) -> np.ndarray:
-        """Total negative weight of Q(Y | X = x_q), computed from the values g(x_q, y_t), shape (q,)."""
-        values = self.radon_nikodym(Xq)
-        return np.minimum(values, 0.0).sum(axis=1) / -values.sum(axis=1) + 0.0  # + 0.0: no -0.0
 
     def negative_share(self, Xq: Any, tol: float = 1e-12) -> np.ndarray:
         """Share of the training atoms with g(x_q, y_t) < -tol, shape (q,): 0 up to rounding, measured."""
