@@ -14,10 +14,13 @@ This module is the deployments' entrypoint (deploy/prefect.yaml): ``flows/jdl_fl
 """
 from __future__ import annotations
 
+from typing import Any
+
 from prefect import flow
 
 from . import pipelines
 from .pipelines import given
+from .settings import with_fit_options
 from .stages import StageResult
 
 __all__ = ["stage_flow", "tune_flow", "fit_flow", "score_flow", "train_and_score_flow", "reproduce_flow", "compress_flow"]
@@ -32,28 +35,32 @@ def stage_flow(source: str, out: str, x: list[str], y: list[str], chunk_size: in
 @flow(name="jdl-tune", validate_parameters=False)
 def tune_flow(
     data: str, out: str, lengthscales_x: list[float] | None = None, lengthscales_y: list[float] | None = None,
-    regs: list[float] | None = None, tol: float = 1e-3, constraints: str = "normalization", max_rows: int = 20_000,
-    validation_fraction: float = 0.2, seed: int = 0, scheduler: str | None = None,
+    regs: list[float] | None = None, tol: float | None = None, constraints: str | None = None,
+    max_rows: int = 20_000, validation_fraction: float = 0.2, seed: int = 0, scheduler: str | None = None,
 ) -> StageResult:
     """Score a hyperparameter grid on (a subsample of) the staged store ``data`` into a tuning store."""
     return pipelines.tune(**given(locals()))
 
 
 @flow(name="jdl-fit", validate_parameters=False)
+@with_fit_options
 def fit_flow(
     data: str, out: str, tuning: str | None = None, lengthscale_x: float | None = None,
-    lengthscale_y: float | None = None, reg: float | None = None, tol: float = 1e-3,
-    constraints: str = "positivity", positivity: str = "auto", pivoting: str = "random", seed: int = 0,
-    method: str = "jdl", degree: int = 4, threshold: float | None = None, support_size: int | None = None,
-    scheduler: str | None = None,
+    lengthscale_y: float | None = None, reg: float | None = None, method: str = "jdl", scheduler: str | None = None,
+    **options: Any,
 ) -> StageResult:
-    """Fit a model (``method``: jdl, jpdl, cme, klr or greedy) on the staged store ``data`` and write
+    """Fit a model (``method``, a name of ``jdlcore.METHODS``) on the staged store ``data`` and write
     the model store ``out``.
 
     Hyperparameters: all of lengthscale_x, lengthscale_y and reg, or a ``tuning`` store. A tuning
     store that is missing or was made from other data is (re)computed first, on the default grid.
+    ``options``: the method's fit options, each a keyword parameter of this flow
+    (``jdlcore.models.registry.FIT_OPTIONS``: tol, max_rank, pivoting, seed, constraints, positivity,
+    support_size, degree, threshold); None is the method's default.
     """
-    return pipelines.fit(**given(locals()))
+    return pipelines.fit(**given(dict(data=data, out=out, tuning=tuning, lengthscale_x=lengthscale_x,
+                                      lengthscale_y=lengthscale_y, reg=reg, method=method, scheduler=scheduler)),
+                         **given(options))
 
 
 @flow(name="jdl-score", validate_parameters=False)

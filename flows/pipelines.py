@@ -41,8 +41,9 @@ def fit(**parameters: Any) -> StageResult:
     settings = validated(FitSettings, "fit", **given(parameters))
     if settings.explicit() is None and not _tuned_on(settings.tuning, settings.data):
         report(f"fit: tuning store {settings.tuning} is missing or from other data; tuning first")
-        run_stage("tune", validated(TuneSettings, "tune", data=settings.data, out=settings.tuning, tol=settings.tol,
-                                    seed=settings.seed, scheduler=settings.scheduler).model_dump())
+        run_stage("tune", validated(TuneSettings, "tune", **given(dict(
+            data=settings.data, out=settings.tuning, tol=settings.tol, seed=settings.seed,
+            scheduler=settings.scheduler))).model_dump())
     return run_stage("fit", settings.model_dump())
 
 
@@ -55,7 +56,7 @@ def train_and_score(
     source: str, workdir: str, x: list[str], y: list[str], score_source: str | None = None,
     functions: list[str] | None = None, lengthscales_x: list[float] | None = None,
     lengthscales_y: list[float] | None = None, regs: list[float] | None = None, tune_rows: int = 20_000,
-    tol: float = 1e-3, positivity: str = "auto", chunk_size: int = 65_536, seed: int = 0,
+    tol: float | None = None, positivity: str = "auto", chunk_size: int = 65_536, seed: int = 0,
     scheduler: str | None = None,
 ) -> dict[str, StageResult]:
     """stage -> tune -> fit -> score in ``workdir`` (data.zarr, tuning.zarr, model.zarr, scores.zarr;
@@ -75,8 +76,9 @@ def train_and_score(
     tune_settings = validated(TuneSettings, "tune", **given(dict(
         data=paths["data"], out=paths["tuning"], lengthscales_x=lengthscales_x, lengthscales_y=lengthscales_y,
         regs=regs, tol=tol, max_rows=tune_rows, seed=seed, scheduler=scheduler)))
-    fit_settings = validated(FitSettings, "fit", data=paths["data"], out=paths["model"], tuning=paths["tuning"],
-                             tol=tol, positivity=positivity, seed=seed, scheduler=scheduler)
+    fit_settings = validated(FitSettings, "fit", **given(dict(
+        data=paths["data"], out=paths["model"], tuning=paths["tuning"], tol=tol, positivity=positivity, seed=seed,
+        scheduler=scheduler)))
     score_settings = validated(ScoreSettings, "score", **given(dict(
         model=paths["model"], data=paths["batch" if score_source else "data"], out=paths["scores"],
         functions=functions, scheduler=scheduler)))

@@ -1,25 +1,29 @@
 """Validated flow parameters (pydantic): each flow checks its parameters here before any work.
 
 A violation raises one ``ValueError`` naming the parameter, the rule and the offending value, e.g.
-``fit: parameter tol: Input should be less than 1 (got 2.0)``. Path parameters may hold environment
+``fit: parameter tol: must be in [0, 1) (got 2.0)``. The fit's options are not listed here: they are
+the estimators' declarations (``jdlcore.models.registry.FIT_OPTIONS``), checked by the chosen
+method's own rules, and so are the tuned estimator's (jdl's) tol and constraints. Path parameters may hold environment
 variables (``${JDL_HOME}/model.zarr``, as in deploy/prefect.yaml); they are expanded where the
 flow runs, and an unset variable is an error rather than a literal path.
 """
 from __future__ import annotations
 
+import contextlib
+import inspect
 import os
 import re
-from typing import Annotated, Literal
+from typing import Annotated, Any, Callable, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, create_model, field_validator
 
-from jdlcore.models.jdl import CONSTRAINTS
-from jdlcore.models.registry import METHODS, POSITIVITY_CHOICES
-from jdlcore.validation import TOL_RULE, check_tol
+from jdlcore.models.jdl import JDL
+from jdlcore.models.registry import FIT_OPTIONS, METHODS, estimator_class, method_options
+from jdlcore.params import ParameterError
 from pipeline.scoring import parse_function
 
 __all__ = ["StageSettings", "TuneSettings", "FitSettings", "ScoreSettings", "CompressSettings", "validated",
-           "expand_path"]
+           "expand_path", "with_fit_options"]
 
 _UNSET = re.compile(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)\}?")
 
@@ -43,19 +47,27 @@ def _scheduler(value: str | None) -> str | None:
     raise ValueError(f"{value!r} is not auto, memory, local or an address like tcp://HOST:PORT")
 
 
-def _tol(value: float) -> float:
-    """jdlcore's rule for tol (``check_tol``), stated alone: ``validated`` adds the name and value."""
-    try:
-        return check_tol(value)
-    except ValueError:
-        raise ValueError(TOL_RULE) from None
+def _declared_by(cls: type, name: str) -> AfterValidator:
+    """The rule ``cls`` declares for its parameter ``name``, stated alone (``validated`` adds the name and
+    the value)."""
+    rule = cls.parameters[name].rule
+
+    def check(value):
+        if rule.violation(value) is not None:
+            raise ValueError(rule.text)
+        return value
+
+    return AfterValidator(check)
+
+
+def _option_type(option) -> Any:
+    """The settings type of a fit option: its kind (a ``Literal`` of its choices), or None (the method's default)."""
+    kind = Literal[option.choices] if option.choices else option.kind  # type: ignore[valid-type]
+    return kind | None
 
 
 Path_ = Annotated[str, AfterValidator(expand_path)]
-Tol = Annotated[float, AfterValidator(_tol)]
 Method = Literal[tuple(METHODS)]  # type: ignore[valid-type] - the registry's names
-Positivity = Literal[POSITIVITY_CHOICES]  # type: ignore[valid-type]
-Constraints = Literal[CONSTRAINTS]  # type: ignore[valid-type]
 Positive = Annotated[float, Field(gt=0, allow_inf_nan=False)]
 Scheduler = Annotated[str | None, AfterValidator(_scheduler)]
 
@@ -81,41 +93,58 @@ class TuneSettings(_Settings):
     lengthscales_x: list[Positive] | None = Field(None, min_length=1)
     lengthscales_y: list[Positive] | None = Field(None, min_length=1)
     regs: list[Positive] = Field([1e-6, 1e-5, 1e-4, 1e-3], min_length=1)
-    tol: Tol = 1e-3
-    constraints: Constraints = "positivity"
+    tol: Annotated[float, _declared_by(JDL, "tol")] = JDL.defaults()["tol"]
+    constraints: Literal[JDL.parameters["constraints"].rule.choices] = JDL.defaults()["constraints"]  # type: ignore
     max_rows: int = Field(20_000, ge=10)
     validation_fraction: float = Field(0.2, gt=0, lt=1)
     seed: int = 0
     scheduler: Scheduler = Field(None, validate_default=True)
 
 
-class FitSettings(_Settings):
+class _FitHyperparameters(_Settings):
+    """The fit's own fields; ``FitSettings`` adds one field per fit option (``FIT_OPTIONS``), None
+    meaning the method's default."""
+
     data: Path_
     out: Path_
     tuning: Path_ | None = None
     lengthscale_x: Positive | None = None
     lengthscale_y: Positive | None = None
-    reg: Positive | None = None
-    tol: Tol = 1e-3
-    constraints: Constraints = "positivity"
-    positivity: Positivity = "auto"
-    pivoting: Literal["random", "greedy"] = "random"
-    seed: int = 0
+    reg: float | None = None
     method: Method = "jdl"
-    degree: int = Field(4, ge=1, le=8)
-    threshold: float | None = Field(None, allow_inf_nan=False)
-    support_size: int | None = Field(None, ge=1)
     scheduler: Scheduler = Field(None, validate_default=True)
 
     def check(self) -> None:
-        self.explicit()
-        if self.threshold is not None and "threshold" not in METHODS[self.method]._PARAMS:
-            raise ValueError(f"parameter threshold: only klr fits an event Y <= threshold (method {self.method})")
+        with self._method_rules():
+            options = method_options(self.method, self.options())
+        explicit = self.explicit()
+        if explicit is not None:  # every rule of the method, across parameters too
+            from pipeline.fitting import make_estimator
+
+            with self._method_rules():
+                make_estimator(self.method, **explicit, **options)
+
+    @contextlib.contextmanager
+    def _method_rules(self):
+        """The method's errors ("NAME: RULE, got VALUE") as settings errors ("parameter NAME: RULE (got VALUE)")."""
+        try:
+            yield
+        except ParameterError as error:
+            if error.rule.choices and error.value in FIT_OPTIONS[error.name].choices:  # another method's choice
+                raise ValueError(f"parameter {error.name}: {error.value!r} is not a choice of method {self.method}; "
+                                 f"{error.rule.text}") from None
+            raise ValueError(f"parameter {error.name}: {error.rule.text} (got {error.value!r})") from None
+        except ValueError as error:
+            raise ValueError(f"parameter {error}") from None
+
+    def options(self) -> dict[str, Any]:
+        """The fit options that were given (None: the method's default)."""
+        return {name: getattr(self, name) for name in FIT_OPTIONS if getattr(self, name) is not None}
 
     def explicit(self) -> dict[str, float] | None:
         """The hyperparameters given directly, or None when they come from ``tuning``."""
         given = {"lengthscale_x": self.lengthscale_x, "lengthscale_y": self.lengthscale_y, "reg": self.reg}
-        kernels = METHODS[self.method]._KERNELS
+        kernels = estimator_class(self.method)._KERNELS
         for side in ("x", "y"):  # a lengthscale of a kernel the method does not have defaults to 1 (unused)
             name = f"lengthscale_{side}"
             if f"kernel_{side}" not in kernels and given[name] is None:
@@ -129,6 +158,23 @@ class FitSettings(_Settings):
             raise ValueError("parameter tuning: give either a tuning store or all of lengthscale_x, lengthscale_y, "
                              "reg, not both")
         return None
+
+
+FitSettings = create_model(
+    "FitSettings", __base__=_FitHyperparameters, __doc__="The fit's parameters: its own and the methods' fit options.",
+    **{name: (_option_type(option), None) for name, option in FIT_OPTIONS.items()})
+
+
+def with_fit_options(function: Callable) -> Callable:
+    """``function`` (whose last parameter is ``**options``) with a signature that names each fit option
+    (``FIT_OPTIONS``) as a keyword-only parameter defaulting to None, so that a Prefect flow's parameter
+    schema and a deployment list them."""
+    signature = inspect.signature(function)
+    fixed = [p for p in signature.parameters.values() if p.kind is not inspect.Parameter.VAR_KEYWORD]
+    options = [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=None, annotation=_option_type(option))
+               for name, option in FIT_OPTIONS.items()]
+    function.__signature__ = signature.replace(parameters=fixed + options)
+    return function
 
 
 class ScoreSettings(_Settings):

@@ -20,7 +20,7 @@ from data_schemas.model import SCHEMA_NAME as MODEL_SCHEMA
 from data_schemas.scores import SCHEMA_NAME as SCORES_SCHEMA
 from data_schemas.tuning import SCHEMA_NAME as TUNING_SCHEMA
 from pipeline.compression import compress_store, open_compressed
-from pipeline.fitting import fit_store
+from pipeline.fitting import fit_store, make_estimator
 from pipeline.model_store import load_model
 from pipeline.scoring import open_scores, score_store
 from pipeline.staging import data_fingerprint, open_staged, stage as stage_table
@@ -102,12 +102,15 @@ def fit(settings: dict[str, Any]) -> StageResult:
     s = FitSettings(**settings)
     hyper, tuning_key = fit_hyperparameters(s)
     fingerprint = data_fingerprint(open_staged(s.data))
-    options = s.model_dump(include={"tol", "constraints", "positivity", "pivoting", "seed", "method", "degree",
-                                    "threshold", "support_size"})
-    key = run_key("fit", data=fingerprint, tuning=tuning_key, **hyper, **options)
+    options = s.options()
+    # keyed by every parameter the estimator will have, so a default given explicitly is the same run
+    params = make_estimator(s.method, **hyper, **options).get_params()
+    key = run_key("fit", data=fingerprint, tuning=tuning_key, method=s.method, **hyper,
+                  **{name: value for name, value in params.items() if name not in hyper and not name.startswith("kernel_")})
 
     def write(overwrite: bool) -> None:
-        path, model = fit_store(s.data, s.out, **hyper, **options, scheduler=s.scheduler, overwrite=overwrite,
+        path, model = fit_store(s.data, s.out, **hyper, method=s.method, **options, scheduler=s.scheduler,
+                                overwrite=overwrite,
                                 tuning=s.tuning if tuning_key is not None else None, run_key=key,
                                 progress=report)
         publish_fit(path, model)

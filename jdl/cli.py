@@ -163,10 +163,9 @@ def _fit(args: argparse.Namespace) -> int:
     from flows.settings import FitSettings
 
     result = _run_flow(args, "fit", FitSettings, data=args.data, out=args.out, tuning=args.tuning,
-                       lengthscale_x=args.lengthscale_x, lengthscale_y=args.lengthscale_y, reg=args.reg, tol=args.tol,
-                       constraints=args.constraints, positivity=args.positivity, pivoting=args.pivoting,
-                       seed=args.seed, method=args.method, degree=args.degree, threshold=args.threshold,
-                       support_size=args.support_size, scheduler=args.scheduler)
+                       lengthscale_x=args.lengthscale_x, lengthscale_y=args.lengthscale_y, reg=args.reg,
+                       method=args.method, scheduler=args.scheduler,
+                       **{name: getattr(args, name) for name in args.fit_options})
     model = load_model(result["path"])
     d = model.diagnostics_
     ranks = ", ".join(f"m_{side.upper()} = {d[f'rank_{side}']}" for side in ("x", "y") if f"rank_{side}" in d)
@@ -265,30 +264,39 @@ def _add_prefect(parser: argparse.ArgumentParser) -> None:
 
 
 class _Parser(argparse.ArgumentParser):
-    """An argument parser whose options may carry ``fill_help``: a function writing their help text
-    when help is shown. The texts read from the method registry use it, since importing jdlcore
-    (and SciPy with it) takes most of a second that every other command would pay."""
+    """An argument parser that may add some of its arguments only when it is used (``deferred``: functions
+    of the parser, run before it parses or shows help). The arguments read from the method registry use
+    it, since importing jdlcore (and SciPy with it) takes most of a second that every other command
+    (and ``jdl --help``) would pay."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.deferred: list = []
+
+    def _complete(self) -> None:
+        while self.deferred:
+            self.deferred.pop(0)(self)
+
+    def parse_known_args(self, args=None, namespace=None):
+        self._complete()
+        return super().parse_known_args(args, namespace)
 
     def format_help(self) -> str:
-        for action in self._actions:
-            fill = getattr(action, "fill_help", None)
-            if fill is not None:
-                action.help = fill()
+        self._complete()
         return super().format_help()
 
 
-def _method_help() -> str:
-    from jdlcore.models.registry import METHODS
+def _add_method_options(parser: argparse.ArgumentParser) -> None:
+    """``--method`` and a flag per fit option the methods declare (``jdlcore.models.registry.FIT_OPTIONS``),
+    each defaulting to the method's own value."""
+    from jdlcore.models.registry import FIT_OPTIONS, METHODS
 
-    return "; ".join(f"{name}: {cls.summary}" for name, cls in METHODS.items()) + " (default jdl)"
-
-
-def _positivity_help() -> str:
-    from jdlcore.models.registry import METHODS
-
-    rules = "; ".join(f"{name}: {' | '.join(cls.positivity_rules)}" for name, cls in METHODS.items() if cls.positivity_rules)
-    return ("auto (default: the method's first rule; for jdl project, each conditional law made positive keeping "
-            f"its mass, mean and second moment) or a rule of the method: {rules}")
+    methods = "; ".join(f"{name}: {cls.summary}" for name, cls in METHODS.items())
+    parser.add_argument("--method", default="jdl", help=f"{methods} (default jdl)")
+    for name, option in FIT_OPTIONS.items():
+        metavar = "{" + ",".join(option.choices) + "}" if option.choices else name.upper()
+        parser.add_argument(f"--{name.replace('_', '-')}", type=option.kind, metavar=metavar, help=option.describe())
+    parser.set_defaults(fit_options=tuple(FIT_OPTIONS))
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -337,16 +345,7 @@ def build_parser() -> argparse.ArgumentParser:
     fit.add_argument("--lengthscale-x", type=float, help="Gaussian kernel lengthscale on x")
     fit.add_argument("--lengthscale-y", type=float, help="Gaussian kernel lengthscale on y")
     fit.add_argument("--reg", type=float, help="regularisation lambda")
-    fit.add_argument("--tol", type=float, default=1e-3, help="relative pivoted-Cholesky tolerance (default 1e-3)")
-    fit.add_argument("--constraints", default="positivity", help="none | normalization | positivity (default)")
-    fit.add_argument("--positivity", default="auto").fill_help = _positivity_help
-    fit.add_argument("--support-size", type=int, help="support atoms M of the conditional laws (default 512 for a "
-                                                      "scalar y, 2048 for a vector y)")
-    fit.add_argument("--pivoting", default="random", help="random (default) | greedy")
-    fit.add_argument("--seed", type=int, default=0)
-    fit.add_argument("--method", default="jdl").fill_help = _method_help
-    fit.add_argument("--degree", type=int, default=4, help="polynomial degree of jpdl (default 4)")
-    fit.add_argument("--threshold", type=float, help="klr: fit the event y <= THRESHOLD (y continuous)")
+    fit.deferred.append(_add_method_options)
     _add_scheduler(fit)
     fit.set_defaults(run=_fit)
 

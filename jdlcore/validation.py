@@ -9,8 +9,10 @@ from typing import Any
 
 import numpy as np
 
+from .params import Number, Param
+
 __all__ = ["as_samples", "check_paired", "check_positive", "check_choice", "check_nonnegative", "check_tol", "check_count",
-           "TOL_RULE"]
+           "TOL_RULE", "TOL"]
 
 
 def as_samples(values: Any, name: str, *, min_rows: int = 1) -> np.ndarray:
@@ -70,19 +72,15 @@ def check_count(value: Any, name: str, optional: bool = False) -> None:
         raise ValueError(f"{name}: must be an integer >= 1{' or None' if optional else ''}, got {value!r}")
 
 
-TOL_RULE = "must be in [0, 1)"
+TOL = Number(0.0, 1.0, high_open=True)  # the one rule for ``tol`` everywhere
+TOL_RULE = TOL.text
 
 
 def check_tol(value: Any, name: str = "tol") -> float:
     """The relative tolerance of a pivoted Cholesky decomposition (residual trace / trace K): a number
-    in [0, 1) (0: full rank up to the pivot floor). The one rule for ``tol`` everywhere."""
-    try:
-        number = float(value)
-    except (TypeError, ValueError):
-        number = np.nan
-    if not np.isfinite(number) or not 0 <= number < 1:
-        raise ValueError(f"{name}: {TOL_RULE}, got {value!r}")
-    return number
+    in [0, 1) (0: full rank up to the pivot floor), ``TOL``; returned as a float."""
+    Param(TOL, "").check(name, value)
+    return float(value)
 
 
 def check_nonnegative(value: Any, name: str) -> float:

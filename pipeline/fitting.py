@@ -18,7 +18,8 @@ import zarr
 
 from jdlcore import GaussianKernel, build_problem
 from jdlcore.lowrank.cholesky import Factorisation
-from jdlcore.models.registry import METHODS as REGISTRY, estimator_class
+from jdlcore.models.estimator import Estimator
+from jdlcore.models.registry import METHODS as REGISTRY, estimator_class, method_options
 from jdlcore.models.degeneracy import MARGINAL_ROWS
 from jdlcore.conditional.support import check_support_rows, sample_rows
 
@@ -27,7 +28,7 @@ from .cluster import dask_client, resolve_scheduler
 from .model_store import save_model
 from .staging import data_fingerprint, open_staged
 
-__all__ = ["fit_store", "choose_positivity", "make_estimator", "read_rows", "read_sample", "store_chunks", "METHODS"]
+__all__ = ["fit_store", "make_estimator", "read_rows", "read_sample", "store_chunks", "METHODS"]
 
 
 def read_rows(path: str, role: str, start: int, stop: int) -> np.ndarray:
@@ -62,25 +63,15 @@ METHODS = tuple(REGISTRY)
 CHUNKED_METHODS = tuple(name for name, cls in REGISTRY.items() if cls.fits_from_reductions)
 
 
-def choose_positivity(positivity: str, method: str = "jdl") -> str:
-    """What ``positivity`` means for ``method`` (``Estimator.resolve_positivity``: "auto" is the
-    method's first rule, "project" for jdl; "none" for a method without rules)."""
-    return estimator_class(method).resolve_positivity(positivity)
-
-
-def make_estimator(method: str, *, lengthscale_x: float, lengthscale_y: float, reg: float, tol: float,
-                   constraints: str, positivity: str, pivoting: str, seed: int, degree: int = 4,
-                   threshold: float | None = None, support_size: int | None = None) -> Any:
-    """The unfitted, validated estimator of ``method`` (``jdlcore.METHODS``) from the pipeline's flat
-    options: Gaussian kernels of the given lengthscales for the kernels it has, and of the other
-    options those it declares as parameters (e.g. ``degree`` for jpdl, ``threshold`` for klr,
-    ``support_size`` for the methods whose laws live on support atoms)."""
+def make_estimator(method: str, *, lengthscale_x: float, lengthscale_y: float, reg: float,
+                   **options: Any) -> Estimator:
+    """The unfitted, validated estimator of ``method`` (``jdlcore.METHODS``): Gaussian kernels of the
+    given lengthscales for the kernels it has (the other lengthscale is unused), ``reg``, and the fit
+    options it declares (``jdlcore.models.registry.method_options``: None or positivity "auto" is the
+    method's default; an option it does not have is refused)."""
     cls = estimator_class(method)
-    options = dict(reg=reg, tol=tol, constraints=constraints, positivity=positivity, pivoting=pivoting, seed=seed,
-                   degree=degree, threshold=threshold, support_size=support_size)
     kernels = {"kernel_x": GaussianKernel(lengthscale_x), "kernel_y": GaussianKernel(lengthscale_y)}
-    estimator = cls(**{name: kernels[name] for name in cls._KERNELS},
-                    **{name: value for name, value in options.items() if name in cls._PARAMS})
+    estimator = cls(**{name: kernels[name] for name in cls._KERNELS}, reg=reg, **method_options(method, options))
     estimator._check_params()
     return estimator
 
@@ -92,26 +83,21 @@ def fit_store(
     lengthscale_x: float,
     lengthscale_y: float,
     reg: float,
-    tol: float,
-    constraints: str = "positivity",
-    positivity: str = "auto",
-    pivoting: str = "random",
-    seed: int = 0,
     method: str = "jdl",
-    degree: int = 4,
-    threshold: float | None = None,
-    support_size: int | None = None,
     scheduler: str | None = None,
     overwrite: bool = False,
     tuning: str | os.PathLike | None = None,
     run_key: str | None = None,
     progress: Callable[[str], None] | None = None,
+    **options: Any,
 ) -> tuple[Path, Any]:
     """Fit ``method`` on a staged store and save the model store at ``out``; returns its path and the model.
 
-    ``positivity`` "auto" is, for jdl, "project" at every n (the conditional laws on the support atoms
-    projected onto probability vectors that keep their mass, mean and second moment); for jpdl
-    "sos", for greedy "atoms" (``choose_positivity``).
+    ``options``: the method's fit options (``jdlcore.models.registry.FIT_OPTIONS``: tol, max_rank,
+    pivoting, seed, constraints, positivity, support_size, degree, threshold), each the method's own
+    default when left out; ``positivity`` "auto" is the method's first rule ("project" for jdl: the
+    conditional laws on the support atoms projected onto probability vectors that keep their mass,
+    mean and second moment; "sos" for jpdl, "atoms" for greedy).
     jdl and cme run on Dask above ``AUTO_ROWS`` rows (or as ``scheduler`` says); the other methods
     fit in this process (an explicit cluster scheduler is refused for them). ``progress`` receives
     a line per finished stage. The model's diagnostics carry the time split (``pivots_seconds`` and
@@ -120,6 +106,7 @@ def fit_store(
     hyperparameters came from; its table is kept in the model store (``tuning_*``) and its best
     setting in the provenance. ``run_key`` is recorded for the orchestration's resume check.
     """
+    estimator = make_estimator(method, lengthscale_x=lengthscale_x, lengthscale_y=lengthscale_y, reg=reg, **options)
     target = Path(out)
     refuse_existing(target, overwrite)  # before the fit, not after it
     group = open_staged(data)
@@ -129,12 +116,8 @@ def fit_store(
 
         table = load_tuning(tuning)
     n = int(group.attrs["n_samples"])
-    positivity = choose_positivity(positivity, method)
-    check_support_rows(support_size, n, f"rows of {data}")
+    check_support_rows(getattr(estimator, "support_size", None), n, f"rows of {data}")
     started = time.perf_counter()
-    estimator = make_estimator(method, lengthscale_x=lengthscale_x, lengthscale_y=lengthscale_y, reg=reg, tol=tol,
-                               constraints=constraints, positivity=positivity, pivoting=pivoting, seed=seed,
-                               degree=degree, threshold=threshold, support_size=support_size)
     if method not in CHUNKED_METHODS:
         if scheduler not in (None, "", "auto", "memory"):
             raise ValueError(f"scheduler: method {method} fits in memory; use --scheduler memory or auto "
@@ -146,7 +129,7 @@ def fit_store(
         model = _fit_from_reductions(estimator, data, group, scheduler, progress)
     model.diagnostics_["fit_seconds"] = time.perf_counter() - started
     if hasattr(model, "check_degeneracies"):  # warns; the findings go into the store's diagnostics
-        rows = sample_rows(n, seed, MARGINAL_ROWS)
+        rows = sample_rows(n, model.seed, MARGINAL_ROWS)
         model.check_degeneracies(read_sample(data, "x", rows), read_sample(data, "y", rows))
     if hasattr(model, "negative_support_mass"):
         probes = np.asarray(group["x"][:PROBES], dtype=np.float64)

@@ -110,7 +110,7 @@ def card_rows(path: str | os.PathLike, model: JDL | None = None) -> list[tuple[s
     bases = [(side, basis) for side, basis in bases if basis is not None]
     for side, basis in bases:
         rows.append((f"{'kernel' if hasattr(basis, 'kernel') else 'basis'} {side}", basis.describe()))
-    for name in model._PARAMS:
+    for name in model.parameters:
         value = getattr(model, name)
         if name == "positivity" and getattr(model, "constraints", "positivity") != "positivity":
             value = f"{value} (not used)"

@@ -80,11 +80,12 @@ def test_positivity_and_support_size_are_checked_in_one_line_and_nothing_is_writ
     base = ["fit", str(tmp_path / "d.zarr"), "--out", str(tmp_path / "m.zarr"), "--lengthscale-x", "0.5",
             "--lengthscale-y", "0.5", "--reg", "1e-4", "--scheduler", "memory"]
     cases = [
-        (["--support-size", "0"], "parameter support_size: Input should be greater than or equal to 1"),
+        (["--support-size", "0"], "parameter support_size: must be an integer >= 1 or None (got 0)"),
         (["--support-size", "301"], "support_size: 301 is more than the 300 rows of"),
         (["--positivity", "magic"], "parameter positivity: Input should be 'auto', 'project', 'clip'"),
-        (["--positivity", "sos"], "positivity: 'sos' is not a rule of method jdl"),
-        (["--reg", "0"], "parameter reg: Input should be greater than 0"),
+        (["--positivity", "sos"], "parameter positivity: 'sos' is not a choice of method jdl; must be one of"),
+        (["--reg", "0"], "parameter reg: must be > 0 with constraints='positivity'"),
+        (["--reg", "-1", "--constraints", "none"], "parameter reg: must be finite and >= 0 (got -1.0)"),
     ]
     for extra, message in cases:
         assert main(base + extra) == 2, extra

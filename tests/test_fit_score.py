@@ -86,13 +86,16 @@ def test_fit_and_score_on_real_dask_scheduler_equal_in_memory(staged, dask_clien
 
 def test_positivity_choice_and_scheduler_values(staged, capsys):
     from pipeline.cluster import resolve_scheduler
-    from pipeline.fitting import choose_positivity
+    from pipeline.fitting import make_estimator
 
-    assert choose_positivity("auto") == "project"  # at every n
-    assert choose_positivity("grid") == "grid" and choose_positivity("auto", "jpdl") == "sos"
-    assert choose_positivity("auto", "cme") == "none"
-    with pytest.raises(ValueError, match="positivity: 'magic' is not a rule of method jdl"):
-        choose_positivity("magic")
+    hyper = dict(lengthscale_x=1.0, lengthscale_y=1.0, reg=1e-3)
+    assert make_estimator("jdl", **hyper, positivity="auto").positivity == "project"  # at every n
+    assert make_estimator("jdl", **hyper, positivity="grid").positivity == "grid"
+    assert make_estimator("jpdl", **hyper, positivity="auto").positivity == "sos"
+    assert make_estimator("greedy", **hyper, positivity="auto").positivity == "atoms"
+    assert not hasattr(make_estimator("cme", **hyper, positivity="auto"), "positivity")
+    with pytest.raises(ValueError, match="positivity: unknown value 'magic'"):
+        make_estimator("jdl", **hyper, positivity="magic")
     assert resolve_scheduler(None, 10) is None and resolve_scheduler("auto", 10**7) == "local"
     assert resolve_scheduler("memory", 10**7) is None and resolve_scheduler("tcp://h:1", 5) == "tcp://h:1"
     tmp_path, _, _ = staged

@@ -8,13 +8,13 @@ zarr = pytest.importorskip("zarr")
 from data_schemas.model import SCHEMA_VERSION  # noqa: E402
 from jdl.cli import main  # noqa: E402
 from pipeline.model_card import card_rows, diagnostics_figure  # noqa: E402
-from pipeline.fitting import choose_positivity, fit_store  # noqa: E402
+from pipeline.fitting import fit_store  # noqa: E402
 from pipeline.model_store import load_model, method_of  # noqa: E402
 from pipeline.scoring import score_store  # noqa: E402
 from pipeline.staging import stage  # noqa: E402
 
 N = 800
-HYPER = dict(lengthscale_x=0.5, lengthscale_y=0.5, reg=1e-4, tol=1e-3)
+HYPER = dict(lengthscale_x=0.5, lengthscale_y=0.5, reg=1e-4)
 # method -> (data set, extra fit parameters, scoring functions)
 CASES = {
     "jdl": ("continuous", {}, ["mean", "second_moment", "cdf:-1,0,1", "quantile:0.1,0.9"]),
@@ -110,11 +110,10 @@ def test_in_memory_methods_refuse_a_cluster_and_rules_they_do_not_know(stores):
     root, paths = stores
     with pytest.raises(ValueError, match="method jpdl fits in memory"):
         fit_store(paths["continuous"], root / "x.zarr", method="jpdl", scheduler="local", **HYPER)
-    assert choose_positivity("auto", "jpdl") == "sos"
-    assert choose_positivity("auto", "greedy") == "atoms"
-    assert choose_positivity("auto", "cme") == "none"
-    with pytest.raises(ValueError, match="positivity: 'sos' is not a rule of method jdl"):
-        choose_positivity("sos", "jdl")
+    with pytest.raises(ValueError, match="positivity: unknown value 'sos'; choose one of 'project'"):
+        fit_store(paths["continuous"], root / "x.zarr", method="jdl", positivity="sos", **HYPER)
+    with pytest.raises(ValueError, match=r"tol: method jpdl has no such option \(only jdl, cme, klr, greedy, psd\)"):
+        fit_store(paths["continuous"], root / "x.zarr", method="jpdl", tol=1e-3, **HYPER)
     assert not (root / "x.zarr").exists()
 
 
@@ -165,6 +164,6 @@ def test_cli_fit_method_and_score(stores, capsys):
                  "--degree", "2", "--reg", "1e-4"]) == 0  # no lengthscales: a polynomial model has none
     assert main(["fit", str(paths["continuous"]), "--out", str(root / "bad.zarr"), "--method", "cme",
                  "--threshold", "0", "--lengthscale-x", "0.5", "--lengthscale-y", "0.5", "--reg", "1e-4"]) == 2
-    assert "parameter threshold: only klr" in capsys.readouterr().err
+    assert "parameter threshold: method cme has no such option (only klr)" in capsys.readouterr().err
     assert main(["score", str(out), str(paths["continuous"]), "--out", str(root / "cli-s.zarr"),
                  "--function", "mean", "--function", "cdf:0"]) == 0

@@ -43,7 +43,8 @@ import numpy as np
 from scipy.linalg import solve_triangular
 
 from ..kernels import Kernel
-from ..validation import as_samples, check_choice, check_count, check_tol
+from ..params import Choice, Integer, Param
+from ..validation import TOL, as_samples, check_choice
 
 __all__ = [
     "PivotedCholesky",
@@ -55,9 +56,23 @@ __all__ = [
     "pivot_block_inverse",
     "top_candidates",
     "PIVOTING_RULES",
+    "Factorisation",
+    "FACTORISATION_PARAMS",
 ]
 
 PIVOTING_RULES = ("greedy", "random")
+# the declarations of the factorisation settings, shared by every estimator that factorises a kernel
+FACTORISATION_PARAMS: dict[str, Param] = {
+    "tol": Param(TOL, "relative pivoted-Cholesky tolerance: stop once the residual trace is at most tol x trace K",
+                 option=True),
+    "max_rank": Param(Integer(optional=True), "at most this many pivots per factorisation (unset: a budget of "
+                      "max(512, n/8) within a quarter of the memory)", option=True),
+    "pivoting": Param(Choice(PIVOTING_RULES), "random (randomly pivoted Cholesky) or greedy (largest residual)",
+                      option=True),
+    "seed": Param(Integer(low=0, optional=True), "random seed of the pivoting and of the samples drawn beside it",
+                  option=True),
+    "block_size": Param(Integer(optional=True), "candidate pivots per round (default 64)"),
+}
 _DEFAULT_BLOCK = {"greedy": 64, "random": 64}
 
 
@@ -82,10 +97,9 @@ class Factorisation:
     NAMES: ClassVar[tuple[str, ...]] = ("tol", "max_rank", "pivoting", "seed", "block_size")
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "tol", check_tol(self.tol))
-        check_count(self.max_rank, "max_rank", optional=True)
-        check_choice(self.pivoting, "pivoting", PIVOTING_RULES)
-        check_count(self.block_size, "block_size", optional=True)
+        for name, param in FACTORISATION_PARAMS.items():
+            param.check(name, getattr(self, name))
+        object.__setattr__(self, "tol", float(self.tol))
 
     @classmethod
     def of(cls, owner: Any) -> "Factorisation":

@@ -39,7 +39,8 @@ from .jdl import kernel_problem
 from ..kernels import Kernel
 from ..conditional.queries import below_thresholds, check_levels, quantiles_from_weights
 from ..solvers.active_set import ProjectionQP
-from ..validation import check_choice, check_nonnegative
+from ..lowrank.cholesky import FACTORISATION_PARAMS
+from ..params import Choice, Number, Param
 
 __all__ = ["CME", "solve_cme"]
 
@@ -100,17 +101,17 @@ class CME(Estimator):
     summary = "low-rank conditional mean embedding (signed weights on the y pivots)"
     fits_from_reductions = True
     state_dims = {"coef": ("basis_y", "basis_x")}
-    _PARAMS = ("reg", "tol", "constraints", "pivoting", "max_rank", "seed", "block_size")
+    parameters = {
+        "reg": Param(Number(low=0), "regularisation lambda of the embedding (> 0 for a rank-deficient K_X)"),
+        **FACTORISATION_PARAMS,
+        "constraints": Param(Choice(CME_CONSTRAINTS), "normalization: laws of mass 1 on average over x; "
+                             "positivity: also positive on average", option=True),
+    }
 
     def __init__(self, kernel_x: Kernel | None = None, kernel_y: Kernel | None = None, *, reg: float = 1e-3,
                  tol: float = 1e-3, constraints: str = "none", pivoting: str = "random",
                  max_rank: int | None = None, seed: int | None = 0, block_size: int | None = None):
         self._keep_params(locals())
-
-    def _check_params(self) -> None:
-        check_nonnegative(self.reg, "reg")
-        check_choice(self.constraints, "constraints", CME_CONSTRAINTS)
-        self._check_factorisation()
 
     # -- fitting ----------------------------------------------------------------------------------
     def fit(self, X: Any, Y: Any) -> "CME":

@@ -1,9 +1,12 @@
 """The contract every jdlcore estimator follows, in the spirit of scikit-learn's.
 
 * Hyperparameters: the constructor's arguments, keyword-only after the kernels, listed in
-  ``_KERNELS`` (jdlcore Kernels or None) and ``_PARAMS`` (JSON values, what ``state()`` stores) and
-  kept by ``_keep_params``; ``get_params`` / ``set_params`` follow from them, and ``_check_params``
-  validates them all when ``fit`` starts (the factorisation settings through ``Factorisation``).
+  ``_KERNELS`` (jdlcore Kernels or None) and declared in ``parameters`` (``{name: jdlcore.params.Param}``:
+  each one's rule and meaning; JSON values, what ``state()`` stores); the constructor holds the
+  defaults and ``_keep_params`` keeps the values. ``get_params`` / ``set_params`` follow from them, and
+  ``_check_params`` validates them all when ``fit`` starts: each declared rule, then the rules across
+  parameters (``_check_together``) and the kernels. The pipeline reads the same declarations
+  (``Param.option``) for its fit options.
 * Fitted attributes end in ``_``; ``_fitted()`` is the one check that a model was fitted and
   ``_queries(Xq)`` the one validation of query points.
 * One query surface, with the same names and shapes for every method: ``conditional_weights``,
@@ -23,6 +26,7 @@
 """
 from __future__ import annotations
 
+import inspect
 from typing import Any, Callable, ClassVar
 
 import numpy as np
@@ -31,7 +35,7 @@ from ..conditional.atoms import STANDARD_FUNCTIONS
 from ..conditional.queries import below_thresholds, check_levels, class_indicator
 from ..kernels import GaussianKernel, Kernel, kernel_from_dict
 from ..lowrank.basis import SpectralBasis
-from ..lowrank.cholesky import Factorisation
+from ..params import Param
 from ..validation import as_samples, check_choice, check_paired
 
 __all__ = ["Estimator", "UnsupportedQuery", "paired_samples", "REQUEST_KINDS", "PARAMETRISED_KINDS"]
@@ -62,19 +66,25 @@ class Estimator:
     state_dims: ClassVar[dict[str, tuple[str, ...]]] = {}
 
     _KERNELS: ClassVar[tuple[str, ...]] = ("kernel_x", "kernel_y")
-    _PARAMS: ClassVar[tuple[str, ...]] = ()
+    parameters: ClassVar[dict[str, Param]] = {}
     _FITTED: ClassVar[str] = "coef_"  # the attribute a fit sets last-but-not-least; its absence means unfitted
 
     # -- parameters -------------------------------------------------------------------------------
     def _keep_params(self, arguments: dict[str, Any]) -> None:
         """Keep the constructor's arguments (its ``locals()``) as attributes, under the declared names
-        ``_KERNELS`` + ``_PARAMS``; unvalidated until ``fit`` (``_check_params``), as in scikit-learn."""
-        for name in self._KERNELS + self._PARAMS:
+        ``_KERNELS`` + ``parameters``; unvalidated until ``fit`` (``_check_params``), as in scikit-learn."""
+        for name in self._KERNELS + tuple(self.parameters):
             setattr(self, name, arguments[name])
 
     def get_params(self) -> dict[str, Any]:
         """The constructor parameters by name."""
-        return {name: getattr(self, name) for name in self._KERNELS + self._PARAMS}
+        return {name: getattr(self, name) for name in self._KERNELS + tuple(self.parameters)}
+
+    @classmethod
+    def defaults(cls) -> dict[str, Any]:
+        """The declared parameters' defaults, as the constructor states them."""
+        signature = inspect.signature(cls.__init__).parameters
+        return {name: signature[name].default for name in cls.parameters}
 
     def set_params(self, **params: Any) -> Any:
         """Set constructor parameters by name; ``ValueError`` for a name the estimator does not have."""
@@ -85,8 +95,19 @@ class Estimator:
             setattr(self, name, value)
         return self
 
-    def _check_params(self) -> None:  # pragma: no cover - every estimator defines it
-        raise NotImplementedError
+    def _check_params(self) -> None:
+        """Validate the hyperparameters: each declared rule (``ParameterError`` "NAME: RULE, got VALUE"),
+        the rules across parameters (``_check_together``) and the kernels."""
+        for name, param in self.parameters.items():
+            param.check(name, getattr(self, name))
+        self._check_together()
+        for name in self._KERNELS:
+            kernel = getattr(self, name)
+            if kernel is not None and not isinstance(kernel, Kernel):
+                raise ValueError(f"{name}: must be a jdlcore Kernel, got {type(kernel).__name__}")
+
+    def _check_together(self) -> None:
+        """The rules that relate parameters (none by default); ``ValueError`` naming the parameter."""
 
     @classmethod
     def resolve_positivity(cls, positivity: str) -> str:
@@ -101,15 +122,6 @@ class Estimator:
             raise ValueError(f"positivity: {positivity!r} is not a rule of method {cls.method}; choose one of "
                              f"{', '.join(map(repr, ('auto',) + cls.positivity_rules))}")
         return positivity
-
-    def _check_factorisation(self) -> None:
-        """The factorisation settings (``Factorisation``: tol, max_rank, pivoting, seed, block_size) and
-        the kernels (jdlcore Kernels or None)."""
-        Factorisation.of(self)
-        for name in self._KERNELS:
-            kernel = getattr(self, name)
-            if kernel is not None and not isinstance(kernel, Kernel):
-                raise ValueError(f"{name}: must be a jdlcore Kernel, got {type(kernel).__name__}")
 
     def _kernel(self, name: str) -> Kernel:
         """The kernel parameter ``name`` ("kernel_x" or "kernel_y"), or the default Gaussian of lengthscale 1."""
@@ -131,7 +143,7 @@ class Estimator:
             arrays.update(getattr(self, f"basis_{side}_").to_arrays(side))
             arrays[f"{side}_trace_error"] = np.asarray(self.diagnostics_[f"trace_error_{side}"], dtype=np.float64)
         return {"arrays": arrays, "kernel_x": self.basis_x_.spec(), "kernel_y": self.basis_y_.spec(),
-                "params": {name: getattr(self, name) for name in self._PARAMS}, "n_samples": int(self.n_samples_),
+                "params": {name: getattr(self, name) for name in self.parameters}, "n_samples": int(self.n_samples_),
                 "diagnostics": self._json_diagnostics(), "registered": []}
 
     @classmethod

@@ -46,11 +46,11 @@ from typing import Any, Sequence
 import numpy as np
 
 from ..lowrank.basis import JDLReductions, SpectralBasis, spectral_basis
-from ..lowrank.cholesky import Factorisation, pivoted_cholesky
-from .jdl import JDL, JDLProblem
+from ..lowrank.cholesky import FACTORISATION_PARAMS, Factorisation, pivoted_cholesky
+from .jdl import JDL, SUPPORT_PARAMS, JDLProblem
 from ..kernels import DeltaKernel, Kernel, kernel_from_dict
 from ..solvers.active_set import ProjectionQP
-from ..conditional.support import check_support_size
+from ..params import Choice, Number, Param, Rule
 from ..validation import as_samples, check_choice, check_paired
 
 __all__ = [
@@ -338,6 +338,24 @@ def class_order_indices(order: Any, classes: np.ndarray, counts: np.ndarray) -> 
     return clipped
 
 
+class ClassOrder(Rule):
+    """The rule of ``class_order``: one of ``CLASS_ORDERS`` or a 1-D sequence of finite class values."""
+
+    text = "must be 'sorted', 'frequency' or a 1-D sequence of finite class values"
+
+    def _meets(self, order: Any) -> bool:
+        if isinstance(order, str):
+            return order in CLASS_ORDERS
+        try:
+            _order_values(order)
+        except ValueError:
+            return False
+        return True
+
+    def message(self, value: Any) -> str:
+        return Choice(CLASS_ORDERS).message(value) if isinstance(value, str) else super().message(value)
+
+
 def _order_values(order: Any) -> np.ndarray:
     try:
         values = np.asarray(order, dtype=np.float64)
@@ -381,8 +399,15 @@ class GreedyJDL(JDL):
     fits_from_reductions = False
     bases = ("classes", "spectral")
     _KERNELS = ("kernel_y",)
-    _PARAMS = ("reg", "tol", "positivity", "bounds", "class_order", "pivoting", "max_rank", "seed", "block_size",
-               "support_size")
+    parameters = {
+        "reg": Param(Number(low=0, low_open=True), "regularisation lambda of the loss"),
+        **FACTORISATION_PARAMS,
+        "positivity": Param(Choice(GREEDY_POSITIVITY), "atoms: positive at every training atom; cube: a box "
+                            "relaxation", option=True),
+        "bounds": Param(Choice(GREEDY_BOUNDS), "the box of the cube variant: sample | global"),
+        "class_order": Param(ClassOrder(), "the order in which the classes are solved"),
+        "support_size": SUPPORT_PARAMS["support_size"],
+    }
 
     def __init__(
         self,
@@ -405,22 +430,6 @@ class GreedyJDL(JDL):
     # are False for the greedy positivity rules "atoms" and "cube".
     kernel_x = None
     constraints = "positivity"
-
-    def _check_params(self) -> None:
-        try:
-            reg = float(self.reg)
-        except (TypeError, ValueError):
-            raise ValueError(f"reg: must be a finite number > 0, got {self.reg!r}") from None
-        if not np.isfinite(reg) or reg <= 0:
-            raise ValueError(f"reg: must be finite and > 0 for GreedyJDL, got {self.reg!r}")
-        check_choice(self.positivity, "positivity", GREEDY_POSITIVITY)
-        check_choice(self.bounds, "bounds", GREEDY_BOUNDS)
-        check_support_size(self.support_size)
-        if isinstance(self.class_order, str):
-            check_choice(self.class_order, "class_order", CLASS_ORDERS)
-        else:
-            _order_values(self.class_order)
-        self._check_factorisation()
 
     def fit(self, labels: Any, Y: Any) -> "GreedyJDL":
         """Fit on class labels (n,) or (n, 1) (numeric, at least 2 classes) and paired Y (n, d_y)."""

@@ -27,7 +27,7 @@ from ..conditional.atoms import STANDARD_FUNCTIONS, Atoms, FunctionSums, block_s
 from ..lowrank.basis import (
     JDLReductions, SpectralBasis, column_extremes, factor_partials, reductions_from_partials, spectral_basis,
 )
-from ..lowrank.cholesky import Factorisation, PivotedCholesky, pivoted_cholesky
+from ..lowrank.cholesky import FACTORISATION_PARAMS, Factorisation, PivotedCholesky, pivoted_cholesky
 from .degeneracy import (
     MARGINAL_ROWS, GridBudgetWarning, announce, factor_degeneracies, marginal_degeneracy, rank_budget,
 )
@@ -39,18 +39,27 @@ from ..solvers import (
     grid_minimum, pointwise_bounds, solve_grid_positivity, solve_normalized, solve_tightened, solve_unconstrained,
 )
 from ..conditional.support import (
-    MarginalSums, Support, build_support, check_support_rows, check_support_size, default_support_size, sample_rows,
+    MarginalSums, Support, build_support, check_support_rows, default_support_size, sample_rows,
 )
-from ..validation import as_samples, check_choice, check_count, check_nonnegative
+from ..params import Choice, Integer, Number, Param
+from ..validation import as_samples
 
 __all__ = [
     "JDL", "JDLProblem", "build_problem", "problem_from_factors", "factor_diagnostics", "marginal_sums",
-    "support_resolution", "CONSTRAINTS", "POSITIVITY", "GridBudgetWarning", "GRID_POINTS",
+    "support_resolution", "CONSTRAINTS", "POSITIVITY", "SUPPORT_PARAMS", "GridBudgetWarning", "GRID_POINTS",
 ]
 
 CONSTRAINTS = ("none", "normalization", "positivity")
 POSITIVITY = ("project", "clip", "grid", "tightening", "pointwise")
 GRID_POINTS = 1000  # training x rows of the grid positivity constraints (a seeded sample above that)
+# the declarations of the laws' support and of the grid positivity budget (JDL and the polynomial JDL)
+SUPPORT_PARAMS: dict[str, Param] = {
+    "support_size": Param(Integer(optional=True), "support atoms M of the conditional laws (unset: 512 for a "
+                          "scalar y, 2048 for a vector y; at most n)", option=True),
+    "grid_points": Param(Integer(), "training x rows of the grid positivity constraints"),
+    "grid_rounds": Param(Integer(), "cutting-plane rounds of the grid positivity"),
+    "grid_seconds": Param(Number(low=0, low_open=True), "wall-clock budget of the grid positivity, in seconds"),
+}
 _QUERY_ELEMENTS = 1 << 22  # (queries x training atoms) entries per batch of the n-atom diagnostics
 
 
@@ -224,8 +233,15 @@ class JDL(Estimator):
     laws_on_atoms = True
     fits_from_reductions = True
     state_dims = {"coef": ("basis_y", "basis_x")}
-    _PARAMS = ("reg", "tol", "constraints", "positivity", "pivoting", "max_rank", "seed", "block_size",
-               "support_size", "grid_points", "grid_rounds", "grid_seconds")
+    parameters = {
+        "reg": Param(Number(low=0), "regularisation lambda of the loss (> 0 with constraints positivity)"),
+        **FACTORISATION_PARAMS,
+        "constraints": Param(Choice(CONSTRAINTS), "normalization: laws of mass 1; positivity: also positive",
+                             option=True),
+        "positivity": Param(Choice(POSITIVITY), "how each conditional law is made a probability vector",
+                            option=True),
+        **SUPPORT_PARAMS,
+    }
 
     def __init__(
         self,
@@ -248,24 +264,10 @@ class JDL(Estimator):
         self._keep_params(locals())
 
     # -- fitting ----------------------------------------------------------------------------------
-    def _check_params(self) -> None:
-        check_nonnegative(self.reg, "reg")
-        check_choice(self.constraints, "constraints", CONSTRAINTS)
-        check_choice(self.positivity, "positivity", POSITIVITY)
+    def _check_together(self) -> None:
         if self.constraints == "positivity" and float(self.reg) == 0:
             raise ValueError("reg: must be > 0 with constraints='positivity' (at reg = 0 the coefficients are "
                              "unbounded and no positivity guarantee survives rounding)")
-        self._check_support_and_grid()
-        self._check_factorisation()
-
-    def _check_support_and_grid(self) -> None:
-        """support_size (>= 1 or None) and the grid budget (grid_points, grid_rounds >= 1, grid_seconds > 0)."""
-        check_support_size(self.support_size)
-        check_count(self.grid_points, "grid_points")
-        check_count(self.grid_rounds, "grid_rounds")
-        seconds = float(self.grid_seconds)
-        if not np.isfinite(seconds) or seconds <= 0:
-            raise ValueError(f"grid_seconds: must be finite and > 0, got {self.grid_seconds!r}")
 
     def fit(self, X: Any, Y: Any) -> "JDL":
         """Fit on paired samples X (n, d_X) and Y (n, d_Y); returns self. A degenerate fit warns

@@ -39,10 +39,10 @@ import numpy as np
 from scipy.linalg import LinAlgError, cho_factor, cho_solve
 
 from ..lowrank.basis import SpectralBasis, spectral_basis
-from ..lowrank.cholesky import Factorisation, pivoted_cholesky
+from ..lowrank.cholesky import FACTORISATION_PARAMS, Factorisation, pivoted_cholesky
 from .estimator import Estimator, paired_samples
 from ..kernels import Kernel, kernel_from_dict
-from ..validation import check_count
+from ..params import Flag, Integer, Number, Param
 
 __all__ = ["KLR", "MAX_CLASSES"]
 
@@ -221,15 +221,7 @@ def _rotate_rows(L: np.ndarray, rotation: np.ndarray) -> np.ndarray:
     return L
 
 
-def _check_positive_scalar(value: Any, name: str) -> float:
-    """Return ``value`` as a float after checking it is one finite number > 0."""
-    try:
-        number = float(value)
-    except (TypeError, ValueError):
-        raise ValueError(f"{name}: must be a finite number > 0, got {value!r}") from None
-    if not np.isfinite(number) or number <= 0:
-        raise ValueError(f"{name}: must be finite and > 0, got {value!r}")
-    return number
+POSITIVE = Number(low=0, low_open=True)
 
 
 # -- estimator -------------------------------------------------------------------------------------
@@ -260,8 +252,15 @@ class KLR(Estimator):
     bases = ("spectral", None)
     state_dims = {"coef": ("basis_x", "logit"), "intercept": ("logit",), "classes": ("class",)}
     _KERNELS = ("kernel_x",)
-    _PARAMS = ("reg", "tol", "threshold", "fit_intercept", "pivoting", "max_rank", "seed", "block_size",
-               "max_iter", "gtol")
+    parameters = {
+        "reg": Param(POSITIVE, "regularisation lambda, the weight of the RKHS norm"),
+        **FACTORISATION_PARAMS,
+        "threshold": Param(Number(optional=True), "fit the event y <= THRESHOLD (y continuous; unset: y holds "
+                           "class labels)", option=True),
+        "fit_intercept": Param(Flag(), "add an unpenalised intercept"),
+        "max_iter": Param(Integer(), "Newton iterations at most"),
+        "gtol": Param(POSITIVE, "Newton stops once the gradient's max norm is <= gtol x max(1, |objective|)"),
+    }
 
     def __init__(
         self,
@@ -279,21 +278,6 @@ class KLR(Estimator):
         gtol: float = 1e-10,
     ):
         self._keep_params(locals())
-
-    def _check_params(self) -> None:
-        _check_positive_scalar(self.reg, "reg")
-        if self.threshold is not None:
-            try:
-                finite = np.isfinite(float(self.threshold))
-            except (TypeError, ValueError):
-                finite = False
-            if not finite:
-                raise ValueError(f"threshold: must be None or a finite number, got {self.threshold!r}")
-        if not isinstance(self.fit_intercept, (bool, np.bool_)):
-            raise ValueError(f"fit_intercept: must be True or False, got {self.fit_intercept!r}")
-        self._check_factorisation()
-        check_count(self.max_iter, "max_iter")
-        _check_positive_scalar(self.gtol, "gtol")
 
     # -- fitting ----------------------------------------------------------------------------------
     def fit(self, X: Any, Y: Any) -> "KLR":
@@ -442,7 +426,7 @@ class KLR(Estimator):
         return {
             "arrays": {name: np.asarray(array, dtype=np.float64) for name, array in arrays.items()},
             "kernel_x": basis.spec(),
-            "params": {name: getattr(self, name) for name in self._PARAMS},
+            "params": {name: getattr(self, name) for name in self.parameters},
             "n_samples": int(self.n_samples_),
             "diagnostics": self._json_diagnostics(),
         }

@@ -68,9 +68,11 @@ from scipy.sparse import csr_matrix
 
 from ..conditional.atoms import block_sums
 from ..lowrank.basis import JDLReductions, reductions_from_values, slice_points
-from .jdl import CONSTRAINTS, GRID_POINTS, JDL, JDLProblem
+from .jdl import GRID_POINTS, JDL, SUPPORT_PARAMS, JDLProblem
 from ..conditional.support import sample_rows
-from ..validation import as_samples, check_choice, check_nonnegative, check_paired
+from ..lowrank.cholesky import FACTORISATION_PARAMS
+from ..params import Choice, Integer, Number, Param
+from ..validation import as_samples, check_choice, check_paired
 
 __all__ = [
     "PolynomialBasis", "PolynomialJDL", "monomial_exponents", "evaluate_monomials", "fit_polynomial_basis",
@@ -254,9 +256,12 @@ def fit_polynomial_basis(Z: Any, degree: int, name: str = "Z") -> tuple[Polynomi
     return basis, basis.features(Z)
 
 
+DEGREE = Param(Integer(1, 8), "degree of the monomials of each variable (binomial(d + degree, d) of them)",
+               option=True)
+
+
 def _check_degree(degree: Any) -> int:
-    if isinstance(degree, bool) or not isinstance(degree, (int, np.integer)) or int(degree) < 1:
-        raise ValueError(f"degree: must be an integer >= 1, got {degree!r}")
+    DEGREE.check("degree", degree)
     return int(degree)
 
 
@@ -548,8 +553,16 @@ class PolynomialJDL(JDL):
     fits_from_reductions = False
     bases = ("polynomial", "polynomial")
     _KERNELS = ()  # the monomial bases have no kernel parameters
-    _PARAMS = ("degree", "reg", "constraints", "positivity", "sos_margin", "solver_tol", "seed", "support_size",
-               "grid_points", "grid_rounds", "grid_seconds")
+    parameters = {
+        "degree": DEGREE,
+        "reg": JDL.parameters["reg"],
+        "constraints": JDL.parameters["constraints"],
+        "positivity": Param(Choice(POSITIVITY), "sos: a certified sum of squares; or a rule of jdl", option=True),
+        "sos_margin": Param(Number(low=0), "S >= sos_margin x I: the solution strictly inside the cone"),
+        "solver_tol": Param(Number(low=0, low_open=True), "the SDP solver's gap and feasibility tolerances"),
+        "seed": FACTORISATION_PARAMS["seed"],
+        **SUPPORT_PARAMS,
+    }
 
     def __init__(
         self,
@@ -568,16 +581,8 @@ class PolynomialJDL(JDL):
     ):
         self._keep_params(locals())
 
-    def _check_params(self) -> None:
-        _check_degree(self.degree)
-        check_nonnegative(self.reg, "reg")
-        check_choice(self.constraints, "constraints", CONSTRAINTS)
-        check_choice(self.positivity, "positivity", POSITIVITY)
-        check_nonnegative(self.sos_margin, "sos_margin")
-        self._check_support_and_grid()
-        tol = float(self.solver_tol)
-        if not np.isfinite(tol) or tol <= 0:
-            raise ValueError(f"solver_tol: must be finite and > 0, got {self.solver_tol!r}")
+    def _check_together(self) -> None:
+        """None: exact polynomial bases stay bounded at reg = 0 (``JDL``'s rule is for kernel bases)."""
 
     @property
     def uses_sos(self) -> bool:

@@ -48,7 +48,8 @@ from ..kernels import Kernel
 from ..psd.fit import project_psd_affine
 from ..solvers.fista import fista
 from ..conditional.queries import below_thresholds, check_levels, quantiles_from_weights
-from ..validation import check_nonnegative
+from ..lowrank.cholesky import FACTORISATION_PARAMS
+from ..params import Integer, Number, Param
 
 __all__ = ["PSDJDL", "fourth_moments", "diagonal_moments", "apply_T", "psd_jdl_objective"]
 
@@ -144,7 +145,13 @@ class PSDJDL(Estimator):
     positivity_rules = ("psd",)  # 1 + h = |R^T phi(x, y)|^2: structural, there is nothing to choose
     state_dims = {"factor": ("psd_feature", "psd_rank"), "y_atoms": ("sample", "y_feature")}
     _FITTED = "factor_"
-    _PARAMS = ("reg", "tol", "pivoting", "max_rank", "seed", "block_size", "solver_tol", "max_iter", "max_features")
+    parameters = {
+        "reg": Param(Number(low=0), "weight of reg |M - E0|_F^2"),
+        **FACTORISATION_PARAMS,
+        "solver_tol": Param(Number(low=0), "FISTA stops when |M_new - M|_F <= solver_tol x max(1, |M|_F)"),
+        "max_iter": Param(Integer(), "FISTA iterations at most"),
+        "max_features": Param(Integer(), "refuse (m_X + 1)(m_Y + 1) features above this"),
+    }
 
     def __init__(self, kernel_x: Kernel | None = None, kernel_y: Kernel | None = None, *, reg: float = 1e-3,
                  tol: float = 1e-3, pivoting: str = "random", max_rank: int | None = None, seed: int | None = 0,
@@ -153,15 +160,6 @@ class PSDJDL(Estimator):
         self._keep_params(locals())
 
     # -- fitting ----------------------------------------------------------------------------------
-    def _check_params(self) -> None:
-        check_nonnegative(self.reg, "reg")
-        check_nonnegative(self.solver_tol, "solver_tol")
-        if int(self.max_iter) < 1:
-            raise ValueError(f"max_iter: must be >= 1, got {self.max_iter!r}")
-        if int(self.max_features) < 1:
-            raise ValueError(f"max_features: must be >= 1, got {self.max_features!r}")
-        self._check_factorisation()
-
     def fit(self, X: Any, Y: Any) -> "PSDJDL":
         """Fit on paired samples X (n, d_X) and Y (n, d_Y); returns self. An unconverged solve or a
         degenerate factorisation warns (``DegeneracyWarning``) and is listed in
