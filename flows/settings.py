@@ -20,6 +20,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationErr
 from jdlcore.models.jdl import JDL
 from jdlcore.models.registry import FIT_OPTIONS, METHODS, estimator_class, method_options
 from jdlcore.params import ParameterError
+from jdlcore.tuning import resolve_criterion
 from pipeline.scoring import parse_function
 
 __all__ = ["StageSettings", "TuneSettings", "FitSettings", "ScoreSettings", "CompressSettings", "validated",
@@ -95,10 +96,28 @@ class TuneSettings(_Settings):
     regs: list[Positive] = Field([1e-6, 1e-5, 1e-4, 1e-3], min_length=1)
     tol: Annotated[float, _declared_by(JDL, "tol")] = JDL.defaults()["tol"]
     constraints: Literal[JDL.parameters["constraints"].rule.choices] = JDL.defaults()["constraints"]  # type: ignore
+    criterion: str = "auto"
+    validation: Path_ | None = None
     max_rows: int = Field(20_000, ge=10)
     validation_fraction: float = Field(0.2, gt=0, lt=1)
     seed: int = 0
     scheduler: Scheduler = Field(None, validate_default=True)
+
+    @field_validator("criterion")
+    @classmethod
+    def _known_criterion(cls, criterion: str) -> str:
+        try:  # the name and its levels (the data's y width is checked when the tuning starts)
+            resolve_criterion(criterion, threshold=0.0, y_width=1)
+        except ValueError as error:
+            raise ValueError(str(error).removeprefix("criterion: ")) from None
+        if criterion.startswith("logistic"):
+            raise ValueError("logistic needs an event threshold, which jdl tune does not take; use crps, pinball:LEVELS "
+                             "or second_moment")
+        return criterion
+
+    def check(self) -> None:
+        if self.validation is not None and os.path.abspath(self.validation) == os.path.abspath(self.data):
+            raise ValueError(f"parameter validation: must differ from data (got {self.validation!r})")
 
 
 class _FitHyperparameters(_Settings):

@@ -74,7 +74,8 @@ def stage(settings: dict[str, Any]) -> StageResult:
 
 
 def tune_key(s: TuneSettings, fingerprint: str) -> str:
-    return run_key("tune", data=fingerprint, **s.model_dump(exclude={"data", "out", "scheduler"}))
+    held_out = {} if s.validation is None else {"validation": data_fingerprint(open_staged(s.validation))}
+    return run_key("tune", data=fingerprint, **{**s.model_dump(exclude={"data", "out", "scheduler"}), **held_out})
 
 
 def tune(settings: dict[str, Any]) -> StageResult:

@@ -15,6 +15,7 @@ import logging
 import os
 import sys
 import warnings
+from typing import Callable
 
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 
@@ -114,10 +115,13 @@ def _execute(args: argparse.Namespace, name: str, title: str | None = None, **pa
 
 
 def _run_flow(args: argparse.Namespace, name: str, settings_class, **parameters):
-    """Validate first (nothing starts for bad arguments), then run the flow."""
+    """Validate first (nothing starts for bad arguments), then run the flow. Its parameters are the
+    arguments named as the settings' fields (the flags' destinations), then ``parameters``."""
     from flows.pipelines import given
     from flows.settings import validated
 
+    parameters = {**{field: getattr(args, field) for field in settings_class.model_fields if hasattr(args, field)},
+                  **parameters}
     validated(settings_class, name, **given(parameters))
     return _execute(args, name, **parameters)
 
@@ -126,83 +130,75 @@ def _reused(result: dict) -> str:
     return " (reused: inputs unchanged)" if result["reused"] else ""
 
 
-def _stage(args: argparse.Namespace) -> int:
+def _flow_command(name: str, settings: str, report: Callable[[argparse.Namespace, dict], str],
+                  **renamed: str) -> Callable[[argparse.Namespace], int]:
+    """The command that runs the flow ``name`` (its settings: the class ``settings`` of ``flows.settings``;
+    ``renamed``: settings fields read from differently named arguments) and prints ``report(args, result)``."""
+
+    def run(args: argparse.Namespace) -> int:
+        import flows.settings
+
+        result = _run_flow(args, name, getattr(flows.settings, settings),
+                           **{field: getattr(args, argument) for field, argument in renamed.items()})
+        lines = report(args, result).split("\n")
+        print("\n".join([lines[0] + _reused(result)] + lines[1:]))
+        return 0
+
+    return run
+
+
+def _staged(args: argparse.Namespace, result: dict) -> str:
     from pipeline.staging import open_staged
 
-    from flows.settings import StageSettings
-
-    result = _run_flow(args, "stage", StageSettings, source=args.source, out=args.out, x=args.x, y=args.y,
-                       chunk_size=args.chunk_size)
     group = open_staged(result["path"])
-    print(f"staged {group.attrs['n_samples']:,} rows: x {group.attrs['x_features']}, y {group.attrs['y_features']} "
-          f"-> {result['path']}{_reused(result)}")
-    return 0
+    return (f"staged {group.attrs['n_samples']:,} rows: x {group.attrs['x_features']}, y {group.attrs['y_features']} "
+            f"-> {result['path']}")
 
 
-def _tune(args: argparse.Namespace) -> int:
+def _tuned(args: argparse.Namespace, result: dict) -> str:
     import json
 
     from pipeline.tuning import load_tuning
 
-    from flows.settings import TuneSettings
-
-    result = _run_flow(args, "tune", TuneSettings, data=args.data, out=args.out, lengthscales_x=args.lengthscales_x,
-                       lengthscales_y=args.lengthscales_y, regs=args.regs, tol=args.tol, max_rows=args.max_rows,
-                       seed=args.seed, scheduler=args.scheduler)
     table = load_tuning(result["path"])
     best = json.loads(table.attrs["best"])
-    print(f"tuned {table['validation_loss'].size} candidates on {table.attrs['rows_used']:,} rows: best "
-          f"lengthscale_x = {best['lengthscale_x']:.4g}, lengthscale_y = {best['lengthscale_y']:.4g}, "
-          f"reg = {best['reg']:.3g}, validation loss {best['score']:.5g} -> {result['path']}{_reused(result)}")
-    return 0
+    setting = ", ".join(f"{name} = {best[name]:.4g}" for name in ("lengthscale_x", "lengthscale_y", "reg"))
+    return (f"tuned {table['validation_loss'].size} candidates on {table.attrs['rows_used']:,} rows: best {setting}, "
+            f"validation {table.attrs['criterion']} {best['score']:.5g} -> {result['path']}")
 
 
-def _fit(args: argparse.Namespace) -> int:
+def _fitted(args: argparse.Namespace, result: dict) -> str:
+    """The fit's line, then a warning line per degeneracy the fit recorded."""
     from pipeline.model_store import load_model
 
-    from flows.settings import FitSettings
-
-    result = _run_flow(args, "fit", FitSettings, data=args.data, out=args.out, tuning=args.tuning,
-                       lengthscale_x=args.lengthscale_x, lengthscale_y=args.lengthscale_y, reg=args.reg,
-                       method=args.method, scheduler=args.scheduler,
-                       **{name: getattr(args, name) for name in args.fit_options})
     model = load_model(result["path"])
     d = model.diagnostics_
     ranks = ", ".join(f"m_{side.upper()} = {d[f'rank_{side}']}" for side in ("x", "y") if f"rank_{side}" in d)
     objective = f", objective {d['objective']:.6g}" if "objective" in d else ""
     law = f", law {d['law']} on M = {d['support_size']} support atoms" if "support_size" in d else ""
-    print(f"fitted {args.method} on n = {model.n_samples_:,}: {ranks}{objective}{law}, fit {d['fit_seconds']:.1f}s "
-          f"-> {result['path']}{_reused(result)}")
-    for kind, message in d.get("degeneracies", {}).items():
-        print(f"warning: {kind}: {message}")
-    return 0
+    line = (f"fitted {args.method} on n = {model.n_samples_:,}: {ranks}{objective}{law}, fit {d['fit_seconds']:.1f}s "
+            f"-> {result['path']}")
+    return "\n".join([line] + [f"warning: {kind}: {message}" for kind, message in d.get("degeneracies", {}).items()])
 
 
-def _score(args: argparse.Namespace) -> int:
-    from flows.settings import ScoreSettings
-
-    result = _run_flow(args, "score", ScoreSettings, model=args.model, data=args.data, out=args.out,
-                       functions=args.function, scheduler=args.scheduler)
-    print(f"scored {', '.join(args.function)} -> {result['path']}{_reused(result)}")
-    return 0
+def _scored(args: argparse.Namespace, result: dict) -> str:
+    return f"scored {', '.join(args.function)} -> {result['path']}"
 
 
-def _compress(args: argparse.Namespace) -> int:
+def _compressed(args: argparse.Namespace, result: dict) -> str:
     from pipeline.compression import open_compressed
 
-    from flows.settings import CompressSettings
-
-    result = _run_flow(args, "compress", CompressSettings, data=args.data, out=args.out, m=args.m,
-                       method=args.method, lengthscale_x=args.lengthscale_x, lengthscale_y=args.lengthscale_y,
-                       kernel_y=args.kernel_y, reg=args.reg, seed=args.seed, steps=args.steps,
-                       optimizer=args.optimizer, learning_rate=args.learning_rate, n_init=args.n_init,
-                       amcmd_tol=args.amcmd_tol, scheduler=args.scheduler)
     c = open_compressed(result["path"]).attrs["compression"]
-    print(f"compressed n = {c['n_data']:,} to m = {c['m']} with {c['method']}: {c['objective']} objective "
-          f"{c['initial_value']:.6g} -> {c['value']:.6g} (reg {c['reg']:.3g}, {c['reg_from']}), AMCMD "
-          f"{c['amcmd']:.4g} (random subsample "
-          f"{c['amcmd_random']:.4g}), {c['seconds']:.1f}s -> {result['path']}{_reused(result)}")
-    return 0
+    return (f"compressed n = {c['n_data']:,} to m = {c['m']} with {c['method']}: {c['objective']} objective "
+            f"{c['initial_value']:.6g} -> {c['value']:.6g} (reg {c['reg']:.3g}, {c['reg_from']}), AMCMD "
+            f"{c['amcmd']:.4g} (random subsample {c['amcmd_random']:.4g}), {c['seconds']:.1f}s -> {result['path']}")
+
+
+_stage = _flow_command("stage", "StageSettings", _staged)
+_tune = _flow_command("tune", "TuneSettings", _tuned)
+_fit = _flow_command("fit", "FitSettings", _fitted)
+_score = _flow_command("score", "ScoreSettings", _scored, functions="function")
+_compress = _flow_command("compress", "CompressSettings", _compressed)
 
 
 def _reproduce(args: argparse.Namespace) -> int:
@@ -296,7 +292,6 @@ def _add_method_options(parser: argparse.ArgumentParser) -> None:
     for name, option in FIT_OPTIONS.items():
         metavar = "{" + ",".join(option.choices) + "}" if option.choices else name.upper()
         parser.add_argument(f"--{name.replace('_', '-')}", type=option.kind, metavar=metavar, help=option.describe())
-    parser.set_defaults(fit_options=tuple(FIT_OPTIONS))
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -322,8 +317,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_prefect(stage)
     stage.set_defaults(run=_stage)
 
-    tune = commands.add_parser("tune", help="score a grid of lengthscales and reg on a staged store (validation "
-                                            "loss (40) on a 4:1 split of a subsample)", epilog=_REUSE_NOTE)
+    tune = commands.add_parser("tune", help="score a grid of lengthscales and reg on a staged store (a validation "
+                                            "criterion on a 4:1 split of a subsample, or on a validation store)", epilog=_REUSE_NOTE)
     tune.add_argument("data", help="staged data store (from jdl stage)")
     tune.add_argument("--out", required=True, help="the tuning store to write")
     tune.add_argument("--lengthscales-x", type=_floats, help="comma-separated (default: 1/8, 1/4, 1/2 of the median "
@@ -331,6 +326,12 @@ def build_parser() -> argparse.ArgumentParser:
     tune.add_argument("--lengthscales-y", type=_floats, help="comma-separated (default as for x)")
     tune.add_argument("--regs", type=_floats, help="comma-separated (default 1e-6,1e-5,1e-4,1e-3)")
     tune.add_argument("--tol", type=float, default=1e-3, help="relative pivoted-Cholesky tolerance (default 1e-3)")
+    tune.add_argument("--criterion", default="auto",
+                      help="auto (default: crps for a scalar y, else second_moment) | crps (the exact CRPS of the "
+                           "laws; scalar y) | pinball:L1,L2,... (the mean pinball loss at those levels; scalar y) | "
+                           "second_moment (the paper's loss (40))")
+    tune.add_argument("--validation", help="a staged store of held-out rows to score on (default: a seeded fifth of "
+                                           "the subsample)")
     tune.add_argument("--max-rows", type=int, default=20_000, help="rows of the subsample (default 20000)")
     tune.add_argument("--seed", type=int, default=0)
     _add_scheduler(tune)

@@ -28,6 +28,7 @@ class DemoReport:
     n: int
     workdir: Path
     best: dict
+    criterion: str
     candidates: int
     tune_rows: int
     rank_x: int
@@ -48,7 +49,7 @@ class DemoReport:
             f"data        n = {self.n:,} rows of y = sin(x) + x/3 + (0.15 + 0.25|x|) e; "
             f"scored a new batch of {BATCH_ROWS:,} rows",
             f"tuned       lengthscale_x = {b['lengthscale_x']:.3g}, lengthscale_y = {b['lengthscale_y']:.3g}, "
-            f"reg = {b['reg']:.0e}: validation loss (40) {b['score']:.4f}, best of {self.candidates} "
+            f"reg = {b['reg']:.0e}: validation {self.criterion} {b['score']:.4f}, best of {self.candidates} "
             f"on {self.tune_rows:,} rows",
             f"fitted      m_X = {self.rank_x}, m_Y = {self.rank_y}, positivity {self.positivity}: the signed law's "
             f"largest negative mass at the first 16 x rows, {self.negative_mass_max:.1e}, projected away keeping "
@@ -121,7 +122,7 @@ def run_demo(n: int = 100_000, workdir: str | Path = "jdl-demo", seed: int = 0, 
     quantiles = scores["quantile:" + ",".join(map(str, LEVELS))][:]
     d = model.diagnostics_
     return DemoReport(
-        n=n, workdir=root, best=json.loads(tuning.attrs["best"]), candidates=int(tuning["validation_loss"].size),
+        n=n, workdir=root, best=json.loads(tuning.attrs["best"]), criterion=tuning.attrs["criterion"], candidates=int(tuning["validation_loss"].size),
         tune_rows=int(tuning.attrs["rows_used"]), rank_x=d["rank_x"], rank_y=d["rank_y"], positivity=model.positivity,
         negative_mass_max=float(d.get("negative_mass_max", np.nan)),
         mean_rmse=_rmse(mean, mean_true), sd_rmse=_rmse(sd, sd_true),

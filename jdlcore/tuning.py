@@ -20,11 +20,11 @@ from .lowrank.cholesky import Factorisation, PivotedCholesky, pivoted_cholesky
 from .models.degeneracy import physical_memory, rank_budget
 from .models.jdl import JDL, problem_from_factors
 from .kernels import Kernel, median_heuristic
-from .conditional.losses import ClippedLogisticLoss, SecondMomentLoss
+from .conditional.losses import ClippedLogisticLoss, CRPSLoss, PinballLoss, SecondMomentLoss
 from .validation import as_samples, check_paired
 
 __all__ = ["TuneResult", "tune", "split_rows", "score_grid", "best_row", "resolve_criterion", "screening_params",
-           "check_grid", "default_lengthscales", "LENGTHSCALE_FACTORS", "DEFAULT_REGS"]
+           "check_grid", "default_lengthscales", "LENGTHSCALE_FACTORS", "DEFAULT_REGS", "CRITERIA"]
 
 LENGTHSCALE_FACTORS = (1 / 8, 1 / 4, 1 / 2)  # times the median heuristic, when no lengthscales are given
 DEFAULT_REGS = (1e-6, 1e-5, 1e-4, 1e-3)
@@ -45,18 +45,42 @@ class TuneResult:
         return np.array([row["score"] for row in self.table])
 
 
-def resolve_criterion(criterion: str | Callable, threshold: float | None = None) -> Callable:
-    """A validation criterion (model, X_val, Y_val) -> float from its name ("second_moment" is the
-    paper's loss (40), "logistic" the clipped logistic loss of the event Y <= threshold) or a callable."""
+CRITERIA = ("auto", "second_moment", "crps", "pinball:LEVELS", "logistic")
+
+
+def resolve_criterion(criterion: str | Callable, threshold: float | None = None, y_width: int | None = None
+                      ) -> Callable:
+    """A validation criterion (model, X_val, Y_val) -> float from its name or a callable: "second_moment"
+    (the paper's loss (40)), "crps" (the exact CRPS of the conditional laws), "pinball:0.05,0.5,0.95"
+    (the mean pinball loss at those levels), "logistic" (the clipped logistic loss of the event
+    Y <= threshold) or "auto" (the default: "crps" for a scalar y, a proper score of the whole law,
+    else "second_moment"). ``y_width``: the data's number of y features, checked against the
+    criteria that need a scalar y (and needed by "auto"). ``ValueError`` naming the criterion and the rule."""
     if callable(criterion):
         return criterion
-    if criterion == "second_moment":
-        return SecondMomentLoss()
-    if criterion == "logistic":
+    name, _, levels = str(criterion).partition(":")
+    if name == "auto" and not levels:
+        if y_width is None:
+            raise ValueError("criterion: 'auto' needs the number of y features")
+        name = "crps" if y_width == 1 else "second_moment"
+    if name == "second_moment" and not levels:
+        score = SecondMomentLoss()
+    elif name == "crps" and not levels:
+        score = CRPSLoss()
+    elif name == "pinball":
+        try:
+            score = PinballLoss([float(level) for level in levels.split(",") if level.strip()])
+        except ValueError as error:
+            raise ValueError(f"criterion: {criterion!r}: {error}") from None
+    elif name == "logistic" and not levels:
         if threshold is None:
             raise ValueError("threshold: the logistic criterion needs the event threshold (Y <= threshold)")
-        return ClippedLogisticLoss(threshold)
-    raise ValueError(f"criterion: unknown value {criterion!r}; choose 'second_moment', 'logistic' or a callable")
+        score = ClippedLogisticLoss(threshold)
+    else:
+        raise ValueError(f"criterion: unknown value {criterion!r}; choose one of {', '.join(CRITERIA)} or a callable")
+    if y_width is not None and y_width != 1 and score.scalar_y:
+        raise ValueError(f"criterion: {criterion} needs a scalar y, the data has {y_width} y features")
+    return score
 
 
 def split_rows(n: int, validation_fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
@@ -233,8 +257,9 @@ def tune(
     lengthscales_x: Sequence[float] | None = None,
     lengthscales_y: Sequence[float] | None = None,
     regs: Sequence[float] = DEFAULT_REGS,
-    criterion: str | Callable = "second_moment",
+    criterion: str | Callable = "auto",
     threshold: float | None = None,
+    validation: tuple[Any, Any] | None = None,
     validation_fraction: float = 0.2,
     seed: int = 0,
     refit: bool = True,
@@ -242,19 +267,31 @@ def tune(
     """Grid search over kernel lengthscales and ``reg`` for a JDL ``estimator`` (its kernel families,
     factorisation settings and constraints are kept; lengthscales and reg are replaced). Lengthscales
     default to ``LENGTHSCALE_FACTORS`` times the median heuristic of X and of Y, regs to
-    ``DEFAULT_REGS``: the grid ``jdl tune`` searches."""
+    ``DEFAULT_REGS``: the grid ``jdl tune`` searches. ``criterion``: see ``resolve_criterion``.
+    ``validation``: held-out rows (X_val, Y_val) to score on, the candidates training on all of X, Y;
+    without it a seeded ``validation_fraction`` of the rows is held out."""
     X = as_samples(X, "X", min_rows=5)
     Y = as_samples(Y, "Y", min_rows=5)
     check_paired(X, Y)
+    if validation is not None:
+        X_val, Y_val = as_samples(validation[0], "X_val"), as_samples(validation[1], "Y_val")
+        check_paired(X_val, Y_val, "X_val", "Y_val")
+        for name, part, whole in (("X_val", X_val, X), ("Y_val", Y_val, Y)):
+            if part.shape[1] != whole.shape[1]:
+                raise ValueError(f"{name}: has {part.shape[1]} features, the training rows have {whole.shape[1]}")
     grid_x = check_grid(default_lengthscales(X, seed) if lengthscales_x is None else lengthscales_x, "lengthscales_x")
     grid_y = check_grid(default_lengthscales(Y, seed) if lengthscales_y is None else lengthscales_y, "lengthscales_y")
     regs = check_grid(regs, "regs")
-    score = resolve_criterion(criterion, threshold)
+    score = resolve_criterion(criterion, threshold, Y.shape[1])
     base = estimator if estimator is not None else JDL()
     base._check_params()
     kernel_x, kernel_y = base._kernel("kernel_x"), base._kernel("kernel_y")
-    train, val = split_rows(X.shape[0], validation_fraction, seed)
-    table = score_grid(X[train], Y[train], X[val], Y[val], base, [kernel_x.with_lengthscale(v) for v in grid_x],
+    if validation is None:
+        train, val = split_rows(X.shape[0], validation_fraction, seed)
+        parts = (X[train], Y[train], X[val], Y[val])
+    else:
+        parts = (X, Y, X_val, Y_val)
+    table = score_grid(*parts, base, [kernel_x.with_lengthscale(v) for v in grid_x],
                        [kernel_y.with_lengthscale(v) for v in grid_y], regs, score)
     best = best_row(table)
     params = {

@@ -18,6 +18,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 import xarray as xr
+import zarr
 
 from data_schemas.tuning import SCHEMA_NAME, SCHEMA_VERSION, validate_tuning_dataset
 from jdlcore import JDL, GaussianKernel
@@ -50,8 +51,9 @@ def tune_store(
     regs: Sequence[float] = DEFAULT_REGS,
     tol: float = 1e-3,
     constraints: str = "positivity",
-    criterion: str = "second_moment",
+    criterion: str = "auto",
     threshold: float | None = None,
+    validation: str | os.PathLike | None = None,
     max_rows: int = 20_000,
     validation_fraction: float = 0.2,
     seed: int = 0,
@@ -64,27 +66,37 @@ def tune_store(
     the tuning store ``out`` atomically; returns its path.
 
     Lengthscales default to ``LENGTHSCALE_FACTORS`` times the median heuristic of the subsample.
-    ``scheduler`` (see ``pipeline.cluster``; "auto" means this process, the subsample being small)
-    decides where the pairs run; the table does not depend on it.
+    ``criterion``: "auto" (crps for a scalar y, else second_moment), "second_moment", "crps",
+    "pinball:LEVELS" or "logistic" (``jdlcore.tuning.resolve_criterion``); the store records the one used.
+    ``validation``: a staged store of held-out rows (the same features) to score on, the candidates
+    training on the subsample of ``data``; without it a seeded ``validation_fraction`` of the subsample
+    is held out. ``scheduler`` (see ``pipeline.cluster``; "auto" means this process, the subsample
+    being small) decides where the pairs run; the table does not depend on it.
     """
     target = Path(out)
     refuse_existing(target, overwrite)
-    score = resolve_criterion(criterion, threshold)
+    group = open_staged(data)
+    score = resolve_criterion(criterion, threshold, group["y"].shape[1])
+    held_out = None if validation is None else _validation_group(validation, group)
     regs = check_grid(regs, "regs")
     for name, values in (("lengthscales_x", lengthscales_x), ("lengthscales_y", lengthscales_y)):
         if values is not None:
             check_grid(values, name)
     base = JDL(tol=tol, constraints=constraints, seed=seed)
     base._check_params()
-    group = open_staged(data)
     n = int(group.attrs["n_samples"])
     rows = subsample_rows(n, max_rows, seed)
     X = group["x"].get_orthogonal_selection((rows, slice(None)))
     Y = group["y"].get_orthogonal_selection((rows, slice(None)))
     grid_x = check_grid(lengthscales_x or default_lengthscales(X, seed), "lengthscales_x")
     grid_y = check_grid(lengthscales_y or default_lengthscales(Y, seed), "lengthscales_y")
-    train, val = split_rows(rows.size, validation_fraction, seed)
-    parts = (X[train], Y[train], X[val], Y[val])
+    if held_out is None:
+        train, val = split_rows(rows.size, validation_fraction, seed)
+        parts = (X[train], Y[train], X[val], Y[val])
+    else:
+        val = subsample_rows(int(held_out.attrs["n_samples"]), max_rows, seed)
+        parts = (X, Y, held_out["x"].get_orthogonal_selection((val, slice(None))),
+                 held_out["y"].get_orthogonal_selection((val, slice(None))))
     kernels_x, kernels_y = [GaussianKernel(v) for v in grid_x], [GaussianKernel(v) for v in grid_y]
     started = time.perf_counter()
     where = resolve_scheduler(scheduler, rows.size)
@@ -106,9 +118,11 @@ def tune_store(
     ds = _tuning_dataset(table, grid_x, grid_y, regs)
     ds.attrs.update({
         "schema": SCHEMA_NAME, "schema_version": SCHEMA_VERSION, "data": str(Path(data).resolve()),
-        "data_fingerprint": data_fingerprint(group), "criterion": criterion, "tol": float(tol),
+        "data_fingerprint": data_fingerprint(group), "criterion": getattr(score, "name", str(criterion)), "tol": float(tol),
         "constraints": constraints, "rows_used": int(rows.size), "n_samples": n,
         "validation_fraction": float(validation_fraction), "seed": int(seed),
+        "validation": "" if held_out is None else str(Path(validation).resolve()),
+        "validation_rows": int(val.size),
         "best": json.dumps({k: best[k] for k in ("lengthscale_x", "lengthscale_y", "reg", "score", "rank_x", "rank_y")}),
         "seconds": time.perf_counter() - started, **({"run_key": run_key} if run_key else {}),
         "failures": json.dumps([{k: row[k] for k in ("lengthscale_x", "lengthscale_y", "reg", "error")}
@@ -118,6 +132,16 @@ def tune_store(
     with atomic_store(target, overwrite=overwrite) as staging:
         ds.to_zarr(staging, mode="w", zarr_format=3, consolidated=False)
     return target
+
+
+def _validation_group(validation: str | os.PathLike, group: zarr.Group) -> zarr.Group:
+    """The staged validation store, refused unless its x and y features are the training data's."""
+    held_out = open_staged(validation)
+    for role in ("x", "y"):
+        if list(held_out.attrs[f"{role}_features"]) != list(group.attrs[f"{role}_features"]):
+            raise ValueError(f"validation: its {role} features {list(held_out.attrs[f'{role}_features'])} are not "
+                             f"the data's {list(group.attrs[f'{role}_features'])}")
+    return held_out
 
 
 def _tuning_dataset(table: list[dict[str, Any]], grid_x: list[float], grid_y: list[float],

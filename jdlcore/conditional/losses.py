@@ -6,7 +6,12 @@
   which stays finite when some |y_v| is near 0.
 * ``ClippedLogisticLoss``: the clipped binary cross-entropy (41) of the event Y <= threshold,
   probabilities clipped to [eta, 1].
-Every criterion is a callable (model, X_val, Y_val) -> float, lower is better.
+* ``CRPSLoss``: the mean continuous ranked probability score of the conditional laws (scalar Y),
+  exact for weighted atoms; a proper score of the whole law, in the units of Y.
+* ``PinballLoss``: the mean pinball (quantile) loss of the conditional quantiles at given levels
+  (scalar Y). Twice its mean over levels spread evenly on (0, 1) tends to the CRPS.
+Every criterion is a callable (model, X_val, Y_val) -> float, lower is better; ``scalar_y`` says
+whether it needs a scalar Y.
 """
 from __future__ import annotations
 
@@ -14,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["SecondMomentLoss", "ClippedLogisticLoss", "second_moment", "conditional_second_moments",
+__all__ = ["SecondMomentLoss", "ClippedLogisticLoss", "CRPSLoss", "PinballLoss", "pinball_loss", "second_moment", "conditional_second_moments",
            "relative_second_moment_loss", "clipped_logistic_loss"]
 
 
@@ -51,10 +56,18 @@ def clipped_logistic_loss(probability: np.ndarray, event: np.ndarray, eta: float
     return float(-np.mean(np.where(event, positive, negative)))
 
 
+def pinball_loss(quantiles: np.ndarray, observed: np.ndarray, levels: np.ndarray) -> float:
+    """Mean over rows and levels of the pinball loss rho_tau(y - q) = max(tau (y - q), (tau - 1)(y - q)),
+    for quantiles (q, L) at ``levels`` (L,) and observations (q,)."""
+    residual = np.asarray(observed, dtype=np.float64)[:, None] - quantiles
+    return float(np.mean(np.maximum(levels * residual, (levels - 1.0) * residual)))
+
+
 class SecondMomentLoss:
     """Relative second-moment loss (40); ``target`` (q, d, d) overrides the realised y y^T."""
 
     name = "second_moment"
+    scalar_y = False
 
     def __init__(self, target: np.ndarray | None = None):
         self.target = target
@@ -70,6 +83,7 @@ class ClippedLogisticLoss:
     """Clipped logistic loss (41) of the event Y <= threshold (scalar Y)."""
 
     name = "logistic"
+    scalar_y = True
 
     def __init__(self, threshold: float, eta: float = 1e-12):
         self.threshold = float(threshold)
@@ -79,3 +93,31 @@ class ClippedLogisticLoss:
         probability = model.conditional_cdf(X, [self.threshold])[:, 0]
         event = np.asarray(Y).reshape(len(probability), -1)[:, 0] <= self.threshold
         return clipped_logistic_loss(probability, event, self.eta)
+
+
+class CRPSLoss:
+    """Mean CRPS of the conditional laws at the validation rows (``model.crps``: exact for the weighted
+    support atoms; scalar Y)."""
+
+    name = "crps"
+    scalar_y = True
+
+    def __call__(self, model: Any, X: np.ndarray, Y: np.ndarray) -> float:
+        return float(np.mean(model.crps(X, np.asarray(Y).reshape(len(X), -1)[:, :1])))
+
+
+class PinballLoss:
+    """Mean pinball loss of the conditional quantiles at ``levels`` in (0, 1) (scalar Y)."""
+
+    scalar_y = True
+
+    def __init__(self, levels: Any):
+        levels = np.atleast_1d(np.asarray(levels, dtype=np.float64))
+        if levels.ndim != 1 or levels.size == 0 or not np.all((levels > 0) & (levels < 1)):
+            raise ValueError(f"levels: the pinball criterion needs levels in (0, 1), got {levels.tolist()}")
+        self.levels = levels
+        self.name = "pinball:" + ",".join(f"{level:g}" for level in levels)
+
+    def __call__(self, model: Any, X: np.ndarray, Y: np.ndarray) -> float:
+        observed = np.asarray(Y).reshape(len(X), -1)[:, 0]
+        return pinball_loss(model.conditional_quantile(X, self.levels), observed, self.levels)

@@ -1,0 +1,122 @@
+"""Tuning by proper scores: the CRPS and pinball criteria against brute-force computations from the
+conditional weights, the CRPS as twice the integrated pinball loss, an explicit validation set (in
+memory and as a staged store), and the refusals."""
+import numpy as np
+import pytest
+
+from jdl.cli import main
+from jdlcore import JDL, GaussianKernel
+from jdlcore.conditional.losses import CRPSLoss, PinballLoss
+from jdlcore.tuning import resolve_criterion, tune
+
+
+@pytest.fixture(scope="module")
+def skewed():
+    """A heteroscedastic, right-skewed conditional law: y = x + (0.2 + |x|/2) * Exp(1)."""
+    rng = np.random.default_rng(11)
+    X = rng.uniform(-2, 2, size=(900, 1))
+    Y = X + (0.2 + 0.5 * np.abs(X)) * rng.exponential(size=(900, 1))
+    return X, Y
+
+
+@pytest.fixture(scope="module")
+def model(skewed):
+    X, Y = skewed
+    return JDL(GaussianKernel(0.4), GaussianKernel(0.3), reg=1e-4, support_size=128).fit(X[:700], Y[:700])
+
+
+def test_crps_and_pinball_match_brute_force_from_the_weights(model, skewed):
+    X, Y = skewed[0][700:760], skewed[1][700:760, 0]
+    W = model.conditional_weights(X)  # (q, N) probability vectors on the law's atoms
+    atoms = model.law_atoms_[:, 0]
+    assert np.all(W >= 0) and np.allclose(W.sum(axis=1), 1, atol=1e-12)
+    order = np.argsort(atoms)
+    z, P = atoms[order], W[:, order]
+    # CRPS = integral of (F(t) - 1[t >= y])^2 dt, exact for a step CDF: sum over the intervals between
+    # the sorted atoms and the observation
+    crps = []
+    for p, y in zip(P, Y):
+        knots = np.sort(np.append(z, y))
+        F = np.array([p[z <= t].sum() for t in knots[:-1]])
+        H = (knots[:-1] >= y).astype(float)
+        crps.append(np.sum((F - H) ** 2 * np.diff(knots)))
+    assert CRPSLoss()(model, X, Y[:, None]) == pytest.approx(np.mean(crps), rel=1e-10)
+
+    levels = np.array([0.05, 0.5, 0.95])
+    cumulative = np.cumsum(P, axis=1)
+    quantiles = np.array([[z[np.argmax(c >= level - 1e-12)] for level in levels] for c in cumulative])
+    residual = Y[:, None] - quantiles
+    pinball = np.mean(np.maximum(levels * residual, (levels - 1) * residual))
+    assert PinballLoss(levels)(model, X, Y[:, None]) == pytest.approx(pinball, rel=1e-10)
+
+    # CRPS = 2 * integral over tau of the pinball loss: the midpoint rule over 4000 levels
+    fine = (np.arange(4000) + 0.5) / 4000
+    assert 2 * PinballLoss(fine)(model, X, Y[:, None]) == pytest.approx(np.mean(crps), rel=2e-3)
+
+
+def test_criteria_are_parsed_and_refused_in_one_line():
+    assert isinstance(resolve_criterion("crps"), CRPSLoss)
+    assert resolve_criterion("pinball:0.1, 0.9").levels.tolist() == [0.1, 0.9]
+    assert resolve_criterion("pinball:0.1,0.9").name == "pinball:0.1,0.9"
+    with pytest.raises(ValueError, match="^criterion: crps needs a scalar y, the data has 2 y features$"):
+        resolve_criterion("crps", y_width=2)
+    with pytest.raises(ValueError, match=r"^criterion: 'pinball:0,0.5': levels: the pinball criterion needs levels "
+                                         r"in \(0, 1\)"):
+        resolve_criterion("pinball:0,0.5")
+    with pytest.raises(ValueError, match="^criterion: 'pinball:a': "):
+        resolve_criterion("pinball:a")
+    with pytest.raises(ValueError, match="^criterion: unknown value 'mae'; choose one of auto, second_moment, crps"):
+        resolve_criterion("mae")
+    assert resolve_criterion("second_moment", y_width=2).name == "second_moment"
+    # the default: a proper score of the whole law for a scalar y, the paper's loss (40) for a vector y
+    assert isinstance(resolve_criterion("auto", y_width=1), CRPSLoss)
+    assert resolve_criterion("auto", y_width=3).name == "second_moment"
+    with pytest.raises(ValueError, match="^criterion: 'auto' needs the number of y features$"):
+        resolve_criterion("auto")
+
+
+def test_tune_scores_an_explicit_validation_set(skewed):
+    X, Y = skewed
+    result = tune(X[:600], Y[:600], estimator=JDL(support_size=128), lengthscales_x=[0.3, 0.8],
+                  lengthscales_y=[0.2, 0.5], regs=[1e-5, 1e-3], criterion="crps", validation=(X[600:], Y[600:]))
+    assert len(result.table) == 8 and all(np.isfinite(row["score"]) for row in result.table)
+    # the candidates trained on all of X[:600]: the refitted best model scores its own table entry
+    assert CRPSLoss()(result.model, X[600:], Y[600:]) == pytest.approx(result.best["score"], rel=1e-10)
+    with pytest.raises(ValueError, match="X_val: has 2 features, the training rows have 1"):
+        tune(X[:600], Y[:600], validation=(np.hstack([X[600:], X[600:]]), Y[600:]), criterion="crps")
+
+
+def test_jdl_tune_takes_a_criterion_and_a_validation_store(tmp_path, skewed, capsys):
+    from pipeline.tuning import load_tuning
+
+    X, Y = skewed
+    for name, rows in (("train", slice(0, 600)), ("valid", slice(600, 900))):
+        np.savez(tmp_path / f"{name}.npz", a=X[rows, 0], b=Y[rows, 0], c=-Y[rows, 0])
+        assert main(["stage", str(tmp_path / f"{name}.npz"), "--x", "a", "--y", "b", "--out",
+                     str(tmp_path / f"{name}.zarr")]) == 0
+    grid = ["--lengthscales-x", "0.3,0.8", "--lengthscales-y", "0.2,0.5", "--regs", "1e-5,1e-3"]
+    assert main(["tune", str(tmp_path / "train.zarr"), "--out", str(tmp_path / "t.zarr"), "--criterion", "crps",
+                 "--validation", str(tmp_path / "valid.zarr"), *grid, "--scheduler", "memory"]) == 0
+    assert "validation crps" in capsys.readouterr().out
+    table = load_tuning(tmp_path / "t.zarr")
+    assert table.attrs["criterion"] == "crps" and table.attrs["validation_rows"] == 300
+    reference = tune(X[:600], Y[:600], estimator=JDL(), lengthscales_x=[0.3, 0.8], lengthscales_y=[0.2, 0.5],
+                     regs=[1e-5, 1e-3], criterion="crps", validation=(X[600:], Y[600:]), refit=False)
+    assert np.array_equal(table["validation_loss"].values.ravel(), reference.scores())
+
+    assert main(["stage", str(tmp_path / "train.npz"), "--x", "a", "--y", "b,c", "--out",
+                 str(tmp_path / "vector.zarr")]) == 0
+    capsys.readouterr()
+    bad = [
+        (["tune", str(tmp_path / "vector.zarr"), "--criterion", "crps"],
+         "criterion: crps needs a scalar y, the data has 2 y features"),
+        (["tune", str(tmp_path / "train.zarr"), "--criterion", "pinball:1.5"],
+         "parameter criterion: 'pinball:1.5': levels: the pinball criterion needs levels in (0, 1)"),
+        (["tune", str(tmp_path / "train.zarr"), "--validation", str(tmp_path / "vector.zarr")],
+         "validation: its y features ['b', 'c'] are not the data's ['b']"),
+    ]
+    for argv, message in bad:
+        assert main([*argv, "--out", str(tmp_path / "bad.zarr"), *grid, "--scheduler", "memory"]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and message in err[0], (argv, err)
+        assert not (tmp_path / "bad.zarr").exists()
