@@ -3,9 +3,9 @@
 A violation raises one ``ValueError`` naming the parameter, the rule and the offending value, e.g.
 ``fit: parameter tol: must be in [0, 1) (got 2.0)``. The fit's options are not listed here: they are
 the estimators' declarations (``jdlcore.models.registry.FIT_OPTIONS``), checked by the chosen
-method's own rules, and so are the tuned estimator's (jdl's) tol and constraints. Path parameters may hold environment
-variables (``${JDL_HOME}/model.zarr``, as in deploy/prefect.yaml); they are expanded where the
-flow runs, and an unset variable is an error rather than a literal path.
+method's own rules, and so are the tuned estimator's (jdl's) tol and constraints. Path parameters
+may hold environment variables (``${JDL_HOME}/model.zarr``, as in deploy/prefect.yaml); they are
+expanded where the flow runs, and an unset variable is an error rather than a literal path.
 """
 from __future__ import annotations
 
