@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from .params import Number, Param
+from .params import Number, ParameterError
 
 __all__ = ["as_samples", "check_paired", "check_positive", "check_choice", "check_nonnegative", "check_tol", "check_count",
            "TOL_RULE", "TOL"]
@@ -79,7 +79,8 @@ TOL_RULE = TOL.text
 def check_tol(value: Any, name: str = "tol") -> float:
     """The relative tolerance of a pivoted Cholesky decomposition (residual trace / trace K): a number
     in [0, 1) (0: full rank up to the pivot floor), ``TOL``; returned as a float."""
-    Param(TOL, "").check(name, value)
+    if TOL.violation(value) is not None:
+        raise ParameterError(name, TOL, value)
     return float(value)
 
 

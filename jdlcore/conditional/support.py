@@ -28,7 +28,7 @@ possible in the chi-square sense and never below zero, so the weights reproduce 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable
+from typing import Callable, Iterable
 
 import numpy as np
 
@@ -36,7 +36,7 @@ from .atoms import FunctionSums
 
 __all__ = [
     "Support", "SupportPlan", "SupportPartial", "MarginalSums", "SUM_GROUPS", "default_support_size", "plan_support",
-    "support_partial", "sum_groups", "finish_support", "build_support", "reweight", "sample_rows", "check_support_size",
+    "support_partial", "sum_groups", "finish_support", "build_support", "reweight", "sample_rows",
     "check_support_rows", "SAMPLE_ROWS",
 ]
 
@@ -49,15 +49,6 @@ def default_support_size(d_y: int) -> int:
     """The default number of support atoms M for a Y of d_y components: 512 whatever d_y (a scalar Y
     in 256 two-atom bins, a vector Y in 512 cells)."""
     return _DEFAULT_SIZE
-
-
-def check_support_size(value: Any) -> int | None:
-    """``support_size`` as an int >= 1 or None (the default); ``ValueError`` otherwise."""
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-        raise ValueError(f"support_size: must be an integer >= 1 (or None for the default), got {value!r}")
-    return int(value)
 
 
 def check_support_rows(size: int | None, rows: int, what: str = "training rows") -> None:
