@@ -12,6 +12,16 @@ Coordinates lengthscale_x, lengthscale_y, reg: strictly increasing, positive. At
 lengthscale_x, lengthscale_y, reg, score, rank_x, rank_y), ``seconds``; optional ``failures`` (JSON: the
 candidates that raised, with lengthscale_x, lengthscale_y, reg and the error's message).
 
+Scaling (version 2): attribute ``scaling`` ("robust" or "none"; absent: "none"). With "robust" the
+lengthscales are in standard units and the store holds the scaling: ``x_location``, ``x_scale``
+(x_feature) and ``y_location``, ``y_scale`` (y_feature), finite, scales > 0.
+
+Per-feature search (version 2, optional): the candidates of ``jdlcore.tuning.search_lengthscales`` in
+order along ``search_candidate``: ``search_lengthscale_x`` (search_candidate, x_feature),
+``search_lengthscale_y`` (search_candidate, y_feature), ``search_reg``, ``search_loss``,
+``search_rank_x``, ``search_rank_y``, ``search_seconds``; attribute ``search_steps`` (JSON: the
+feature each candidate moved). ``best`` is then the search's best, with a list of lengthscales.
+
 A model fitted from a tuning store carries the table as ``tuning_validation_loss``, ``tuning_rank_x``
 and ``tuning_rank_y`` over the dims ``tuning_lengthscale_x``, ``tuning_lengthscale_y``, ``tuning_reg``
 (see ``data_schemas.model.TUNING_DIMS``).
@@ -23,7 +33,9 @@ import json
 import numpy as np
 
 SCHEMA_NAME = "jdl.tuning"
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: the scaling
+SCALING_DIMS = {"x_location": ("x_feature",), "x_scale": ("x_feature",), "y_location": ("y_feature",),
+                "y_scale": ("y_feature",)}
 
 GRID = ("lengthscale_x", "lengthscale_y", "reg")
 VARIABLE_DIMS = {"validation_loss": GRID, "seconds": GRID, "rank_x": GRID[:2], "rank_y": GRID[:2]}
@@ -62,5 +74,22 @@ def validate_tuning_dataset(ds, where: str = "tuning") -> None:
         ok = False
     if not ok:
         raise ValueError(f"{where}: attribute 'best' must be JSON with lengthscale_x, lengthscale_y, reg, score")
+    scaling = ds.attrs.get("scaling", "none")
+    if scaling not in ("robust", "none"):
+        raise ValueError(f"{where}: attribute 'scaling' must be 'robust' or 'none', got {scaling!r}")
+    for name, dims in (SCALING_DIMS.items() if scaling == "robust" else ()):
+        if name not in ds.data_vars or tuple(ds[name].dims) != dims:
+            raise ValueError(f"{where}: variable {name!r} is missing or does not have dims {dims}")
+        values = np.asarray(ds[name].values, dtype=float)
+        if not np.all(np.isfinite(values)) or (name.endswith("scale") and not np.all(values > 0)):
+            raise ValueError(f"{where}: variable {name!r} must be finite{' and > 0' if name.endswith('scale') else ''}")
+    search = {"search_lengthscale_x": ("search_candidate", "x_feature"),
+              "search_lengthscale_y": ("search_candidate", "y_feature"),
+              **{name: ("search_candidate",) for name in ("search_reg", "search_loss", "search_rank_x",
+                                                          "search_rank_y", "search_seconds")}}
+    if "search_loss" in ds.data_vars:
+        for name, dims in search.items():
+            if name not in ds.data_vars or tuple(ds[name].dims) != dims:
+                raise ValueError(f"{where}: variable {name!r} is missing or does not have dims {dims}")
     if not np.any(np.isfinite(ds["validation_loss"].values)):
         raise ValueError(f"{where}: no candidate has a finite validation loss")

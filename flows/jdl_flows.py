@@ -37,7 +37,8 @@ def tune_flow(
     data: str, out: str, lengthscales_x: list[float] | None = None, lengthscales_y: list[float] | None = None,
     regs: list[float] | None = None, tol: float | None = None, constraints: str | None = None,
     criterion: str | None = None, validation: str | None = None, max_rows: int = 20_000,
-    validation_fraction: float = 0.2, seed: int = 0, scheduler: str | None = None,
+    validation_fraction: float = 0.2, seed: int = 0, scaling: str | None = None, search: bool | None = None,
+    scheduler: str | None = None,
 ) -> StageResult:
     """Score a hyperparameter grid on (a subsample of) the staged store ``data`` into a tuning store."""
     return pipelines.tune(**given(locals()))
@@ -46,21 +47,23 @@ def tune_flow(
 @flow(name="jdl-fit", validate_parameters=False)
 @with_fit_options
 def fit_flow(
-    data: str, out: str, tuning: str | None = None, lengthscale_x: float | None = None,
-    lengthscale_y: float | None = None, reg: float | None = None, method: str = "jdl", scheduler: str | None = None,
-    **options: Any,
+    data: str, out: str, tuning: str | None = None, lengthscale_x: float | list[float] | None = None,
+    lengthscale_y: float | list[float] | None = None, reg: float | None = None, method: str = "jdl",
+    scaling: str | None = None, scheduler: str | None = None, **options: Any,
 ) -> StageResult:
     """Fit a model (``method``, a name of ``jdlcore.METHODS``) on the staged store ``data`` and write
     the model store ``out``.
 
     Hyperparameters: all of lengthscale_x, lengthscale_y and reg, or a ``tuning`` store. A tuning
     store that is missing or was made from other data is (re)computed first, on the default grid.
+    ``scaling``: "robust" or "none" (``jdlcore.scaling``); default the tuning store's, else "robust".
     ``options``: the method's fit options, each a keyword parameter of this flow
     (``jdlcore.models.registry.FIT_OPTIONS``: tol, max_rank, pivoting, seed, constraints, positivity,
     support_size, degree, threshold); None is the method's default.
     """
     return pipelines.fit(**given(dict(data=data, out=out, tuning=tuning, lengthscale_x=lengthscale_x,
-                                      lengthscale_y=lengthscale_y, reg=reg, method=method, scheduler=scheduler)),
+                                      lengthscale_y=lengthscale_y, reg=reg, method=method, scaling=scaling,
+                                      scheduler=scheduler)),
                          **given(options))
 
 

@@ -43,7 +43,7 @@ def fit(**parameters: Any) -> StageResult:
         report(f"fit: tuning store {settings.tuning} is missing or from other data; tuning first")
         run_stage("tune", validated(TuneSettings, "tune", **given(dict(
             data=settings.data, out=settings.tuning, tol=settings.tol, seed=settings.seed,
-            scheduler=settings.scheduler))).model_dump())
+            scaling=settings.scaling, scheduler=settings.scheduler))).model_dump())
     return run_stage("fit", settings.model_dump())
 
 

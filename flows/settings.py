@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import inspect
+import math
 import os
 import re
 from typing import Annotated, Any, Callable, Literal
@@ -20,6 +21,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationErr
 from jdlcore.models.jdl import JDL
 from jdlcore.models.registry import FIT_OPTIONS, METHODS, estimator_class, method_options
 from jdlcore.params import ParameterError
+from jdlcore.scaling import SCALINGS
 from jdlcore.tuning import resolve_criterion
 from pipeline.scoring import parse_function
 
@@ -71,6 +73,17 @@ Path_ = Annotated[str, AfterValidator(expand_path)]
 Method = Literal[tuple(METHODS)]  # type: ignore[valid-type] - the registry's names
 Positive = Annotated[float, Field(gt=0, allow_inf_nan=False)]
 Scheduler = Annotated[str | None, AfterValidator(_scheduler)]
+Scaling = Literal[SCALINGS]  # type: ignore[valid-type] - jdlcore.scaling's choices
+
+
+def _lengthscale(value: float | list[float]) -> float | list[float]:
+    values = value if isinstance(value, list) else [value]
+    if not values or not all(math.isfinite(v) and v > 0 for v in values):
+        raise ValueError("must be finite and > 0: one number, or one per feature")
+    return value
+
+
+Lengthscale = Annotated[float | list[float], AfterValidator(_lengthscale)]  # one, or one per feature
 
 
 class _Settings(BaseModel):
@@ -101,6 +114,8 @@ class TuneSettings(_Settings):
     max_rows: int = Field(20_000, ge=10)
     validation_fraction: float = Field(0.2, gt=0, lt=1)
     seed: int = 0
+    scaling: Scaling = "robust"
+    search: bool = True
     scheduler: Scheduler = Field(None, validate_default=True)
 
     @field_validator("criterion")
@@ -127,10 +142,11 @@ class _FitHyperparameters(_Settings):
     data: Path_
     out: Path_
     tuning: Path_ | None = None
-    lengthscale_x: Positive | None = None
-    lengthscale_y: Positive | None = None
+    lengthscale_x: Lengthscale | None = None
+    lengthscale_y: Lengthscale | None = None
     reg: float | None = None
     method: Method = "jdl"
+    scaling: Scaling | None = None  # None: the tuning store's, else "robust"
     scheduler: Scheduler = Field(None, validate_default=True)
 
     def check(self) -> None:
@@ -160,7 +176,7 @@ class _FitHyperparameters(_Settings):
         """The fit options that were given (None: the method's default)."""
         return {name: getattr(self, name) for name in FIT_OPTIONS if getattr(self, name) is not None}
 
-    def explicit(self) -> dict[str, float] | None:
+    def explicit(self) -> dict[str, float | list[float]] | None:
         """The hyperparameters given directly, or None when they come from ``tuning``."""
         given = {"lengthscale_x": self.lengthscale_x, "lengthscale_y": self.lengthscale_y, "reg": self.reg}
         kernels = estimator_class(self.method)._KERNELS

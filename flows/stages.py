@@ -87,14 +87,16 @@ def tune(settings: dict[str, Any]) -> StageResult:
         s.data, s.out, **options, overwrite=overwrite, run_key=key, progress=report))
 
 
-def fit_hyperparameters(s: FitSettings) -> tuple[dict[str, float], str | None]:
-    """(lengthscale_x, lengthscale_y, reg) and the tuning store's run key (None if given directly)."""
+def fit_hyperparameters(s: FitSettings) -> tuple[dict[str, Any], str | None]:
+    """(lengthscale_x, lengthscale_y, reg) and the tuning store's run key (None if given directly); a
+    lengthscale is a float, or a list of one per feature."""
     explicit = s.explicit()
     if explicit is not None:
         return explicit, None
     table = load_tuning(s.tuning)
     best = json.loads(table.attrs["best"])
-    return {k: float(best[k]) for k in ("lengthscale_x", "lengthscale_y", "reg")}, table.attrs.get("run_key")
+    return ({k: [float(v) for v in best[k]] if isinstance(best[k], list) else float(best[k])
+             for k in ("lengthscale_x", "lengthscale_y", "reg")}, table.attrs.get("run_key"))
 
 
 def fit(settings: dict[str, Any]) -> StageResult:
@@ -106,11 +108,12 @@ def fit(settings: dict[str, Any]) -> StageResult:
     options = s.options()
     # keyed by every parameter the estimator will have, so a default given explicitly is the same run
     params = make_estimator(s.method, **hyper, **options).get_params()
-    key = run_key("fit", data=fingerprint, tuning=tuning_key, method=s.method, **hyper,
+    key = run_key("fit", data=fingerprint, tuning=tuning_key, method=s.method, scaling=s.scaling, **hyper,
                   **{name: value for name, value in params.items() if name not in hyper and not name.startswith("kernel_")})
 
     def write(overwrite: bool) -> None:
-        path, model = fit_store(s.data, s.out, **hyper, method=s.method, **options, scheduler=s.scheduler,
+        path, model = fit_store(s.data, s.out, **hyper, method=s.method, scaling=s.scaling, **options,
+                                scheduler=s.scheduler,
                                 overwrite=overwrite,
                                 tuning=s.tuning if tuning_key is not None else None, run_key=key,
                                 progress=report)

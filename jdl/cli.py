@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import logging
 import os
 import sys
@@ -95,6 +96,14 @@ def _floats(text: str) -> list[float]:
         raise argparse.ArgumentTypeError(f"expected comma-separated numbers, got {text!r}") from None
 
 
+def _lengthscale(text: str) -> float | list[float]:
+    """One lengthscale, or a comma-separated list of one per feature."""
+    values = _floats(text)
+    if not values:
+        raise argparse.ArgumentTypeError(f"expected a number or comma-separated numbers, got {text!r}")
+    return values[0] if len(values) == 1 and "," not in text else values
+
+
 @contextlib.contextmanager
 def _session(args: argparse.Namespace, title: str):
     """Console and progress bar for one command; yields whether its runs are recorded in Prefect."""
@@ -162,9 +171,14 @@ def _tuned(args: argparse.Namespace, result: dict) -> str:
 
     table = load_tuning(result["path"])
     best = json.loads(table.attrs["best"])
-    setting = ", ".join(f"{name} = {best[name]:.4g}" for name in ("lengthscale_x", "lengthscale_y", "reg"))
+    setting = ", ".join(f"{name} = {_numbers(best[name])}" for name in ("lengthscale_x", "lengthscale_y", "reg"))
     return (f"tuned {table['validation_loss'].size} candidates on {table.attrs['rows_used']:,} rows: best {setting}, "
             f"validation {table.attrs['criterion']} {best['score']:.5g} -> {result['path']}")
+
+
+def _numbers(value: float | list[float]) -> str:
+    """A number, or a list of them (one per feature), to 4 significant digits."""
+    return "[" + ", ".join(f"{v:.4g}" for v in value) + "]" if isinstance(value, list) else f"{value:.4g}"
 
 
 def _fitted(args: argparse.Namespace, result: dict) -> str:
@@ -294,6 +308,16 @@ def _add_method_options(parser: argparse.ArgumentParser) -> None:
         parser.add_argument(f"--{name.replace('_', '-')}", type=option.kind, metavar=metavar, help=option.describe())
 
 
+def _add_scaling(parser: argparse.ArgumentParser, default: str | None) -> None:
+    """``--scaling`` (``jdlcore.scaling.SCALINGS``): how the kernels standardise their inputs."""
+    from jdlcore.scaling import SCALINGS
+
+    parser.add_argument("--scaling", choices=SCALINGS, default=default,
+                        help="robust: standardise each feature by its median and interquartile range, so lengthscales "
+                             "are in standard units; none: the raw columns (default: "
+                             + ("robust)" if default else "the tuning store's, else robust)"))
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="jdl", description="Adaptive joint distribution learning at scale.")
     parser.add_argument("-v", "--verbose", action="store_true", help="show the runs' log lines on the console")
@@ -332,6 +356,10 @@ def build_parser() -> argparse.ArgumentParser:
                            "second_moment (the paper's loss (40))")
     tune.add_argument("--validation", help="a staged store of held-out rows to score on (default: a seeded fifth of "
                                            "the subsample)")
+    tune.deferred.append(functools.partial(_add_scaling, default="robust"))
+    tune.add_argument("--search", action=argparse.BooleanOptionalAction, default=True,
+                      help="refine the grid's best to one lengthscale per feature where x (or y) has several; "
+                           "features that do not help end up long (default: on)")
     tune.add_argument("--max-rows", type=int, default=20_000, help="rows of the subsample (default 20000)")
     tune.add_argument("--seed", type=int, default=0)
     _add_scheduler(tune)
@@ -343,9 +371,12 @@ def build_parser() -> argparse.ArgumentParser:
     fit.add_argument("data", help="staged data store (from jdl stage)")
     fit.add_argument("--out", required=True, help="the model store to write")
     fit.add_argument("--tuning", help="a tuning store to take the best hyperparameters from (tuned first if missing)")
-    fit.add_argument("--lengthscale-x", type=float, help="Gaussian kernel lengthscale on x")
-    fit.add_argument("--lengthscale-y", type=float, help="Gaussian kernel lengthscale on y")
+    fit.add_argument("--lengthscale-x", type=_lengthscale, help="Gaussian kernel lengthscale on x, or one per x "
+                                                                "feature (comma-separated), in the scaling's units")
+    fit.add_argument("--lengthscale-y", type=_lengthscale, help="Gaussian kernel lengthscale on y (or one per y "
+                                                                "feature)")
     fit.add_argument("--reg", type=float, help="regularisation lambda")
+    fit.deferred.append(functools.partial(_add_scaling, default=None))
     fit.deferred.append(_add_method_options)
     _add_scheduler(fit)
     fit.set_defaults(run=_fit)

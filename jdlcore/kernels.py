@@ -1,8 +1,11 @@
 """Stationary kernels evaluated block by block, never as an n x n matrix.
 
 Every kernel maps two sample arrays A (p, d) and B (q, d) to the block k(A, B) of shape (p, q) and
-gives the diagonal k(a_i, a_i) of shape (p,). Lengthscales are in the units of the features; a
-per-feature lengthscale (shape (d,)) rescales each column before the distance is taken.
+gives the diagonal k(a_i, a_i) of shape (p,). A kernel may carry a scaling (``location`` and
+``scale``, one entry per feature, from ``jdlcore.scaling.robust_scaling``): distances are then taken
+on (z - location) / scale, and the lengthscale is in those standard units; without one, in the units
+of the features. A per-feature lengthscale (shape (d,)) rescales each column before the distance is
+taken.
 Large blocks are evaluated in row slabs on a small thread pool (NumPy releases the GIL in BLAS
 and in ufuncs), which is where kernel-heavy work spends its time. The pool has JDL_KERNEL_THREADS
 threads, else one per core up to 4 (Dask workers of the embedded cluster use 1); work handed to
@@ -19,6 +22,7 @@ from typing import Any, Callable, ClassVar, Iterator
 import numpy as np
 from threadpoolctl import ThreadpoolController
 
+from .scaling import check_scaling, robust_scaling
 from .validation import as_samples, check_positive
 
 __all__ = [
@@ -87,16 +91,26 @@ class Kernel:
     Parameters
     ----------
     lengthscale:
-        Positive scalar, or one positive value per feature (shape (d,)).
+        Positive scalar, or one positive value per feature (shape (d,)), in the standard units of
+        the scaling where there is one.
+    location, scale:
+        The scaling (both or neither): per-feature location (finite) and scale (> 0), shape (d,) or
+        scalars; the kernel sees (z - location) / scale. ``standardised`` estimates them from data.
     """
 
     name: ClassVar[str] = "kernel"
+    scalable: ClassVar[bool] = True  # whether a scaling of the inputs means anything to the kernel
 
-    def __init__(self, lengthscale: float | np.ndarray = 1.0):
-        scale = check_positive(lengthscale, "lengthscale")
-        if scale.ndim > 1:
-            raise ValueError(f"lengthscale: must be a scalar or a 1-D array, got shape {scale.shape}")
-        self.lengthscale = float(scale) if scale.ndim == 0 else scale.copy()
+    def __init__(self, lengthscale: float | np.ndarray = 1.0, *, location: Any = None, scale: Any = None):
+        value = check_positive(lengthscale, "lengthscale")
+        if value.ndim > 1:
+            raise ValueError(f"lengthscale: must be a scalar or a 1-D array, got shape {value.shape}")
+        self.lengthscale = float(value) if value.ndim == 0 else value.copy()
+        if (location is None) != (scale is None):
+            raise ValueError("scale: a scaling needs both location and scale")
+        self.location, self.scale = (None, None) if location is None else check_scaling(location, scale)
+        if self.scale is not None and np.ndim(self.lengthscale) == 1 and len(self.lengthscale) != len(self.scale):
+            raise ValueError(f"lengthscale: has {len(self.lengthscale)} entries but the scaling has {len(self.scale)}")
 
     # -- public API -----------------------------------------------------------------------------
     def __call__(self, A: Any, B: Any | None = None) -> np.ndarray:
@@ -138,9 +152,10 @@ class Kernel:
         return values, slopes
 
     def distance_gradient(self, A: np.ndarray, B: np.ndarray, weights: np.ndarray) -> np.ndarray:
-        """Gradient with respect to A (p, d) of sum_ij weights_ij |(a_i - b_j) / l|^2, B held fixed:
-        row i is 2 (a_i sum_j weights_ij - sum_j weights_ij b_j) / l^2, shape (p, d)."""
-        return 2.0 * (weights.sum(axis=1)[:, None] * A - weights @ B) / np.square(self.lengthscale)
+        """Gradient with respect to A (p, d) of sum_ij weights_ij |(a_i - b_j) / l|^2, B held fixed, l the
+        lengthscale in the features' units (``data_lengthscale``): row i is
+        2 (a_i sum_j weights_ij - sum_j weights_ij b_j) / l^2, shape (p, d)."""
+        return 2.0 * (weights.sum(axis=1)[:, None] * A - weights @ B) / np.square(self.data_lengthscale)
 
     differentiable: ClassVar[bool] = False
 
@@ -161,36 +176,62 @@ class Kernel:
         """Lower and upper bound of k over all pairs of points."""
         return 0.0, 1.0
 
+    @property
+    def data_lengthscale(self) -> float | np.ndarray:
+        """The lengthscale in the features' own units: lengthscale x scale (the lengthscale itself
+        without a scaling); a scalar, or shape (d,)."""
+        if self.scale is None:
+            return self.lengthscale
+        value = self.lengthscale * self.scale
+        return float(value[0]) if value.shape == (1,) and np.ndim(self.lengthscale) == 0 else value
+
     def to_dict(self) -> dict[str, Any]:
-        """JSON-serialisable description; ``kernel_from_dict`` inverts it."""
-        scale = self.lengthscale
-        return {"name": self.name, "lengthscale": scale if np.ndim(scale) == 0 else list(map(float, scale))}
+        """JSON-serialisable description (floats kept exactly); ``kernel_from_dict`` inverts it."""
+        spec = {"name": self.name, "lengthscale": _json_floats(self.lengthscale)}
+        if self.scale is not None:
+            spec.update(location=_json_floats(self.location), scale=_json_floats(self.scale))
+        return spec
 
     def with_lengthscale(self, lengthscale: float | np.ndarray) -> "Kernel":
-        """Same kernel family with another lengthscale."""
-        return type(self)(lengthscale)
+        """Same kernel family and scaling with another lengthscale."""
+        return type(self)(lengthscale, location=self.location, scale=self.scale)
+
+    def with_scaling(self, location: Any, scale: Any) -> "Kernel":
+        """Same kernel family and lengthscale with another scaling (None, None: none)."""
+        return type(self)(self.lengthscale, location=location, scale=scale)
+
+    def standardised(self, Z: Any, names: list[str] | None = None, role: str = "x") -> "Kernel":
+        """This kernel with the robust scaling of the columns of ``Z`` (n, d) (``robust_scaling``:
+        median and interquartile range); ``ValueError`` naming a constant column."""
+        return self.with_scaling(*robust_scaling(Z, names, role))
 
     def __repr__(self) -> str:
-        return f"{type(self).__name__}(lengthscale={self.lengthscale!r})"
+        scaling = "" if self.scale is None else f", location={self.location!r}, scale={self.scale!r}"
+        return f"{type(self).__name__}(lengthscale={self.lengthscale!r}{scaling})"
 
     def __eq__(self, other: object) -> bool:
-        return type(other) is type(self) and np.array_equal(
-            np.asarray(self.lengthscale), np.asarray(other.lengthscale)  # type: ignore[attr-defined]
-        )
+        return type(other) is type(self) and all(
+            _same(getattr(self, name), getattr(other, name)) for name in ("lengthscale", "location", "scale"))
 
     __hash__ = None  # type: ignore[assignment]
 
     # -- internals ------------------------------------------------------------------------------
     def _check(self, A: Any, name: str) -> np.ndarray:
         A = as_samples(A, name)
-        if np.ndim(self.lengthscale) == 1 and len(self.lengthscale) != A.shape[1]:
-            raise ValueError(
-                f"lengthscale: has {len(self.lengthscale)} entries but {name} has {A.shape[1]} features"
-            )
+        for part in ("lengthscale", "scale"):
+            value = getattr(self, part)
+            broadcast = part == "scale" and np.size(value) == 1  # a scalar scaling serves every feature
+            if np.ndim(value) == 1 and len(value) != A.shape[1] and not broadcast:
+                raise ValueError(f"{part}: has {len(value)} entries but {name} has {A.shape[1]} features")
         return A
 
+    def standard(self, A: np.ndarray) -> np.ndarray:
+        """A (p, d) in the kernel's standard units: (A - location) / scale, or A itself without a scaling."""
+        return A if self.scale is None else (A - self.location) / self.scale
+
     def _scale(self, A: np.ndarray) -> np.ndarray:
-        return A / self.lengthscale
+        """The kernel's view of A: standardised where there is a scaling, then over the lengthscale."""
+        return self.standard(A) / self.lengthscale
 
     def _block(self, As: np.ndarray, Bs: np.ndarray) -> np.ndarray:
         sq = _squared_distances(As, Bs)
@@ -198,6 +239,15 @@ class Kernel:
 
     def _from_sqdist(self, sq: np.ndarray) -> np.ndarray:  # pragma: no cover - abstract
         raise NotImplementedError
+
+
+def _json_floats(value: float | np.ndarray) -> float | list[float]:
+    """A float or a list of floats (JSON writes each exactly: Python's repr round-trips)."""
+    return float(value) if np.ndim(value) == 0 else [float(v) for v in value]
+
+
+def _same(a: Any, b: Any) -> bool:
+    return (a is None) == (b is None) and (a is None or np.array_equal(np.asarray(a), np.asarray(b)))
 
 
 def _over_slabs(p: int, q: int, work) -> None:
@@ -290,11 +340,15 @@ class DeltaKernel(Kernel):
     """
 
     name = "delta"
+    scalable = False
 
-    def __init__(self, lengthscale: float | np.ndarray = 1.0):
-        super().__init__(1.0)
+    def __init__(self, lengthscale: float | np.ndarray = 1.0, *, location: Any = None, scale: Any = None):
+        super().__init__(1.0)  # levels are compared as they are: no lengthscale, no scaling
 
     def with_lengthscale(self, lengthscale: float | np.ndarray) -> "Kernel":
+        return DeltaKernel()
+
+    def with_scaling(self, location: Any, scale: Any) -> "Kernel":
         return DeltaKernel()
 
     def _scale(self, A: np.ndarray) -> np.ndarray:
@@ -326,7 +380,8 @@ def kernel_from_dict(spec: dict[str, Any]) -> Kernel:
     if name == "delta":
         return DeltaKernel()
     lengthscale = spec.get("lengthscale", 1.0)
-    return _KERNELS[name](np.asarray(lengthscale, dtype=np.float64) if isinstance(lengthscale, list) else lengthscale)
+    return _KERNELS[name](np.asarray(lengthscale, dtype=np.float64) if isinstance(lengthscale, list) else lengthscale,
+                          location=spec.get("location"), scale=spec.get("scale"))
 
 
 def median_heuristic(X: Any, *, per_feature: bool = False, max_points: int = 2000, seed: int = 0) -> float | np.ndarray:

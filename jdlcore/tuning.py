@@ -5,13 +5,16 @@ The grid is lengthscales_x x lengthscales_y x regs. Each side is factorised once
 (pivoted Cholesky on the training rows; the y factorisations are kept between pairs while they fit
 an eighth of the machine's memory), each pair of factorisations gives one problem (bases,
 reductions, support) that every ``reg`` reuses, and each candidate is scored on the validation rows
-by a criterion (model, X_val, Y_val) -> float. Unset lengthscales are ``LENGTHSCALE_FACTORS`` times
-the median heuristic of the rows; the best setting is refitted on all the data.
+by a criterion (model, X_val, Y_val) -> float. By default both kernels standardise their inputs
+(``scaling="robust"``: each feature by its median and interquartile range, estimated on the training
+rows), so the lengthscales are in standard units and columns in different units weigh alike. Unset
+lengthscales are ``LENGTHSCALE_FACTORS`` times the median heuristic of the (standardised) rows; the
+best setting is refitted on all the data.
 """
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 import numpy as np
@@ -20,13 +23,19 @@ from .lowrank.cholesky import Factorisation, PivotedCholesky, pivoted_cholesky
 from .models.degeneracy import physical_memory, rank_budget
 from .models.jdl import JDL, problem_from_factors
 from .kernels import Kernel, median_heuristic
+from .scaling import check_scaling_choice
 from .conditional.losses import ClippedLogisticLoss, CRPSLoss, PinballLoss, SecondMomentLoss
 from .validation import as_samples, check_paired
 
 __all__ = ["TuneResult", "tune", "split_rows", "score_grid", "best_row", "resolve_criterion", "screening_params",
-           "check_grid", "default_lengthscales", "LENGTHSCALE_FACTORS", "DEFAULT_REGS", "CRITERIA"]
+           "check_grid", "default_lengthscales", "scaled_kernel", "search_lengthscales", "LENGTHSCALE_FACTORS", "DEFAULT_REGS", "CRITERIA"]
 
-LENGTHSCALE_FACTORS = (1 / 8, 1 / 4, 1 / 2)  # times the median heuristic, when no lengthscales are given
+LENGTHSCALE_FACTORS = (1 / 8, 1 / 4, 1 / 2)
+# the per-feature search (search_lengthscales): steps, the longest lengthscale (standard units: the
+# kernel then hardly varies along the feature), the score tolerance and the sweeps
+SEARCH_STEPS = (4.0, 2.0, 2.0)  # one sweep per step; the last only if the one before it moved something
+SEARCH_LONGEST = 100.0
+SEARCH_TOLERANCE = 2e-3  # times the median heuristic, when no lengthscales are given
 DEFAULT_REGS = (1e-6, 1e-5, 1e-4, 1e-3)
 CACHE_MEMORY_SHARE = 0.125  # of physical memory: y factorisations kept between pairs (else recomputed)
 _CANDIDATE_ERRORS = (ValueError, RuntimeError, np.linalg.LinAlgError, MemoryError, FloatingPointError)
@@ -34,12 +43,14 @@ _CANDIDATE_ERRORS = (ValueError, RuntimeError, np.linalg.LinAlgError, MemoryErro
 
 @dataclass
 class TuneResult:
-    """table: one dict per candidate (``score_grid``'s rows);
-    best: the winning row; model: the best setting refitted on all data."""
+    """table: one dict per candidate of the grid (``score_grid``'s rows); search: the rows of the
+    per-feature search that followed it (``search_lengthscales``; empty without one); best: the
+    winning row; model: the best setting refitted on all data."""
 
     table: list[dict[str, Any]]
     best: dict[str, Any]
     model: JDL
+    search: list[dict[str, Any]] = field(default_factory=list)
 
     def scores(self) -> np.ndarray:
         return np.array([row["score"] for row in self.table])
@@ -93,10 +104,20 @@ def split_rows(n: int, validation_fraction: float, seed: int) -> tuple[np.ndarra
     return order[n_val:], order[:n_val]
 
 
-def default_lengthscales(samples: np.ndarray, seed: int = 0) -> list[float]:
-    """``LENGTHSCALE_FACTORS`` times the median pairwise distance of ``samples`` (rows, features)."""
-    median = median_heuristic(samples, seed=seed)
+def default_lengthscales(samples: np.ndarray, seed: int = 0, kernel: Kernel | None = None) -> list[float]:
+    """``LENGTHSCALE_FACTORS`` times the median pairwise distance of ``samples`` (rows, features), as
+    ``kernel`` sees them (standardised by its scaling, if it has one)."""
+    median = median_heuristic(samples if kernel is None else kernel.standard(samples), seed=seed)
     return [float(f * median) for f in LENGTHSCALE_FACTORS]
+
+
+def scaled_kernel(kernel: Kernel, Z: np.ndarray, scaling: str, names: Sequence[str] | None = None,
+                  role: str = "x") -> Kernel:
+    """``kernel`` standardised to the columns of ``Z`` when ``scaling`` is "robust" and it has no scaling
+    of its own (one given is kept); as it is for "none". ``ValueError`` naming a constant column."""
+    if check_scaling_choice(scaling) == "none" or kernel.scale is not None or not kernel.scalable:
+        return kernel
+    return kernel.standardised(Z, None if names is None else list(names), role)
 
 
 def check_grid(values: Sequence[float], name: str) -> list[float]:
@@ -221,7 +242,7 @@ def _candidate(problem: Any, params: dict[str, Any], kernel_x: Kernel, kernel_y:
     except _CANDIDATE_ERRORS as error:
         return _failed(kernel_x, kernel_y, reg, error, shared_seconds + time.perf_counter() - started, problem.factors)
     return {
-        "lengthscale_x": kernel_x.lengthscale, "lengthscale_y": kernel_y.lengthscale,
+        "lengthscale_x": _plain(kernel_x.lengthscale), "lengthscale_y": _plain(kernel_y.lengthscale),
         "reg": float(reg), "score": value,
         "rank_x": int(problem.factors["rank_x"]), "rank_y": int(problem.factors["rank_y"]),
         "stop_x": problem.factors["stop_reason_x"], "stop_y": problem.factors["stop_reason_y"],
@@ -233,10 +254,107 @@ def _failed(kernel_x: Kernel, kernel_y: Kernel, reg: float, error: Exception, se
             factors: dict | None = None) -> dict[str, Any]:
     """The table row of a candidate that raised: score NaN, the error's message kept."""
     factors = factors or {}
-    return {"lengthscale_x": kernel_x.lengthscale, "lengthscale_y": kernel_y.lengthscale, "reg": float(reg),
+    return {"lengthscale_x": _plain(kernel_x.lengthscale), "lengthscale_y": _plain(kernel_y.lengthscale),
+            "reg": float(reg),
             "score": float("nan"), "rank_x": int(factors.get("rank_x", 0)), "rank_y": int(factors.get("rank_y", 0)),
             "stop_x": factors.get("stop_reason_x"), "stop_y": factors.get("stop_reason_y"), "seconds": seconds,
             "error": f"{type(error).__name__}: {error}"}
+
+
+def _plain(lengthscale: float | np.ndarray) -> float | list[float]:
+    """A lengthscale as JSON: a float, or a list of floats (one per feature)."""
+    return float(lengthscale) if np.ndim(lengthscale) == 0 else [float(v) for v in lengthscale]
+
+
+def search_lengthscales(
+    X_train: np.ndarray, Y_train: np.ndarray, X_val: np.ndarray, Y_val: np.ndarray, base: JDL,
+    kernel_x: Kernel, kernel_y: Kernel, regs: Sequence[float], start: dict[str, Any], score: Callable,
+    progress: Callable[[str], None] | None = None,
+) -> list[dict[str, Any]]:
+    """A coordinate search for one lengthscale per feature (x, and y when it has several features),
+    from the grid's best row ``start`` (its scalar lengthscales on every feature, its reg).
+
+    Each sweep visits the features in turn. A feature's lengthscale is tried ``step`` times longer and
+    at ``SEARCH_LONGEST`` (the feature left out, in effect: the kernel is flat along it); the longer of
+    the two whose validation score is within ``SEARCH_TOLERANCE`` (relative) of the best score seen is
+    kept, so a feature that does not help ends up long and the model cheaper. If neither is kept, the
+    lengthscale is made ``step`` times shorter as long as that lowers the score by more than the
+    tolerance. The first sweep steps by 4, the second by 2, and a third by 2 if the second moved
+    something. The y factorisation is shared while x moves (and the other way
+    round); ``kernel_x``, ``kernel_y``: the kernels of the grid (their families and scalings). Last,
+    every reg of ``regs`` is scored at the lengthscales found. Returns the rows of every candidate
+    scored (``score_grid``'s columns, lengthscales as lists, plus ``step``: "x:k" / "y:k" for the
+    feature moved, "start", or "reg"); the best is ``best_row`` of them (the start is among them).
+    """
+    factorisation = Factorisation.of(base)
+    params = screening_params(base)
+    factorisers = {"x": _factoriser(X_train, factorisation), "y": _factoriser(Y_train, factorisation)}
+    budget = factorisers["x"][1]
+    families = {"x": kernel_x, "y": kernel_y}
+    widths = {"x": X_train.shape[1], "y": Y_train.shape[1]}
+    current = {side: np.broadcast_to(np.asarray(start[f"lengthscale_{side}"], dtype=np.float64), (widths[side],)).copy()
+               for side in ("x", "y")}
+    reg = float(start["reg"])
+    factors: dict[tuple, Any] = {}
+    rows: list[dict[str, Any]] = []
+    scored: dict[tuple, float] = {}
+
+    def factor(side: str, lengthscale: np.ndarray) -> tuple[Kernel, Any, float]:
+        key = (side, *lengthscale.tolist())
+        if key not in factors:
+            kernel = families[side].with_lengthscale(lengthscale if lengthscale.size > 1 else float(lengthscale[0]))
+            factors[key] = (kernel, *factorisers[side][0](kernel))
+        return factors[key]
+
+    def problem_of(lx: np.ndarray, ly: np.ndarray) -> tuple[Any, Exception | None, Kernel, Kernel, float]:
+        (kx, fx, tx), (ky, fy, ty) = factor("x", lx), factor("y", ly)
+        started = time.perf_counter()
+        problem, failed = _pair_problem(fx, fy, kx, ky, X_train, Y_train, base, budget, None)
+        return problem, failed, kx, ky, tx + ty + time.perf_counter() - started
+
+    def evaluate(lx: np.ndarray, ly: np.ndarray, step: str) -> float:
+        key = (*lx.tolist(), "|", *ly.tolist())
+        if key not in scored:
+            problem, failed, kx, ky, seconds = problem_of(lx, ly)
+            row = (_failed(kx, ky, reg, failed, seconds) if problem is None else
+                   _candidate(problem, params, kx, ky, reg, Y_train, X_val, Y_val, score, seconds))
+            rows.append({**row, "step": step})
+            scored[key] = row["score"] if np.isfinite(row["score"]) else np.inf
+        return scored[key]
+
+    best = evaluate(current["x"], current["y"], "start")
+    sides = [side for side in ("x", "y") if widths[side] > 1]
+    moved = True
+    for sweep, factor_step in enumerate(SEARCH_STEPS):
+        if sweep == len(SEARCH_STEPS) - 1 and not moved:
+            break
+        moved = False
+        for side, k in ((side, k) for side in sides for k in range(widths[side])):
+            def trial(multiplier: float) -> tuple[np.ndarray, float]:
+                value = current[side].copy()
+                value[k] = min(value[k] * multiplier, SEARCH_LONGEST)
+                other = {**current, side: value}
+                return value, evaluate(other["x"], other["y"], f"{side}:{k}")
+
+            # longer: one step, and the feature dropped (the longest); the longest within the tolerance wins
+            longer = [trial(multiplier) for multiplier in (factor_step, np.inf) if current[side][k] < SEARCH_LONGEST]
+            kept = [(value, result) for value, result in longer if result <= best + SEARCH_TOLERANCE * abs(best)]
+            if kept:
+                value, result = max(kept, key=lambda pair: pair[0][k])
+                current[side], best, moved = value, min(best, result), True
+            while not kept:  # shorter, as long as that helps by more than the tolerance
+                value, result = trial(1.0 / factor_step)
+                if not result < best - SEARCH_TOLERANCE * abs(best):
+                    break
+                current[side], best, moved = value, result, True
+            if progress is not None:
+                progress(f"searched {side} feature {k}: lengthscale {current[side][k]:.4g}")
+    problem, failed, kx, ky, seconds = problem_of(current["x"], current["y"])
+    for value in regs:
+        row = (_failed(kx, ky, value, failed, seconds / len(regs)) if problem is None else
+               _candidate(problem, params, kx, ky, value, Y_train, X_val, Y_val, score, seconds / len(regs)))
+        rows.append({**row, "step": "reg"})
+    return rows
 
 
 def best_row(table: list[dict[str, Any]]) -> dict[str, Any]:
@@ -262,14 +380,22 @@ def tune(
     validation: tuple[Any, Any] | None = None,
     validation_fraction: float = 0.2,
     seed: int = 0,
+    scaling: str = "robust",
+    search: bool = True,
     refit: bool = True,
 ) -> TuneResult:
     """Grid search over kernel lengthscales and ``reg`` for a JDL ``estimator`` (its kernel families,
-    factorisation settings and constraints are kept; lengthscales and reg are replaced). Lengthscales
-    default to ``LENGTHSCALE_FACTORS`` times the median heuristic of X and of Y, regs to
+    factorisation settings and constraints are kept; lengthscales and reg are replaced). ``scaling``:
+    "robust" (the default) standardises the kernels' inputs by the median and interquartile range of
+    X and of Y (``jdlcore.scaling``; a kernel given with a scaling keeps it), so lengthscales are in
+    standard units; "none" leaves the columns as they are. Lengthscales default to
+    ``LENGTHSCALE_FACTORS`` times the median heuristic of the (standardised) X and Y, regs to
     ``DEFAULT_REGS``: the grid ``jdl tune`` searches. ``criterion``: see ``resolve_criterion``.
     ``validation``: held-out rows (X_val, Y_val) to score on, the candidates training on all of X, Y;
-    without it a seeded ``validation_fraction`` of the rows is held out."""
+    without it a seeded ``validation_fraction`` of the rows is held out. The model's kernels carry
+    the scaling, so it applies wherever the model is queried. ``search`` (the default): where x (or y)
+    has several features, the grid's best is refined to one lengthscale per feature
+    (``search_lengthscales``: features that do not help end up with long lengthscales)."""
     X = as_samples(X, "X", min_rows=5)
     Y = as_samples(Y, "Y", min_rows=5)
     check_paired(X, Y)
@@ -279,13 +405,16 @@ def tune(
         for name, part, whole in (("X_val", X_val, X), ("Y_val", Y_val, Y)):
             if part.shape[1] != whole.shape[1]:
                 raise ValueError(f"{name}: has {part.shape[1]} features, the training rows have {whole.shape[1]}")
-    grid_x = check_grid(default_lengthscales(X, seed) if lengthscales_x is None else lengthscales_x, "lengthscales_x")
-    grid_y = check_grid(default_lengthscales(Y, seed) if lengthscales_y is None else lengthscales_y, "lengthscales_y")
     regs = check_grid(regs, "regs")
     score = resolve_criterion(criterion, threshold, Y.shape[1])
     base = estimator if estimator is not None else JDL()
     base._check_params()
-    kernel_x, kernel_y = base._kernel("kernel_x"), base._kernel("kernel_y")
+    kernel_x = scaled_kernel(base._kernel("kernel_x"), X, scaling, role="X")
+    kernel_y = scaled_kernel(base._kernel("kernel_y"), Y, scaling, role="Y")
+    grid_x = check_grid(default_lengthscales(X, seed, kernel_x) if lengthscales_x is None else lengthscales_x,
+                        "lengthscales_x")
+    grid_y = check_grid(default_lengthscales(Y, seed, kernel_y) if lengthscales_y is None else lengthscales_y,
+                        "lengthscales_y")
     if validation is None:
         train, val = split_rows(X.shape[0], validation_fraction, seed)
         parts = (X[train], Y[train], X[val], Y[val])
@@ -294,11 +423,15 @@ def tune(
     table = score_grid(*parts, base, [kernel_x.with_lengthscale(v) for v in grid_x],
                        [kernel_y.with_lengthscale(v) for v in grid_y], regs, score)
     best = best_row(table)
+    searched: list[dict[str, Any]] = []
+    if search and max(X.shape[1], Y.shape[1]) > 1:
+        searched = search_lengthscales(*parts, base, kernel_x, kernel_y, regs, best, score)
+        best = best_row(searched)
     params = {
         **base.get_params(),
-        "kernel_x": kernel_x.with_lengthscale(best["lengthscale_x"]),
-        "kernel_y": kernel_y.with_lengthscale(best["lengthscale_y"]),
+        "kernel_x": kernel_x.with_lengthscale(np.asarray(best["lengthscale_x"])),
+        "kernel_y": kernel_y.with_lengthscale(np.asarray(best["lengthscale_y"])),
         "reg": best["reg"],
     }
     model = JDL(**params).fit(X, Y) if refit else JDL(**params)
-    return TuneResult(table=table, best=best, model=model)
+    return TuneResult(table=table, best=best, model=model, search=searched)

@@ -22,13 +22,14 @@ from jdlcore.models.estimator import Estimator
 from jdlcore.models.registry import METHODS as REGISTRY, estimator_class, method_options
 from jdlcore.models.degeneracy import MARGINAL_ROWS
 from jdlcore.conditional.support import check_support_rows, sample_rows
+from jdlcore.scaling import SCALING_ROWS, check_scaling_choice, robust_scaling
 
 from .atomic import refuse_existing
 from .cluster import dask_client, resolve_scheduler
 from .model_store import save_model
 from .staging import data_fingerprint, open_staged
 
-__all__ = ["fit_store", "make_estimator", "read_rows", "read_sample", "store_chunks", "METHODS"]
+__all__ = ["fit_store", "make_estimator", "read_rows", "read_sample", "store_chunks", "data_scaling", "METHODS"]
 
 
 def read_rows(path: str, role: str, start: int, stop: int) -> np.ndarray:
@@ -63,17 +64,58 @@ METHODS = tuple(REGISTRY)
 CHUNKED_METHODS = tuple(name for name, cls in REGISTRY.items() if cls.fits_from_reductions)
 
 
-def make_estimator(method: str, *, lengthscale_x: float, lengthscale_y: float, reg: float,
-                   **options: Any) -> Estimator:
+Scaling = tuple[np.ndarray, np.ndarray]  # (location, scale) per feature: see jdlcore.scaling
+
+
+def make_estimator(method: str, *, lengthscale_x: float | np.ndarray, lengthscale_y: float | np.ndarray, reg: float,
+                   scaling: dict[str, Scaling] | None = None, **options: Any) -> Estimator:
     """The unfitted, validated estimator of ``method`` (``jdlcore.METHODS``): Gaussian kernels of the
-    given lengthscales for the kernels it has (the other lengthscale is unused), ``reg``, and the fit
-    options it declares (``jdlcore.models.registry.method_options``: None or positivity "auto" is the
-    method's default; an option it does not have is refused)."""
+    given lengthscales (scalars, or one per feature) for the kernels it has (the other lengthscale is
+    unused), standardised by ``scaling`` ({"x": (location, scale), "y": ...}; the lengthscales are
+    then in standard units), ``reg``, and the fit options it declares
+    (``jdlcore.models.registry.method_options``: None or positivity "auto" is the method's default; an
+    option it does not have is refused)."""
     cls = estimator_class(method)
-    kernels = {"kernel_x": GaussianKernel(lengthscale_x), "kernel_y": GaussianKernel(lengthscale_y)}
+    scaling = scaling or {}
+    kernels = {f"kernel_{side}": GaussianKernel(value, **dict(zip(("location", "scale"), scaling.get(side, ()))))
+               for side, value in (("x", lengthscale_x), ("y", lengthscale_y))}
     estimator = cls(**{name: kernels[name] for name in cls._KERNELS}, reg=reg, **method_options(method, options))
     estimator._check_params()
     return estimator
+
+
+def data_scaling(data: str | os.PathLike, group: zarr.Group) -> dict[str, Scaling]:
+    """The robust scaling (``jdlcore.scaling.robust_scaling``: median and interquartile range per
+    feature) of x and y of a staged store, estimated on a seeded sample of ``SCALING_ROWS`` rows (all of
+    them in a smaller store). ``ValueError`` naming a constant column."""
+    rows = sample_rows(int(group.attrs["n_samples"]), 0, SCALING_ROWS)
+    return {role: robust_scaling(read_sample(data, role, rows), group.attrs[f"{role}_features"], role)
+            for role in ("x", "y")}
+
+
+def check_lengthscale_widths(method: str, hyper: dict[str, Any], group: zarr.Group) -> None:
+    """``ValueError`` unless each per-feature lengthscale of a kernel ``method`` has (``hyper``'s
+    lengthscale_x, lengthscale_y) has one entry per feature of the staged store."""
+    for side in ("x", "y"):
+        value, names = hyper[f"lengthscale_{side}"], list(group.attrs[f"{side}_features"])
+        if f"kernel_{side}" in estimator_class(method)._KERNELS and np.ndim(value) == 1 and len(value) != len(names):
+            raise ValueError(f"lengthscale_{side}: has {len(value)} entries but the data has {len(names)} {side} "
+                             f"features ({', '.join(names)})")
+
+
+def fit_scaling(scaling: str | None, data: str | os.PathLike, group: zarr.Group, table: Any) -> tuple[str, dict]:
+    """(the scaling's name, its vectors by role) for a fit: a tuning store's own (its lengthscales are in
+    its units; ``scaling``, if given, must agree), else ``scaling`` (default "robust") estimated on the data."""
+    if table is not None:
+        from .tuning import tuned_scaling
+
+        tuned, vectors = tuned_scaling(table)
+        if scaling is not None and check_scaling_choice(scaling) != tuned:
+            raise ValueError(f"scaling: the tuning store was tuned with scaling {tuned!r}, and its lengthscales are in "
+                             f"those units; fit with scaling {tuned!r} or leave it out (got {scaling!r})")
+        return tuned, vectors
+    scaling = check_scaling_choice("robust" if scaling is None else scaling)
+    return scaling, data_scaling(data, group) if scaling == "robust" else {}
 
 
 def fit_store(
@@ -84,6 +126,7 @@ def fit_store(
     lengthscale_y: float,
     reg: float,
     method: str = "jdl",
+    scaling: str | None = None,
     scheduler: str | None = None,
     overwrite: bool = False,
     tuning: str | os.PathLike | None = None,
@@ -95,7 +138,10 @@ def fit_store(
 
     ``options``: the method's fit options (``jdlcore.models.registry.FIT_OPTIONS``: tol, max_rank,
     pivoting, seed, constraints, positivity, support_size, degree, threshold), each the method's own
-    default when left out; ``positivity`` "auto" is the method's first rule ("project" for jdl: the
+    default when left out. ``scaling``: "robust" standardises the kernels' inputs by each feature's
+    median and interquartile range (``data_scaling``; the lengthscales are then in standard units),
+    "none" uses the raw columns; default: the tuning store's, else "robust". The scaling is stored in
+    the model's kernels, so scoring applies it. ``positivity`` "auto" is the method's first rule ("project" for jdl: the
     conditional laws on the support atoms projected onto probability vectors that keep their mass,
     mean and second moment; "sos" for jpdl, "atoms" for greedy).
     jdl and cme run on Dask above ``AUTO_ROWS`` rows (or as ``scheduler`` says); the other methods
@@ -106,7 +152,10 @@ def fit_store(
     hyperparameters came from; its table is kept in the model store (``tuning_*``) and its best
     setting in the provenance. ``run_key`` is recorded for the orchestration's resume check.
     """
-    estimator = make_estimator(method, lengthscale_x=lengthscale_x, lengthscale_y=lengthscale_y, reg=reg, **options)
+    hyper = dict(lengthscale_x=lengthscale_x, lengthscale_y=lengthscale_y, reg=reg)
+    make_estimator(method, **hyper, **options)  # every rule, before anything is read
+    if scaling is not None:
+        check_scaling_choice(scaling)
     target = Path(out)
     refuse_existing(target, overwrite)  # before the fit, not after it
     group = open_staged(data)
@@ -115,6 +164,9 @@ def fit_store(
         from .tuning import load_tuning
 
         table = load_tuning(tuning)
+    check_lengthscale_widths(method, hyper, group)
+    scaling, vectors = fit_scaling(scaling if estimator_class(method)._KERNELS else "none", data, group, table)
+    estimator = make_estimator(method, **hyper, scaling=vectors, **options)
     n = int(group.attrs["n_samples"])
     check_support_rows(getattr(estimator, "support_size", None), n, f"rows of {data}")
     started = time.perf_counter()
@@ -144,7 +196,7 @@ def fit_store(
     provenance: dict[str, Any] = {
         "data": str(Path(data).resolve()), "data_fingerprint": data_fingerprint(group),
         "x_features": group.attrs["x_features"], "y_features": group.attrs["y_features"],
-        "scheduler": scheduler or "in-memory",
+        "scheduler": scheduler or "in-memory", "scaling": scaling,
     }
     if table is not None:
         provenance["tuning"] = {"store": str(Path(tuning).resolve()), "best": json.loads(table.attrs["best"]),

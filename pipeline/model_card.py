@@ -110,6 +110,8 @@ def card_rows(path: str | os.PathLike, model: JDL | None = None) -> list[tuple[s
     bases = [(side, basis) for side, basis in bases if basis is not None]
     for side, basis in bases:
         rows.append((f"{'kernel' if hasattr(basis, 'kernel') else 'basis'} {side}", basis.describe()))
+    for side, basis in bases:
+        rows += _feature_rows(side, getattr(basis, "kernel", None), _names(model, side))
     for name in model.parameters:
         value = getattr(model, name)
         if name == "positivity" and getattr(model, "constraints", "positivity") != "positivity":
@@ -156,6 +158,28 @@ def card_rows(path: str | os.PathLike, model: JDL | None = None) -> list[tuple[s
     return rows
 
 
+def _feature_rows(side: str, kernel: Any, names: list[str]) -> list[tuple[str, str]]:
+    """Per feature of a kernel with a scaling or per-feature lengthscales: its location and scale (the
+    standardisation the kernel applies before every evaluation), its lengthscale in standard and in
+    the data's units, and its relevance: the shortest lengthscale over its own (1: the most relevant
+    feature; near 0: the kernel hardly varies along it)."""
+    if kernel is None or not kernel.scalable or (kernel.scale is None and np.ndim(kernel.lengthscale) == 0):
+        return []
+    width = len(names)
+    own = np.broadcast_to(np.asarray(kernel.lengthscale, dtype=np.float64), (width,))
+    data = np.broadcast_to(np.asarray(kernel.data_lengthscale, dtype=np.float64), (width,))
+    relevance = own.min() / own
+    rows = []
+    for k, name in enumerate(names):
+        scaling = ("" if kernel.scale is None else
+                   f"location {np.broadcast_to(kernel.location, (width,))[k]:.6g}, "
+                   f"scale {np.broadcast_to(kernel.scale, (width,))[k]:.6g}; ")
+        rows.append((f"{side} feature {name}", f"{scaling}lengthscale {own[k]:.4g}"
+                     + (f" (standard units; {data[k]:.4g} in the data's)" if kernel.scale is not None else "")
+                     + f", relevance {relevance[k]:.3f}"))
+    return rows
+
+
 def _law_rows(model: JDL) -> list[tuple[str, str]]:
     """The conditional law: its rule, the support atoms and what they reproduce exactly."""
     from jdlcore.conditional.laws import LEVELS
@@ -185,8 +209,13 @@ def _tuning_rows(model: JDL, tuning: xr.Dataset, recorded: Any) -> list[tuple[st
     rows.append(("tuning best", f"validation loss {best['score']:.6g} at lengthscale_x = {best['lengthscale_x']!r}, "
                                 f"lengthscale_y = {best['lengthscale_y']!r}, reg = {best['reg']!r} "
                                 f"(m_X = {_count(best['rank_x'])}, m_Y = {_count(best['rank_y'])})"))
+    searched = recorded.get("best") if isinstance(recorded, dict) else None
+    if isinstance(searched, dict) and any(isinstance(searched.get(f"lengthscale_{side}"), list) for side in "xy"):
+        best = searched  # the per-feature search refined the grid's best: the tuning store's best is its result
+        rows.append(("tuning search", f"validation loss {best['score']:.6g} at one lengthscale per feature "
+                                      f"(x feature rows), reg = {best['reg']!r}"))
     fitted = (model.basis_x_.kernel.lengthscale, model.basis_y_.kernel.lengthscale, model.reg)
-    same = all(np.ndim(a) == 0 and math.isclose(float(a), b, rel_tol=1e-9)
+    same = all(np.shape(a) == np.shape(b) and np.allclose(a, b, rtol=1e-9, atol=0)
                for a, b in zip(fitted, (best["lengthscale_x"], best["lengthscale_y"], best["reg"])))
     rows.append(("tuning vs fit", "the fitted setting is the best candidate" if same
                  else "the fitted setting differs from the best candidate"))

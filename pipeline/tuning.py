@@ -5,7 +5,10 @@ rows (the tuning of the paper's experiments) and searched by ``jdlcore.tuning.sc
 and its defaults being jdlcore's: in this process as one search (each side factorised once per
 lengthscale), or on Dask one task per pair of lengthscales. The result is
 a tuning store, an xarray Dataset following ``data_schemas.tuning``: the validation loss over the
-grid (lengthscale_x, lengthscale_y, reg), the ranks per pair and the best setting.
+grid (lengthscale_x, lengthscale_y, reg), the ranks per pair and the best setting. The kernels
+standardise their inputs (``scaling`` "robust", the default: each feature by the median and
+interquartile range of the subsample), so the grid is in standard units; the store keeps the scaling
+(``x_location``, ``x_scale``, ``y_location``, ``y_scale``) and a fit from it uses the same.
 """
 from __future__ import annotations
 
@@ -22,16 +25,18 @@ import zarr
 
 from data_schemas.tuning import SCHEMA_NAME, SCHEMA_VERSION, validate_tuning_dataset
 from jdlcore import JDL, GaussianKernel
+from jdlcore.scaling import check_scaling_choice
 from jdlcore.tuning import (
-    DEFAULT_REGS, LENGTHSCALE_FACTORS, best_row, check_grid, default_lengthscales, resolve_criterion, score_grid,
-    split_rows,
+    DEFAULT_REGS, LENGTHSCALE_FACTORS, best_row, check_grid, default_lengthscales, resolve_criterion, scaled_kernel,
+    score_grid, search_lengthscales, split_rows,
 )
 
 from .atomic import atomic_store, refuse_existing
 from .cluster import dask_client, resolve_scheduler
 from .staging import data_fingerprint, open_staged
 
-__all__ = ["tune_store", "load_tuning", "default_lengthscales", "subsample_rows", "LENGTHSCALE_FACTORS"]
+__all__ = ["tune_store", "load_tuning", "tuned_scaling", "default_lengthscales", "subsample_rows",
+           "LENGTHSCALE_FACTORS"]
 
 def subsample_rows(n: int, max_rows: int, seed: int) -> np.ndarray:
     """Sorted indices of a seeded random subset of min(n, max_rows) of n rows."""
@@ -57,6 +62,8 @@ def tune_store(
     max_rows: int = 20_000,
     validation_fraction: float = 0.2,
     seed: int = 0,
+    scaling: str = "robust",
+    search: bool = True,
     scheduler: str | None = None,
     overwrite: bool = False,
     run_key: str | None = None,
@@ -65,7 +72,13 @@ def tune_store(
     """Score the grid lengthscales_x x lengthscales_y x regs on the staged store ``data`` and write
     the tuning store ``out`` atomically; returns its path.
 
-    Lengthscales default to ``LENGTHSCALE_FACTORS`` times the median heuristic of the subsample.
+    ``scaling``: "robust" (the default) standardises the kernels' inputs by the median and interquartile
+    range of each feature of the subsample, "none" leaves the columns as they are; the lengthscales are
+    in the resulting units. Lengthscales default to ``LENGTHSCALE_FACTORS`` times the median heuristic
+    of the (standardised) subsample. ``search`` (the default): where x (or y) has several features, the
+    grid's best is refined to one lengthscale per feature (``jdlcore.tuning.search_lengthscales``, in
+    this process); the store keeps every candidate of that search (``search_*``) and its best is the
+    store's best.
     ``criterion``: "auto" (crps for a scalar y, else second_moment), "second_moment", "crps",
     "pinball:LEVELS" or "logistic" (``jdlcore.tuning.resolve_criterion``); the store records the one used.
     ``validation``: a staged store of held-out rows (the same features) to score on, the candidates
@@ -75,6 +88,7 @@ def tune_store(
     """
     target = Path(out)
     refuse_existing(target, overwrite)
+    check_scaling_choice(scaling)
     group = open_staged(data)
     score = resolve_criterion(criterion, threshold, group["y"].shape[1])
     held_out = None if validation is None else _validation_group(validation, group)
@@ -88,8 +102,10 @@ def tune_store(
     rows = subsample_rows(n, max_rows, seed)
     X = group["x"].get_orthogonal_selection((rows, slice(None)))
     Y = group["y"].get_orthogonal_selection((rows, slice(None)))
-    grid_x = check_grid(lengthscales_x or default_lengthscales(X, seed), "lengthscales_x")
-    grid_y = check_grid(lengthscales_y or default_lengthscales(Y, seed), "lengthscales_y")
+    kernel_x = scaled_kernel(GaussianKernel(1.0), X, scaling, group.attrs["x_features"], "x")
+    kernel_y = scaled_kernel(GaussianKernel(1.0), Y, scaling, group.attrs["y_features"], "y")
+    grid_x = check_grid(lengthscales_x or default_lengthscales(X, seed, kernel_x), "lengthscales_x")
+    grid_y = check_grid(lengthscales_y or default_lengthscales(Y, seed, kernel_y), "lengthscales_y")
     if held_out is None:
         train, val = split_rows(rows.size, validation_fraction, seed)
         parts = (X[train], Y[train], X[val], Y[val])
@@ -97,7 +113,7 @@ def tune_store(
         val = subsample_rows(int(held_out.attrs["n_samples"]), max_rows, seed)
         parts = (X, Y, held_out["x"].get_orthogonal_selection((val, slice(None))),
                  held_out["y"].get_orthogonal_selection((val, slice(None))))
-    kernels_x, kernels_y = [GaussianKernel(v) for v in grid_x], [GaussianKernel(v) for v in grid_y]
+    kernels_x, kernels_y = [kernel_x.with_lengthscale(v) for v in grid_x], [kernel_y.with_lengthscale(v) for v in grid_y]
     started = time.perf_counter()
     where = resolve_scheduler(scheduler, rows.size)
     if where is None:
@@ -115,8 +131,19 @@ def tune_store(
             tables = client.gather(futures)
     table = [row for rows_of_pair in tables for row in rows_of_pair]
     best = best_row(table)
+    searched: list[dict[str, Any]] = []
+    if search and max(X.shape[1], Y.shape[1]) > 1:
+        searched = search_lengthscales(*parts, base, kernel_x, kernel_y, regs, best, score, progress)
+        best = best_row(searched)
     ds = _tuning_dataset(table, grid_x, grid_y, regs)
+    if searched:
+        ds = ds.merge(_search_dataset(searched, X.shape[1], Y.shape[1]))
+    if scaling == "robust":
+        for role, kernel in (("x", kernel_x), ("y", kernel_y)):  # in the staged store's feature order
+            ds[f"{role}_location"] = xr.DataArray(kernel.location, dims=f"{role}_feature")
+            ds[f"{role}_scale"] = xr.DataArray(kernel.scale, dims=f"{role}_feature")
     ds.attrs.update({
+        "scaling": scaling,
         "schema": SCHEMA_NAME, "schema_version": SCHEMA_VERSION, "data": str(Path(data).resolve()),
         "data_fingerprint": data_fingerprint(group), "criterion": getattr(score, "name", str(criterion)), "tol": float(tol),
         "constraints": constraints, "rows_used": int(rows.size), "n_samples": n,
@@ -126,12 +153,23 @@ def tune_store(
         "best": json.dumps({k: best[k] for k in ("lengthscale_x", "lengthscale_y", "reg", "score", "rank_x", "rank_y")}),
         "seconds": time.perf_counter() - started, **({"run_key": run_key} if run_key else {}),
         "failures": json.dumps([{k: row[k] for k in ("lengthscale_x", "lengthscale_y", "reg", "error")}
-                                for row in table if "error" in row]),
+                                for row in table + searched if "error" in row]),
+        "search_steps": json.dumps([row["step"] for row in searched]),
     })
     validate_tuning_dataset(ds, f"tuning {target}")
     with atomic_store(target, overwrite=overwrite) as staging:
         ds.to_zarr(staging, mode="w", zarr_format=3, consolidated=False)
     return target
+
+
+def tuned_scaling(table: xr.Dataset) -> tuple[str, dict[str, tuple[np.ndarray, np.ndarray]]]:
+    """(the tuning store's scaling, its (location, scale) by role): ("none", {}) for a store tuned on
+    the raw columns (and for stores written before scalings were recorded)."""
+    scaling = str(table.attrs.get("scaling", "none"))
+    if scaling == "none":
+        return scaling, {}
+    return scaling, {role: (np.asarray(table[f"{role}_location"].values, dtype=np.float64),
+                            np.asarray(table[f"{role}_scale"].values, dtype=np.float64)) for role in ("x", "y")}
 
 
 def _validation_group(validation: str | os.PathLike, group: zarr.Group) -> zarr.Group:
@@ -159,6 +197,24 @@ def _tuning_dataset(table: list[dict[str, Any]], grid_x: list[float], grid_y: li
          "rank_x": (grid[:2], rank_x), "rank_y": (grid[:2], rank_y)},
         coords={"lengthscale_x": grid_x, "lengthscale_y": grid_y, "reg": regs},
     )
+
+
+def _search_dataset(rows: list[dict[str, Any]], x_width: int, y_width: int) -> xr.Dataset:
+    """The per-feature search's candidates in order (dim search_candidate): lengthscales per feature,
+    reg, validation loss (NaN: failed), ranks and seconds."""
+    def column(name: str, width: int | None = None) -> np.ndarray:
+        if width is None:
+            return np.array([float(row[name]) for row in rows])
+        return np.array([np.broadcast_to(np.asarray(row[name], dtype=np.float64), (width,)) for row in rows])
+
+    candidate = "search_candidate"
+    return xr.Dataset({
+        "search_lengthscale_x": ((candidate, "x_feature"), column("lengthscale_x", x_width)),
+        "search_lengthscale_y": ((candidate, "y_feature"), column("lengthscale_y", y_width)),
+        "search_reg": (candidate, column("reg")), "search_loss": (candidate, column("score")),
+        "search_rank_x": (candidate, column("rank_x")), "search_rank_y": (candidate, column("rank_y")),
+        "search_seconds": (candidate, column("seconds")),
+    })
 
 
 def load_tuning(path: str | os.PathLike) -> xr.Dataset:

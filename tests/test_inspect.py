@@ -88,8 +88,16 @@ def test_card_reports_what_the_store_holds(store):
         params, kernels = json.loads(ds.attrs["params"]), [json.loads(ds.attrs[k]) for k in ("kernel_x", "kernel_y")]
         assert f"v{ds.attrs['schema_version']}, written by jdl {ds.attrs['jdl_version']}" in card
     assert card_line(card, "reg").split()[-1] == repr(params["reg"]) == repr(REG)
-    assert card_line(card, "kernel x").endswith(f"gaussian, lengthscale {kernels[0]['lengthscale']!r}")
-    assert card_line(card, "kernel y").endswith(f"lengthscale {LY!r}")
+    for side, kernel in zip("xy", kernels):  # the fit standardised both sides (scaling robust, the default)
+        data_units = f"{kernel['lengthscale'] * kernel['scale'][0]:.4g}"
+        assert card_line(card, f"kernel {side}").endswith(
+            f"gaussian, lengthscale {kernel['lengthscale']!r} in standard units ({data_units} in the data's units)")
+        location, scale = kernel["location"][0], kernel["scale"][0]
+        name = {"x": "a", "y": "t"}[side]
+        assert card_line(card, f"{side} feature {name}").endswith(
+            f"location {location:.6g}, scale {scale:.6g}; lengthscale {kernel['lengthscale']:.4g} (standard units; "
+            f"{data_units} in the data's), relevance 1.000")
+    assert kernels[1]["lengthscale"] == LY
     assert card_line(card, "tol").split()[-1] == "0.0001"
     assert card_line(card, "samples").endswith("n = 600")
     assert card_line(card, "x features").split()[-1] == "a" and card_line(card, "y features").split()[-1] == "t"
@@ -148,7 +156,8 @@ def brute_force_density(model, x, grid, h, component=0):
 def test_density_slices_match_brute_force_and_integrate_to_the_weights(store):
     model = load_model(store)
     h = density_bandwidth(model)
-    assert h == LY / 2
+    kernel_y = model.basis_y_.kernel  # lengthscale LY in y's standard units (the fit's robust scaling)
+    assert kernel_y.lengthscale == LY and h == LY * kernel_y.scale[0] / 2
     x = default_x_values(model, 5)
     pivots = model.basis_x_.pivot_points[:, 0]
     np.testing.assert_allclose(x[:, 0], np.quantile(pivots, [0.1, 0.3, 0.5, 0.7, 0.9]))

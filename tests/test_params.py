@@ -123,7 +123,8 @@ def test_the_cli_settings_and_fit_flow_offer_exactly_the_fit_options():
     assert (given.max_rank, given.tol, given.positivity) == (40, 0.01, "clip")
     assert set(FIT_OPTIONS) <= set(FitSettings.model_fields)
     assert set(FitSettings.model_fields) - set(FIT_OPTIONS) == {"data", "out", "tuning", "lengthscale_x",
-                                                                 "lengthscale_y", "reg", "method", "scheduler"}
+                                                                 "lengthscale_y", "reg", "method", "scaling",
+                                                                 "scheduler"}
 
     pytest.importorskip("prefect")
     from flows.jdl_flows import fit_flow

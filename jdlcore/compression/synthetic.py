@@ -101,7 +101,7 @@ def _lengthscale(kernel: Any, name: str) -> float:
     """Scalar lengthscale of a ``GaussianKernel`` (the closed forms need exactly that)."""
     if not isinstance(kernel, GaussianKernel):
         raise ValueError(f"{name}: the closed-form moments need a GaussianKernel, got {type(kernel).__name__}")
-    scale = np.asarray(kernel.lengthscale, dtype=np.float64)
+    scale = np.asarray(kernel.data_lengthscale, dtype=np.float64)
     if scale.size != 1:
         raise ValueError(f"{name}: needs a scalar lengthscale for 1-D data, got shape {scale.shape}")
     return float(scale.reshape(()))

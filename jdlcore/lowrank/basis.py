@@ -120,13 +120,14 @@ class SpectralBasis:
         return self.kernel.to_dict()
 
     def describe(self) -> str:
-        scale = np.asarray(self.kernel.lengthscale, dtype=np.float64)
-        text = repr(float(scale)) if scale.ndim == 0 else "[" + ", ".join(repr(float(s)) for s in scale) + "]"
+        text = _floats(self.kernel.lengthscale, repr)
+        if getattr(self.kernel, "scale", None) is not None:
+            text += f" in standard units ({_floats(self.kernel.data_lengthscale, '{:.4g}'.format)} in the data's units)"
         return f"{self.kernel.name}, lengthscale {text}"
 
     def smoothing_scale(self, component: int = 0) -> float:
-        """Half the kernel's lengthscale of feature ``component``."""
-        scale = np.asarray(self.kernel.lengthscale, dtype=np.float64)
+        """Half the kernel's lengthscale of feature ``component``, in the feature's units."""
+        scale = np.asarray(self.kernel.data_lengthscale, dtype=np.float64)
         return float(scale if scale.ndim == 0 else scale[component]) / 2.0
 
     def slice_points(self, n_slices: int) -> np.ndarray:
@@ -280,3 +281,9 @@ def reductions_from_partials(
         sum_y=Vy.T @ partials.sum_y,
         min_x=extremes_x[0], max_x=extremes_x[1], min_y=extremes_y[0], max_y=extremes_y[1],
     )
+
+
+def _floats(value: float | np.ndarray, form) -> str:
+    """A lengthscale as text, each number written by ``form``: one number, or a bracketed list."""
+    array = np.asarray(value, dtype=np.float64)
+    return form(float(array)) if array.ndim == 0 else "[" + ", ".join(form(float(v)) for v in array) + "]"

@@ -167,9 +167,9 @@ def marginal_sums(reductions: JDLReductions, sums: dict[str, FunctionSums]) -> M
 
 
 def support_resolution(kernel_y: Kernel | None) -> float | None:
-    """The widest support bin that resolves the Y basis: half the Y kernel's (scalar) lengthscale
-    (None for a basis without a kernel, or a per-feature lengthscale)."""
-    scale = getattr(kernel_y, "lengthscale", None)
+    """The widest support bin that resolves the Y basis: half the Y kernel's (scalar) lengthscale in
+    y's units (None for a basis without a kernel, or a per-feature lengthscale)."""
+    scale = getattr(kernel_y, "data_lengthscale", None)
     return None if scale is None or np.ndim(scale) else 0.5 * float(scale)
 
 

@@ -1,0 +1,71 @@
+"""Robust per-feature location and scale: the standardisation a kernel applies to its inputs.
+
+Real tables mix units (carats next to millimetres next to dollars), so one lengthscale on the raw
+columns weighs them arbitrarily. A kernel with a scaling (``Kernel.location``, ``Kernel.scale``)
+measures distances on (z - location) / scale, and its lengthscale is in those standard units. The
+estimates are robust, so a few extreme rows do not set the scale of a heavy-tailed column:
+
+* location: the median of the column;
+* scale: the interquartile range over 1.349 (the standard deviation of a normal column). Where over
+  half the values are tied (a binary or zero-inflated column) the interquartile range is 0 and the
+  standard deviation is used instead.
+
+A column whose values are all equal has no scale and is refused, naming the column.
+"""
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import numpy as np
+
+from .validation import as_samples
+
+__all__ = ["robust_scaling", "check_scaling", "check_scaling_choice", "NORMAL_IQR", "SCALING_ROWS", "SCALINGS"]
+
+NORMAL_IQR = 1.3489795003921634  # interquartile range of the standard normal: 2 * Phi^{-1}(0.75)
+SCALINGS = ("robust", "none")  # how a fit or tuning standardises its kernels' inputs
+SCALING_ROWS = 100_000  # rows of a large table the pipeline estimates the scaling from (a seeded sample)
+
+
+def robust_scaling(Z: Any, names: Sequence[str] | None = None, role: str = "x") -> tuple[np.ndarray, np.ndarray]:
+    """(location, scale) of the columns of ``Z`` (n, d), each of shape (d,): the median, and the
+    interquartile range / ``NORMAL_IQR`` (the standard deviation where that is 0). ``names``: the
+    column names for errors (default: their numbers). ``ValueError`` naming the first constant column.
+    """
+    Z = as_samples(Z, role, min_rows=1)
+    names = [str(k) for k in range(Z.shape[1])] if names is None else [str(name) for name in names]
+    if len(names) != Z.shape[1]:
+        raise ValueError(f"{role}: {len(names)} column names for {Z.shape[1]} columns")
+    low, location, high = np.percentile(Z, [25.0, 50.0, 75.0], axis=0)
+    scale = (high - low) / NORMAL_IQR
+    tied = scale <= 0
+    if np.any(tied):
+        scale[tied] = Z[:, tied].std(axis=0)
+    constant = np.flatnonzero(~(scale > 0))
+    if constant.size:
+        k = int(constant[0])
+        raise ValueError(f"{role} column {names[k]!r}: is constant ({float(Z[0, k])!r}); a constant feature carries no "
+                         "information")
+    return location, scale
+
+
+def check_scaling(location: Any, scale: Any) -> tuple[np.ndarray, np.ndarray]:
+    """A scaling as two float64 vectors of one length: location finite, scale finite and > 0.
+    ``ValueError`` naming the part and the rule."""
+    location = np.atleast_1d(np.asarray(location, dtype=np.float64))
+    scale = np.atleast_1d(np.asarray(scale, dtype=np.float64))
+    if location.ndim != 1 or not np.all(np.isfinite(location)):
+        raise ValueError(f"location: must be a finite scalar or 1-D array, got {location!r}")
+    if scale.ndim != 1 or not np.all(np.isfinite(scale)) or not np.all(scale > 0):
+        raise ValueError(f"scale: must be finite and > 0 (a scalar or 1-D array), got {scale!r}")
+    if location.shape != scale.shape:
+        raise ValueError(f"scale: has {scale.size} entries but location has {location.size}")
+    return location.copy(), scale.copy()
+
+
+def check_scaling_choice(scaling: Any, name: str = "scaling") -> str:
+    """``scaling`` when it is one of ``SCALINGS`` ("robust": standardise each feature by its median
+    and interquartile range; "none": the raw columns); ``ValueError`` naming the choices."""
+    if scaling not in SCALINGS:
+        raise ValueError(f"{name}: unknown value {scaling!r}; choose one of {', '.join(map(repr, SCALINGS))}")
+    return scaling

@@ -1,0 +1,104 @@
+"""The per-feature lengthscale search: its scores against independent refits, its result against a
+brute-force grid, a noise column left out, and the pipeline's tuning store, fit and card."""
+import json
+
+import numpy as np
+import pytest
+
+from jdlcore import JDL, GaussianKernel
+from jdlcore.conditional.losses import CRPSLoss
+from jdlcore.tuning import SEARCH_LONGEST, SEARCH_TOLERANCE, split_rows, tune
+
+
+def relevant_and_noise(n: int, seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """x: a strong and a weaker feature; y heteroscedastic; and a pure-noise column in other units."""
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(n, 2))
+    scale = 0.2 + 0.2 * np.abs(X[:, 0])
+    Y = (np.sin(2 * X[:, 0]) + 0.5 * X[:, 1] + scale * rng.normal(size=n))[:, None]
+    return X, Y, 3.0 + 5.0 * rng.normal(size=(n, 1))
+
+
+@pytest.fixture(scope="module")
+def tuned():
+    X, Y, noise = relevant_and_noise(1500, 1)
+    return X, Y, noise, tune(X, Y), tune(np.c_[X, noise], Y)
+
+
+def test_each_search_score_is_an_independent_refit_scored_by_crps(tuned):
+    X, Y, noise, _, result = tuned
+    features = np.c_[X, noise]
+    train, val = split_rows(len(X), 0.2, 0)
+    location, scale = result.model.kernel_x.location, result.model.kernel_x.scale
+    y_kernel = result.model.kernel_y
+    for row in result.search[::4]:
+        kernel_x = GaussianKernel(np.asarray(row["lengthscale_x"]), location=location, scale=scale)
+        model = JDL(kernel_x, y_kernel.with_lengthscale(row["lengthscale_y"]), reg=row["reg"], positivity="project")
+        model.fit(features[train], Y[train])
+        assert row["score"] == pytest.approx(CRPSLoss()(model, features[val], Y[val]), rel=1e-9)
+
+
+def test_a_noise_column_ends_long_and_leaves_the_crps_within_one_percent(tuned):
+    X, Y, noise, clean, noisy = tuned
+    Xt, Yt, noise_t = relevant_and_noise(2000, 2)
+    crps_clean = CRPSLoss()(clean.model, Xt, Yt)
+    crps_noisy = CRPSLoss()(noisy.model, np.c_[Xt, noise_t], Yt)
+    assert abs(crps_noisy / crps_clean - 1) < 0.01
+    lengthscales = np.asarray(noisy.best["lengthscale_x"])
+    assert lengthscales[2] > 10 * lengthscales[:2].max()
+    # the search starts from the grid's best and never ends worse than it by more than the tolerance
+    assert noisy.best["score"] <= min(row["score"] for row in noisy.table) * (1 + SEARCH_TOLERANCE)
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")
+def test_the_search_finds_the_best_point_of_a_brute_force_grid():
+    """Two features on a small case: every pair of lengthscales on the search's own lattice (steps of 2
+    from the grid's best, and the longest) is scored, and the search ends within the tolerance of the
+    best of them."""
+    rng = np.random.default_rng(7)
+    X = rng.normal(size=(600, 2))
+    Y = (np.sin(2 * X[:, 0]) + 0.3 * X[:, 1] + 0.3 * rng.normal(size=600))[:, None]
+    result = tune(X, Y, regs=[1e-5])
+    start = float(result.search[0]["lengthscale_x"][0])
+    lattice = sorted({min(start * 2.0 ** k, SEARCH_LONGEST) for k in range(-4, 9)})
+    train, val = split_rows(len(X), 0.2, 0)
+    kernel_x, kernel_y = result.model.kernel_x, result.model.kernel_y
+    brute = {}
+    for a in lattice:
+        for b in lattice:
+            model = JDL(kernel_x.with_lengthscale(np.array([a, b])), kernel_y, reg=1e-5).fit(X[train], Y[train])
+            brute[a, b] = CRPSLoss()(model, X[val], Y[val])
+    best_pair = min(brute, key=brute.get)
+    assert result.best["score"] <= brute[best_pair] * (1 + 2 * SEARCH_TOLERANCE), (result.best, best_pair)
+
+
+def test_the_pipeline_keeps_the_search_and_fits_its_lengthscales(tmp_path, capsys):
+    from jdl.cli import main
+    from pipeline.model_store import load_model
+    from pipeline.tuning import load_tuning
+
+    X, Y, noise = relevant_and_noise(800, 3)
+    np.savez(tmp_path / "src.npz", a=X[:, 0], b=X[:, 1], noise=noise[:, 0], t=Y[:, 0])
+    assert main(["stage", str(tmp_path / "src.npz"), "--x", "a,b,noise", "--y", "t", "--out", str(tmp_path / "d.zarr")]) == 0
+    assert main(["tune", str(tmp_path / "d.zarr"), "--out", str(tmp_path / "t.zarr"), "--regs", "1e-5,1e-4"]) == 0
+    table = load_tuning(tmp_path / "t.zarr")
+    best = json.loads(table.attrs["best"])
+    assert isinstance(best["lengthscale_x"], list) and len(best["lengthscale_x"]) == 3
+    steps = json.loads(table.attrs["search_steps"])
+    assert steps[0] == "start" and len(steps) == table.sizes["search_candidate"]
+    i = int(np.nanargmin(table["search_loss"].values))
+    np.testing.assert_array_equal(table["search_lengthscale_x"].values[i], best["lengthscale_x"])
+    assert main(["fit", str(tmp_path / "d.zarr"), "--out", str(tmp_path / "m.zarr"), "--tuning", str(tmp_path / "t.zarr")]) == 0
+    model = load_model(tmp_path / "m.zarr")
+    np.testing.assert_array_equal(model.basis_x_.kernel.lengthscale, best["lengthscale_x"])
+    capsys.readouterr()
+    assert main(["inspect", str(tmp_path / "m.zarr")]) == 0
+    card = capsys.readouterr().out
+    assert "the fitted setting is the best candidate" in card
+    relevance = {line.split()[2]: float(line.rsplit("relevance ", 1)[1]) for line in card.splitlines()
+                 if line.strip().startswith("x feature ")}
+    assert set(relevance) == {"a", "b", "noise"} and max(relevance.values()) == 1.0
+    assert relevance["noise"] < 0.1  # the noise column's lengthscale is over 10 times the shortest
+    assert main(["tune", str(tmp_path / "d.zarr"), "--out", str(tmp_path / "g.zarr"), "--regs", "1e-5",
+                 "--no-search"]) == 0
+    assert not isinstance(json.loads(load_tuning(tmp_path / "g.zarr").attrs["best"])["lengthscale_x"], list)
