@@ -165,7 +165,8 @@ def fit_store(
 
         table = load_tuning(tuning)
     check_lengthscale_widths(method, hyper, group)
-    scaling, vectors = fit_scaling(scaling if estimator_class(method)._KERNELS else "none", data, group, table)
+    # a method without kernels (jpdl) has nothing to standardise
+    scaling, vectors = fit_scaling(scaling, data, group, table) if estimator_class(method)._KERNELS else ("none", {})
     estimator = make_estimator(method, **hyper, scaling=vectors, **options)
     n = int(group.attrs["n_samples"])
     check_support_rows(getattr(estimator, "support_size", None), n, f"rows of {data}")
