@@ -159,15 +159,15 @@ def test_the_tuned_scaling_is_stored_in_the_model_and_applied_at_scoring(staged_
             # bit for bit: the tuning store's scaling, through the model store's JSON and back
             assert kernel.location.tobytes() == np.asarray(table[f"{side}_location"].values).tobytes()
             assert kernel.scale.tobytes() == np.asarray(table[f"{side}_scale"].values).tobytes()
-            assert kernel.lengthscale == best[f"lengthscale_{side}"]
+            np.testing.assert_array_equal(kernel.lengthscale, best[f"lengthscale_{side}"])  # per feature: searched
         assert model.provenance_["scaling"] == "robust" and model.support_.construction == "distinct"
         # the tuning used a subsample of all 900 rows, so its scaling is the whole table's
         np.testing.assert_array_equal(model.basis_x_.kernel.location, lx)
         assert main(["score", str(root / name), str(root / "d.zarr"), "--out", str(root / f"s-{name}"),
                      "--function", "mean", "--function", "cdf:40,50,60"]) == 0
         scores = zarr.open_group(root / f"s-{name}", mode="r")
-        by_hand = JDL(GaussianKernel(best["lengthscale_x"]), GaussianKernel(best["lengthscale_y"]), reg=best["reg"],
-                      tol=model.tol, positivity=positivity).fit((X - lx) / sx, (Y - ly) / sy)
+        by_hand = JDL(GaussianKernel(np.asarray(best["lengthscale_x"])), GaussianKernel(best["lengthscale_y"]),
+                      reg=best["reg"], tol=model.tol, positivity=positivity).fit((X - lx) / sx, (Y - ly) / sy)
         standard = (X - lx) / sx
         # every law keeps the signed law's mean, so the means agree whatever the positivity rule
         np.testing.assert_allclose(scores["mean"][:], ly + sy * by_hand.predict(standard), rtol=1e-10)
