@@ -32,10 +32,16 @@ import json
 
 import numpy as np
 
+from jdlcore.scaling import SCALINGS
+
 SCHEMA_NAME = "jdl.tuning"
 SCHEMA_VERSION = 2  # 2: the scaling
 SCALING_DIMS = {"x_location": ("x_feature",), "x_scale": ("x_feature",), "y_location": ("y_feature",),
                 "y_scale": ("y_feature",)}
+SEARCH_DIMS = {"search_lengthscale_x": ("search_candidate", "x_feature"),
+               "search_lengthscale_y": ("search_candidate", "y_feature"),
+               **{name: ("search_candidate",) for name in ("search_reg", "search_loss", "search_rank_x", "search_rank_y",
+                                                           "search_seconds")}}
 
 GRID = ("lengthscale_x", "lengthscale_y", "reg")
 VARIABLE_DIMS = {"validation_loss": GRID, "seconds": GRID, "rank_x": GRID[:2], "rank_y": GRID[:2]}
@@ -53,6 +59,13 @@ def validate_grid(ds, names: tuple[str, ...], where: str) -> None:
             raise ValueError(f"{where}: coordinate {name!r} must be positive and strictly increasing, got {values}")
 
 
+def _require_variables(ds, dims: dict[str, tuple[str, ...]], where: str) -> None:
+    """Each variable of ``dims`` exists with exactly those dims."""
+    for name, expected in dims.items():
+        if name not in ds.data_vars or tuple(ds[name].dims) != expected:
+            raise ValueError(f"{where}: variable {name!r} is missing or does not have dims {expected}")
+
+
 def validate_tuning_dataset(ds, where: str = "tuning") -> None:
     """Raise ``ValueError`` naming the first broken rule of the tuning contract."""
     if ds.attrs.get("schema") != SCHEMA_NAME:
@@ -64,9 +77,7 @@ def validate_tuning_dataset(ds, where: str = "tuning") -> None:
         if name not in ds.attrs:
             raise ValueError(f"{where}: attribute {name!r} is missing")
     validate_grid(ds, GRID, where)
-    for name, dims in VARIABLE_DIMS.items():
-        if name not in ds.data_vars or tuple(ds[name].dims) != dims:
-            raise ValueError(f"{where}: variable {name!r} is missing or does not have dims {dims}")
+    _require_variables(ds, VARIABLE_DIMS, where)
     try:
         best = json.loads(ds.attrs["best"])
         ok = all(k in best for k in ("lengthscale_x", "lengthscale_y", "reg", "score"))
@@ -75,21 +86,16 @@ def validate_tuning_dataset(ds, where: str = "tuning") -> None:
     if not ok:
         raise ValueError(f"{where}: attribute 'best' must be JSON with lengthscale_x, lengthscale_y, reg, score")
     scaling = ds.attrs.get("scaling", "none")
-    if scaling not in ("robust", "none"):
-        raise ValueError(f"{where}: attribute 'scaling' must be 'robust' or 'none', got {scaling!r}")
-    for name, dims in (SCALING_DIMS.items() if scaling == "robust" else ()):
-        if name not in ds.data_vars or tuple(ds[name].dims) != dims:
-            raise ValueError(f"{where}: variable {name!r} is missing or does not have dims {dims}")
-        values = np.asarray(ds[name].values, dtype=float)
-        if not np.all(np.isfinite(values)) or (name.endswith("scale") and not np.all(values > 0)):
-            raise ValueError(f"{where}: variable {name!r} must be finite{' and > 0' if name.endswith('scale') else ''}")
-    search = {"search_lengthscale_x": ("search_candidate", "x_feature"),
-              "search_lengthscale_y": ("search_candidate", "y_feature"),
-              **{name: ("search_candidate",) for name in ("search_reg", "search_loss", "search_rank_x",
-                                                          "search_rank_y", "search_seconds")}}
+    if scaling not in SCALINGS:
+        raise ValueError(f"{where}: attribute 'scaling' must be one of {', '.join(map(repr, SCALINGS))}, got {scaling!r}")
+    if scaling == "robust":
+        _require_variables(ds, SCALING_DIMS, where)
+        for name in SCALING_DIMS:
+            values = np.asarray(ds[name].values, dtype=float)
+            if not np.all(np.isfinite(values)) or (name.endswith("scale") and not np.all(values > 0)):
+                raise ValueError(f"{where}: variable {name!r} must be finite"
+                                 f"{' and > 0' if name.endswith('scale') else ''}")
     if "search_loss" in ds.data_vars:
-        for name, dims in search.items():
-            if name not in ds.data_vars or tuple(ds[name].dims) != dims:
-                raise ValueError(f"{where}: variable {name!r} is missing or does not have dims {dims}")
+        _require_variables(ds, SEARCH_DIMS, where)
     if not np.any(np.isfinite(ds["validation_loss"].values)):
         raise ValueError(f"{where}: no candidate has a finite validation loss")

@@ -28,14 +28,15 @@ from .conditional.losses import ClippedLogisticLoss, CRPSLoss, PinballLoss, Seco
 from .validation import as_samples, check_paired
 
 __all__ = ["TuneResult", "tune", "split_rows", "score_grid", "best_row", "resolve_criterion", "screening_params",
-           "check_grid", "default_lengthscales", "scaled_kernel", "search_lengthscales", "LENGTHSCALE_FACTORS", "DEFAULT_REGS", "CRITERIA"]
+           "check_grid", "default_lengthscales", "scaled_kernel", "search_lengthscales", "LENGTHSCALE_FACTORS",
+           "DEFAULT_REGS", "CRITERIA"]
 
-LENGTHSCALE_FACTORS = (1 / 8, 1 / 4, 1 / 2)
+LENGTHSCALE_FACTORS = (1 / 8, 1 / 4, 1 / 2)  # times the median heuristic, when no lengthscales are given
 # the per-feature search (search_lengthscales): steps, the longest lengthscale (standard units: the
 # kernel then hardly varies along the feature), the score tolerance and the sweeps
 SEARCH_STEPS = (4.0, 2.0, 2.0)  # one sweep per step; the last only if the one before it moved something
 SEARCH_LONGEST = 100.0
-SEARCH_TOLERANCE = 2e-3  # times the median heuristic, when no lengthscales are given
+SEARCH_TOLERANCE = 2e-3
 DEFAULT_REGS = (1e-6, 1e-5, 1e-4, 1e-3)
 CACHE_MEMORY_SHARE = 0.125  # of physical memory: y factorisations kept between pairs (else recomputed)
 _CANDIDATE_ERRORS = (ValueError, RuntimeError, np.linalg.LinAlgError, MemoryError, FloatingPointError)
@@ -266,6 +267,11 @@ def _plain(lengthscale: float | np.ndarray) -> float | list[float]:
     return float(lengthscale) if np.ndim(lengthscale) == 0 else [float(v) for v in lengthscale]
 
 
+def _one_or_each(lengthscale: np.ndarray) -> float | np.ndarray:
+    """A per-feature lengthscale (d,) as the kernel takes it: a float for one feature, else the array."""
+    return lengthscale if lengthscale.size > 1 else float(lengthscale[0])
+
+
 def search_lengthscales(
     X_train: np.ndarray, Y_train: np.ndarray, X_val: np.ndarray, Y_val: np.ndarray, base: JDL,
     kernel_x: Kernel, kernel_y: Kernel, regs: Sequence[float], start: dict[str, Any], score: Callable,
@@ -302,7 +308,7 @@ def search_lengthscales(
     def factor(side: str, lengthscale: np.ndarray) -> tuple[Kernel, Any, float]:
         key = (side, *lengthscale.tolist())
         if key not in factors:
-            kernel = families[side].with_lengthscale(lengthscale if lengthscale.size > 1 else float(lengthscale[0]))
+            kernel = families[side].with_lengthscale(_one_or_each(lengthscale))
             factors[key] = (kernel, *factorisers[side][0](kernel))
         return factors[key]
 
@@ -322,7 +328,11 @@ def search_lengthscales(
             scored[key] = row["score"] if np.isfinite(row["score"]) else np.inf
         return scored[key]
 
-    best = evaluate(current["x"], current["y"], "start")
+    # the start is the grid's best row, already scored (the same kernels, factorisations and solve)
+    rows.append({**start, "lengthscale_x": _plain(_one_or_each(current["x"])),
+                 "lengthscale_y": _plain(_one_or_each(current["y"])), "step": "start"})
+    best = scored[(*current["x"].tolist(), "|", *current["y"].tolist())] = (
+        start["score"] if np.isfinite(start["score"]) else np.inf)
     sides = [side for side in ("x", "y") if widths[side] > 1]
     moved = True
     for sweep, factor_step in enumerate(SEARCH_STEPS):

@@ -105,16 +105,17 @@ def check_lengthscale_widths(method: str, hyper: dict[str, Any], group: zarr.Gro
 
 def fit_scaling(scaling: str | None, data: str | os.PathLike, group: zarr.Group, table: Any) -> tuple[str, dict]:
     """(the scaling's name, its vectors by role) for a fit: a tuning store's own (its lengthscales are in
-    its units; ``scaling``, if given, must agree), else ``scaling`` (default "robust") estimated on the data."""
+    its units; ``scaling``, if given, must agree), else ``scaling`` (default "robust") estimated on the
+    data. ``scaling``: None or one of ``SCALINGS``, already checked."""
     if table is not None:
         from .tuning import tuned_scaling
 
         tuned, vectors = tuned_scaling(table)
-        if scaling is not None and check_scaling_choice(scaling) != tuned:
+        if scaling is not None and scaling != tuned:
             raise ValueError(f"scaling: the tuning store was tuned with scaling {tuned!r}, and its lengthscales are in "
                              f"those units; fit with scaling {tuned!r} or leave it out (got {scaling!r})")
         return tuned, vectors
-    scaling = check_scaling_choice("robust" if scaling is None else scaling)
+    scaling = scaling or "robust"
     return scaling, data_scaling(data, group) if scaling == "robust" else {}
 
 
