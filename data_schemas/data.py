@@ -2,15 +2,20 @@
 
 Arrays: ``x`` (sample, x_feature) float64 and ``y`` (sample, y_feature) float64, both chunked
 along ``sample`` only, with the same number of rows. Group attributes: ``schema`` = "jdl.data",
-``schema_version``, ``x_features`` and ``y_features`` (column names), ``n_samples``, ``source``.
-Rules for incoming rows: numeric, finite, at least 2 rows, no constant column.
+``schema_version``, ``x_features`` and ``y_features`` (column names), ``n_samples``, ``source``, and
+(schema 2) ``categorical``: {x column name: [its levels]}, the x columns that hold category codes
+0, 1, ... indexing those levels (in order of first appearance).
+Rules for incoming rows: numeric (categorical x columns: any value but a missing one), finite, at
+least 2 rows, no constant column (no categorical column with a single level).
 """
 from __future__ import annotations
+
+from typing import Any
 
 import numpy as np
 
 SCHEMA_NAME = "jdl.data"
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: categorical x columns
 
 
 class ColumnStats:
@@ -29,8 +34,73 @@ class ColumnStats:
     def check_not_constant(self, role: str) -> None:
         constant = [name for name, lo, hi in zip(self.names, self.low, self.high) if lo == hi]
         if constant:
-            raise ValueError(f"{role} column {constant[0]!r}: is constant ({self.low[self.names.index(constant[0])]!r}); "
+            raise ValueError(f"{role} column {constant[0]!r}: is constant ({float(self.low[self.names.index(constant[0])])!r}); "
                              "a constant feature carries no information")
+
+
+def level_name(value: Any) -> str | None:
+    """The level a categorical cell holds, as text (None: missing). Strings are stripped; numbers are
+    written canonically, so 3, 3.0 and "3" are one level (3)."""
+    if value is None:
+        return None
+    if isinstance(value, (bytes, np.bytes_)):
+        value = value.decode()
+    if isinstance(value, str):
+        text = value.strip()
+        if not text:
+            return None
+        try:
+            value = float(text)
+        except ValueError:
+            return text
+        if not np.isfinite(value):
+            return text
+    number = float(value)
+    if np.isnan(number):
+        return None
+    return str(int(number)) if number.is_integer() else repr(number)
+
+
+class LevelEncoder:
+    """Codes of one categorical column, streamed block by block: each new level gets the next code
+    (0, 1, ...: order of first appearance). A missing value is refused, naming column and row."""
+
+    def __init__(self, name: str, role: str = "x"):
+        self.name, self.role = name, role
+        self.codes: dict[str, int] = {}
+
+    @property
+    def levels(self) -> list[str]:
+        return list(self.codes)
+
+    def encode(self, values: Any, first_row: int) -> np.ndarray:
+        """float64 codes of a block of raw values (rows,)."""
+        import pandas as pd
+
+        raw_codes, uniques = pd.factorize(np.asarray(values, dtype=object), use_na_sentinel=True)
+        table = np.empty(len(uniques), dtype=np.float64)
+        for k, value in enumerate(uniques):
+            level = level_name(value)
+            if level is None:
+                raw_codes[raw_codes == k] = -1
+                continue
+            table[k] = self.codes.setdefault(level, len(self.codes))
+        missing = np.flatnonzero(raw_codes < 0)
+        if missing.size:
+            raise ValueError(f"{self.role} column {self.name!r}: missing value at row {first_row + int(missing[0])} "
+                             "(a categorical column needs a level in every row)")
+        return table[raw_codes]
+
+    def check_levels(self) -> None:
+        if len(self.codes) < 2:
+            raise ValueError(f"{self.role} column {self.name!r}: is categorical with a single level "
+                             f"({', '.join(map(repr, self.codes)) or 'none'}); a constant feature carries no information")
+
+
+def is_categorical(values: Any) -> bool:
+    """Whether a column of a first block looks categorical: it has values and none is a number (text)."""
+    present = [v for v in np.asarray(values, dtype=object) if level_name(v) is not None]
+    return bool(present) and not any(_is_number(v) for v in present)
 
 
 def validate_block(values, names: list[str], role: str, first_row: int) -> np.ndarray:

@@ -27,8 +27,10 @@ __all__ = ["stage_flow", "tune_flow", "fit_flow", "score_flow", "train_and_score
 
 
 @flow(name="jdl-stage", validate_parameters=False)
-def stage_flow(source: str, out: str, x: list[str], y: list[str], chunk_size: int = 65_536) -> StageResult:
-    """Validate the columns ``x`` and ``y`` of a source table into the staged zarr store ``out``."""
+def stage_flow(source: str, out: str, x: list[str], y: list[str], categorical: list[str] | None = None,
+               chunk_size: int = 65_536) -> StageResult:
+    """Validate the columns ``x`` and ``y`` of a source table into the staged zarr store ``out``;
+    ``categorical``: x columns to store as category codes (text columns are detected)."""
     return pipelines.stage(**given(locals()))
 
 
@@ -68,9 +70,10 @@ def fit_flow(
 
 
 @flow(name="jdl-score", validate_parameters=False)
-def score_flow(model: str, data: str, out: str, functions: list[str] | None = None,
+def score_flow(model: str, data: str, out: str, functions: list[str] | None = None, unseen: str | None = None,
                scheduler: str | None = None) -> StageResult:
-    """Score every row of the staged store ``data`` with the model store ``model`` into ``out``."""
+    """Score every row of the staged store ``data`` with the model store ``model`` into ``out``;
+    ``unseen``: "refuse" (default) or "other", for a categorical level the model was not fitted on."""
     return pipelines.score(**given(locals()))
 
 

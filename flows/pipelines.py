@@ -53,14 +53,16 @@ def score(**parameters: Any) -> StageResult:
 
 
 def train_and_score(
-    source: str, workdir: str, x: list[str], y: list[str], score_source: str | None = None,
+    source: str, workdir: str, x: list[str], y: list[str], categorical: list[str] | None = None,
+    score_source: str | None = None,
     functions: list[str] | None = None, lengthscales_x: list[float] | None = None,
     lengthscales_y: list[float] | None = None, regs: list[float] | None = None, tune_rows: int = 20_000,
     tol: float | None = None, positivity: str = "auto", chunk_size: int = 65_536, seed: int = 0,
     scheduler: str | None = None,
 ) -> dict[str, StageResult]:
     """stage -> tune -> fit -> score in ``workdir`` (data.zarr, tuning.zarr, model.zarr, scores.zarr;
-    with ``score_source``, that table is staged as batch.zarr and scored instead of the training data).
+    with ``score_source``, that table is staged as batch.zarr and scored instead of the training data;
+    ``categorical``: x columns staged as category codes, as ``stage``).
     Every stage is validated before the first runs; "local" is one embedded Dask cluster for all.
 
     Returns each stage's result; a re-run reuses every stage whose inputs did not change.
@@ -70,9 +72,10 @@ def train_and_score(
     root = Path(workdir)
     paths = {name: str(root / f"{name}.zarr") for name in ("data", "tuning", "model", "scores", "batch")}
     stage_settings = validated(StageSettings, "stage", source=source, out=paths["data"], x=x, y=y,
-                               chunk_size=chunk_size)
+                               categorical=categorical or [], chunk_size=chunk_size)
     batch_settings = None if score_source is None else validated(
-        StageSettings, "stage", source=score_source, out=paths["batch"], x=x, y=y, chunk_size=chunk_size)
+        StageSettings, "stage", source=score_source, out=paths["batch"], x=x, y=y, categorical=categorical or [],
+        chunk_size=chunk_size)
     tune_settings = validated(TuneSettings, "tune", **given(dict(
         data=paths["data"], out=paths["tuning"], lengthscales_x=lengthscales_x, lengthscales_y=lengthscales_y,
         regs=regs, tol=tol, max_rows=tune_rows, seed=seed, scheduler=scheduler)))

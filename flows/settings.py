@@ -98,7 +98,13 @@ class StageSettings(_Settings):
     out: Path_
     x: list[str] = Field(min_length=1)
     y: list[str] = Field(min_length=1)
+    categorical: list[str] = []
     chunk_size: int = Field(65_536, ge=1)
+
+    def check(self) -> None:
+        for name in self.categorical:
+            if name not in self.x:
+                raise ValueError(f"parameter categorical: column {name!r} is not an x column (x: {', '.join(self.x)})")
 
 
 class TuneSettings(_Settings):
@@ -217,6 +223,7 @@ class ScoreSettings(_Settings):
     data: Path_
     out: Path_
     functions: list[str] = Field(["mean", "second_moment"], min_length=1)
+    unseen: Literal["refuse", "other"] = "refuse"
     scheduler: Scheduler = Field(None, validate_default=True)
 
     @field_validator("functions")

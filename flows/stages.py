@@ -68,9 +68,11 @@ def _run(stage_name: str, out: str, schema: str, key: str, validate, write) -> S
 def stage(settings: dict[str, Any]) -> StageResult:
     """Validate a source table into a staged zarr store."""
     s = StageSettings(**settings)
-    key = run_key("stage", source=source_fingerprint(s.source), x=s.x, y=s.y, chunk_size=s.chunk_size)
+    key = run_key("stage", source=source_fingerprint(s.source), x=s.x, y=s.y, chunk_size=s.chunk_size,
+                  **({"categorical": s.categorical} if s.categorical else {}))
     return _run("stage", s.out, DATA_SCHEMA, key, open_staged, lambda overwrite: stage_table(
-        s.source, s.out, s.x, s.y, chunk_size=s.chunk_size, overwrite=overwrite, run_key=key))
+        s.source, s.out, s.x, s.y, categorical=s.categorical, chunk_size=s.chunk_size, overwrite=overwrite,
+        run_key=key))
 
 
 def tune_key(s: TuneSettings, fingerprint: str) -> str:
@@ -126,9 +128,10 @@ def score(settings: dict[str, Any]) -> StageResult:
     """Score a staged store with a model store into a scores store."""
     s = ScoreSettings(**settings)
     model_checksums = _model_identity(s.model)
-    key = run_key("score", model=model_checksums, data=data_fingerprint(open_staged(s.data)), functions=s.functions)
+    key = run_key("score", model=model_checksums, data=data_fingerprint(open_staged(s.data)), functions=s.functions,
+                  **({"unseen": s.unseen} if s.unseen != "refuse" else {}))
     return _run("score", s.out, SCORES_SCHEMA, key, open_scores, lambda overwrite: score_store(
-        s.model, s.data, s.out, s.functions, overwrite=overwrite, scheduler=s.scheduler, run_key=key,
+        s.model, s.data, s.out, s.functions, unseen=s.unseen, overwrite=overwrite, scheduler=s.scheduler, run_key=key,
         progress=report))
 
 

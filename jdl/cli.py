@@ -337,6 +337,10 @@ def build_parser() -> argparse.ArgumentParser:
     stage.add_argument("--x", type=_columns, required=True, help="comma-separated input columns (numbers for .npy)")
     stage.add_argument("--y", type=_columns, required=True, help="comma-separated output columns")
     stage.add_argument("--out", required=True, help="the zarr store to write")
+    stage.add_argument("--categorical", type=_columns, default=[],
+                       help="comma-separated x columns holding categories (integer-coded ones, say); text x columns "
+                            "are categorical anyway. They are stored as codes with their levels, and the x kernel "
+                            "compares them as equal or not")
     stage.add_argument("--chunk-size", type=int, default=65_536, help="rows per chunk (default 65536)")
     _add_prefect(stage)
     stage.set_defaults(run=_stage)
@@ -385,6 +389,9 @@ def build_parser() -> argparse.ArgumentParser:
     score.add_argument("model", help="model store (from jdl fit)")
     score.add_argument("data", help="staged data store")
     score.add_argument("--out", required=True, help="the scores store to write")
+    score.add_argument("--unseen", choices=("refuse", "other"), default="refuse",
+                       help="a categorical level the model was not fitted on: refuse the batch (default), or let it "
+                            "match no level (the row is then equally far from every training row along that column)")
     score.add_argument("--function", action="append", default=[], required=True,
                        help="mean | second_moment | cdf:t1,t2,... | quantile:l1,l2,... (repeatable)")
     _add_scheduler(score)

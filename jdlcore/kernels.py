@@ -5,7 +5,11 @@ gives the diagonal k(a_i, a_i) of shape (p,). A kernel may carry a scaling (``lo
 ``scale``, one entry per feature, from ``jdlcore.scaling.robust_scaling``): distances are then taken
 on (z - location) / scale, and the lengthscale is in those standard units; without one, in the units
 of the features. A per-feature lengthscale (shape (d,)) rescales each column before the distance is
-taken.
+taken. Columns named ``categorical`` hold category codes (exact integers, -1 for a level matching
+none): a pair of rows that differ in such a column j is at squared distance 1 / l_j^2 along it, equal
+codes at 0. That is the distance of the codes' one-hot vectors scaled by 1 / (sqrt(2) l_j), so every
+kernel stays positive definite; a short l_j makes the column a delta kernel in the product, a long
+one leaves it out.
 Large blocks are evaluated in row slabs on a small thread pool (NumPy releases the GIL in BLAS
 and in ufuncs), which is where kernel-heavy work spends its time. The pool has JDL_KERNEL_THREADS
 threads, else one per core up to 4 (Dask workers of the embedded cluster use 1); work handed to
@@ -17,7 +21,7 @@ import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager, nullcontext
-from typing import Any, Callable, ClassVar, Iterator
+from typing import Any, Callable, ClassVar, Iterator, Sequence
 
 import numpy as np
 from threadpoolctl import ThreadpoolController
@@ -96,12 +100,16 @@ class Kernel:
     location, scale:
         The scaling (both or neither): per-feature location (finite) and scale (> 0), shape (d,) or
         scalars; the kernel sees (z - location) / scale. ``standardised`` estimates them from data.
+        A categorical column's location and scale are 0 and 1 (its codes are compared as they are).
+    categorical:
+        Indices of the columns that hold category codes (see the module's docstring); default none.
     """
 
     name: ClassVar[str] = "kernel"
     scalable: ClassVar[bool] = True  # whether a scaling of the inputs means anything to the kernel
 
-    def __init__(self, lengthscale: float | np.ndarray = 1.0, *, location: Any = None, scale: Any = None):
+    def __init__(self, lengthscale: float | np.ndarray = 1.0, *, location: Any = None, scale: Any = None,
+                 categorical: Sequence[int] | None = None):
         value = check_positive(lengthscale, "lengthscale")
         if value.ndim > 1:
             raise ValueError(f"lengthscale: must be a scalar or a 1-D array, got shape {value.shape}")
@@ -111,6 +119,7 @@ class Kernel:
         self.location, self.scale = (None, None) if location is None else check_scaling(location, scale)
         if self.scale is not None and np.ndim(self.lengthscale) == 1 and len(self.lengthscale) != len(self.scale):
             raise ValueError(f"lengthscale: has {len(self.lengthscale)} entries but the scaling has {len(self.scale)}")
+        self.categorical = check_categorical(categorical, self.lengthscale, self.location, self.scale)
 
     # -- public API -----------------------------------------------------------------------------
     def __call__(self, A: Any, B: Any | None = None) -> np.ndarray:
@@ -146,7 +155,7 @@ class Kernel:
         values, slopes = np.empty((A.shape[0], B.shape[0])), np.empty((A.shape[0], B.shape[0]))
 
         def work(rows: slice) -> None:
-            values[rows], slopes[rows] = self._value_and_slope(_squared_distances(self._scale(A[rows]), Bs))
+            values[rows], slopes[rows] = self._value_and_slope(self._sqdist(self._scale(A[rows]), Bs))
 
         _over_slabs(A.shape[0], B.shape[0], work)
         return values, slopes
@@ -154,7 +163,11 @@ class Kernel:
     def distance_gradient(self, A: np.ndarray, B: np.ndarray, weights: np.ndarray) -> np.ndarray:
         """Gradient with respect to A (p, d) of sum_ij weights_ij |(a_i - b_j) / l|^2, B held fixed, l the
         lengthscale in the features' units (``data_lengthscale``): row i is
-        2 (a_i sum_j weights_ij - sum_j weights_ij b_j) / l^2, shape (p, d)."""
+        2 (a_i sum_j weights_ij - sum_j weights_ij b_j) / l^2, shape (p, d). ``ValueError`` for a kernel
+        with categorical columns (codes do not move continuously)."""
+        if self.categorical:
+            raise ValueError(f"kernel: has categorical columns {list(self.categorical)}; there is no gradient along "
+                             "category codes")
         return 2.0 * (weights.sum(axis=1)[:, None] * A - weights @ B) / np.square(self.data_lengthscale)
 
     differentiable: ClassVar[bool] = False
@@ -190,27 +203,39 @@ class Kernel:
         spec = {"name": self.name, "lengthscale": _json_floats(self.lengthscale)}
         if self.scale is not None:
             spec.update(location=_json_floats(self.location), scale=_json_floats(self.scale))
+        if self.categorical:
+            spec["categorical"] = list(self.categorical)
         return spec
 
     def with_lengthscale(self, lengthscale: float | np.ndarray) -> "Kernel":
-        """Same kernel family and scaling with another lengthscale."""
-        return type(self)(lengthscale, location=self.location, scale=self.scale)
+        """Same kernel family, scaling and categorical columns with another lengthscale."""
+        return type(self)(lengthscale, location=self.location, scale=self.scale, categorical=self.categorical)
 
     def with_scaling(self, location: Any, scale: Any) -> "Kernel":
-        """Same kernel family and lengthscale with another scaling (None, None: none)."""
-        return type(self)(self.lengthscale, location=location, scale=scale)
+        """Same kernel family, lengthscale and categorical columns with another scaling (None, None: none)."""
+        return type(self)(self.lengthscale, location=location, scale=scale, categorical=self.categorical)
 
     def standardised(self, Z: Any, names: list[str] | None = None, role: str = "x") -> "Kernel":
         """This kernel with the robust scaling of the columns of ``Z`` (n, d) (``robust_scaling``:
-        median and interquartile range); ``ValueError`` naming a constant column."""
-        return self.with_scaling(*robust_scaling(Z, names, role))
+        median and interquartile range; 0 and 1 for its categorical columns); ``ValueError`` naming a
+        constant column."""
+        return self.with_scaling(*robust_scaling(Z, names, role, categorical=self.categorical))
+
+    def squared_distances(self, A: Any, B: Any | None = None) -> np.ndarray:
+        """The squared distances the kernel is a function of, shape (p, q): |(a - b) / l|^2 on the
+        standardised continuous columns plus 1 / l_j^2 for each categorical column j where the codes
+        differ. B defaults to A."""
+        A = self._check(A, "A")
+        B = A if B is None else self._check(B, "B")
+        return self._sqdist(self._scale(A), self._scale(B))
 
     def __repr__(self) -> str:
         scaling = "" if self.scale is None else f", location={self.location!r}, scale={self.scale!r}"
-        return f"{type(self).__name__}(lengthscale={self.lengthscale!r}{scaling})"
+        categorical = f", categorical={list(self.categorical)!r}" if self.categorical else ""
+        return f"{type(self).__name__}(lengthscale={self.lengthscale!r}{scaling}{categorical})"
 
     def __eq__(self, other: object) -> bool:
-        return type(other) is type(self) and all(
+        return type(other) is type(self) and self.categorical == other.categorical and all(
             _same(getattr(self, name), getattr(other, name)) for name in ("lengthscale", "location", "scale"))
 
     __hash__ = None  # type: ignore[assignment]
@@ -223,6 +248,9 @@ class Kernel:
             broadcast = part == "scale" and np.size(value) == 1  # a scalar scaling serves every feature
             if np.ndim(value) == 1 and len(value) != A.shape[1] and not broadcast:
                 raise ValueError(f"{part}: has {len(value)} entries but {name} has {A.shape[1]} features")
+        if self.categorical and self.categorical[-1] >= A.shape[1]:
+            raise ValueError(f"categorical: column {self.categorical[-1]} is out of range for {name} with "
+                             f"{A.shape[1]} features")
         return A
 
     def standard(self, A: np.ndarray) -> np.ndarray:
@@ -230,15 +258,59 @@ class Kernel:
         return A if self.scale is None else (A - self.location) / self.scale
 
     def _scale(self, A: np.ndarray) -> np.ndarray:
-        """The kernel's view of A: standardised where there is a scaling, then over the lengthscale."""
-        return self.standard(A) / self.lengthscale
+        """The kernel's view of A: standardised where there is a scaling, then over the lengthscale;
+        categorical columns keep their codes (``_sqdist`` weighs their mismatches)."""
+        if not self.categorical:
+            return self.standard(A) / self.lengthscale
+        divisor = np.broadcast_to(np.asarray(self.lengthscale, dtype=np.float64), (A.shape[1],)).copy()
+        divisor[list(self.categorical)] = 1.0
+        return self.standard(A) / divisor
+
+    def _sqdist(self, As: np.ndarray, Bs: np.ndarray) -> np.ndarray:
+        """Squared distances of rows in the kernel's view (``_scale``), shape (p, q)."""
+        if not self.categorical:
+            return _squared_distances(As, Bs)
+        codes = list(self.categorical)
+        continuous = np.setdiff1d(np.arange(As.shape[1]), codes)
+        sq = (_squared_distances(As[:, continuous], Bs[:, continuous]) if continuous.size
+              else np.zeros((As.shape[0], Bs.shape[0])))
+        weights = 1.0 / np.square(np.broadcast_to(np.asarray(self.lengthscale, dtype=np.float64), (As.shape[1],))[codes])
+        for column, weight in zip(codes, weights):
+            sq += weight * (As[:, column, None] != Bs[None, :, column])
+        return sq
 
     def _block(self, As: np.ndarray, Bs: np.ndarray) -> np.ndarray:
-        sq = _squared_distances(As, Bs)
+        sq = self._sqdist(As, Bs)
         return self._from_sqdist(sq)
 
     def _from_sqdist(self, sq: np.ndarray) -> np.ndarray:  # pragma: no cover - abstract
         raise NotImplementedError
+
+
+def check_categorical(categorical: Sequence[int] | None, lengthscale: float | np.ndarray,
+                      location: np.ndarray | None, scale: np.ndarray | None) -> tuple[int, ...]:
+    """The categorical column indices as a sorted tuple of distinct ints >= 0 (empty for None), within
+    the per-feature lengthscale and scaling where those are vectors, each with location 0 and scale 1
+    where there is a scaling. ``ValueError`` naming the rule."""
+    if categorical is None:
+        return ()
+    try:
+        columns = [int(c) for c in categorical]
+    except (TypeError, ValueError):
+        raise ValueError(f"categorical: must be column indices, got {categorical!r}") from None
+    if any(c < 0 for c in columns) or len(set(columns)) != len(columns) or any(
+            float(c) != float(v) for c, v in zip(columns, categorical)):
+        raise ValueError(f"categorical: must be distinct column indices >= 0, got {list(categorical)!r}")
+    columns.sort()
+    for part, value in (("lengthscale", lengthscale), ("scale", scale)):
+        if columns and np.ndim(value) == 1 and np.size(value) > 1 and columns[-1] >= len(value):
+            raise ValueError(f"categorical: column {columns[-1]} is out of range for a {part} of {len(value)} entries")
+    if scale is not None and columns:
+        at = [part[columns] if part.size > 1 else part for part in (location, scale)]
+        if np.any(at[0] != 0.0) or np.any(at[1] != 1.0):
+            raise ValueError("scale: a categorical column's location and scale must be 0 and 1 (its codes are compared "
+                             "as they are)")
+    return tuple(columns)
 
 
 def _json_floats(value: float | np.ndarray) -> float | list[float]:
@@ -342,8 +414,9 @@ class DeltaKernel(Kernel):
     name = "delta"
     scalable = False
 
-    def __init__(self, lengthscale: float | np.ndarray = 1.0, *, location: Any = None, scale: Any = None):
-        super().__init__(1.0)  # levels are compared as they are: no lengthscale, no scaling
+    def __init__(self, lengthscale: float | np.ndarray = 1.0, *, location: Any = None, scale: Any = None,
+                 categorical: Sequence[int] | None = None):
+        super().__init__(1.0)  # levels are compared as they are: no lengthscale, no scaling, every column a level
 
     def with_lengthscale(self, lengthscale: float | np.ndarray) -> "Kernel":
         return DeltaKernel()
@@ -381,11 +454,14 @@ def kernel_from_dict(spec: dict[str, Any]) -> Kernel:
         return DeltaKernel()
     lengthscale = spec.get("lengthscale", 1.0)
     return _KERNELS[name](np.asarray(lengthscale, dtype=np.float64) if isinstance(lengthscale, list) else lengthscale,
-                          location=spec.get("location"), scale=spec.get("scale"))
+                          location=spec.get("location"), scale=spec.get("scale"), categorical=spec.get("categorical"))
 
 
-def median_heuristic(X: Any, *, per_feature: bool = False, max_points: int = 2000, seed: int = 0) -> float | np.ndarray:
-    """Median pairwise Euclidean distance of (a seeded subsample of) X, a common lengthscale choice.
+def median_heuristic(X: Any, *, per_feature: bool = False, max_points: int = 2000, seed: int = 0,
+                     kernel: Kernel | None = None) -> float | np.ndarray:
+    """Median pairwise Euclidean distance of (a seeded subsample of) X, a common lengthscale choice;
+    with ``kernel``, the distance as that kernel sees it at lengthscale 1 (its scaling applied, a
+    categorical mismatch counting 1: ``Kernel.squared_distances``).
 
     With ``per_feature=True`` returns one median absolute difference per column (shape (d,)).
     Raises ``ValueError`` when the median is 0 (constant or mostly duplicated data).
@@ -400,7 +476,8 @@ def median_heuristic(X: Any, *, per_feature: bool = False, max_points: int = 200
         if np.any(medians <= 0):
             raise ValueError(f"X: median pairwise difference is 0 in column(s) {np.flatnonzero(medians <= 0).tolist()}")
         return medians
-    median = float(np.median(np.sqrt(_squared_distances(X, X)[upper])))
+    squared = _squared_distances(X, X) if kernel is None else kernel.with_lengthscale(1.0).squared_distances(X)
+    median = float(np.median(np.sqrt(squared[upper])))
     if median <= 0:
         raise ValueError("X: median pairwise distance is 0 (constant or mostly duplicated rows)")
     return median

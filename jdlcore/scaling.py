@@ -10,7 +10,9 @@ estimates are robust, so a few extreme rows do not set the scale of a heavy-tail
   half the values are tied (a binary or zero-inflated column) the interquartile range is 0 and the
   standard deviation is used instead.
 
-A column whose values are all equal has no scale and is refused, naming the column.
+A column whose values are all equal has no scale and is refused, naming the column. Categorical
+columns (category codes) are not standardised: location 0 and scale 1; one with a single level is
+refused too.
 """
 from __future__ import annotations
 
@@ -27,17 +29,25 @@ SCALINGS = ("robust", "none")  # how a fit or tuning standardises its kernels' i
 SCALING_ROWS = 100_000  # rows of a large table the pipeline estimates the scaling from (a seeded sample)
 
 
-def robust_scaling(Z: Any, names: Sequence[str] | None = None, role: str = "x") -> tuple[np.ndarray, np.ndarray]:
+def robust_scaling(Z: Any, names: Sequence[str] | None = None, role: str = "x",
+                   categorical: Sequence[int] = ()) -> tuple[np.ndarray, np.ndarray]:
     """(location, scale) of the columns of ``Z`` (n, d), each of shape (d,): the median, and the
-    interquartile range / ``NORMAL_IQR`` (the standard deviation where that is 0). ``names``: the
-    column names for errors (default: their numbers). ``ValueError`` naming the first constant column.
+    interquartile range / ``NORMAL_IQR`` (the standard deviation where that is 0); 0 and 1 for the
+    ``categorical`` columns (indices). ``names``: the column names for errors (default: their
+    numbers). ``ValueError`` naming the first constant column (a categorical one: a single level).
     """
     Z = as_samples(Z, role, min_rows=1)
     names = [str(k) for k in range(Z.shape[1])] if names is None else [str(name) for name in names]
     if len(names) != Z.shape[1]:
         raise ValueError(f"{role}: {len(names)} column names for {Z.shape[1]} columns")
+    codes = [int(k) for k in categorical]
+    for k in codes:
+        if np.all(Z[:, k] == Z[0, k]):
+            raise ValueError(f"{role} column {names[k]!r}: is categorical with a single level (code {Z[0, k]:g}); a "
+                             "constant feature carries no information")
     low, location, high = np.percentile(Z, [25.0, 50.0, 75.0], axis=0)
     scale = (high - low) / NORMAL_IQR
+    location[codes], scale[codes] = 0.0, 1.0
     tied = scale <= 0
     if np.any(tied):
         scale[tied] = Z[:, tied].std(axis=0)

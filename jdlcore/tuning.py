@@ -107,8 +107,8 @@ def split_rows(n: int, validation_fraction: float, seed: int) -> tuple[np.ndarra
 
 def default_lengthscales(samples: np.ndarray, seed: int = 0, kernel: Kernel | None = None) -> list[float]:
     """``LENGTHSCALE_FACTORS`` times the median pairwise distance of ``samples`` (rows, features), as
-    ``kernel`` sees them (standardised by its scaling, if it has one)."""
-    median = median_heuristic(samples if kernel is None else kernel.standard(samples), seed=seed)
+    ``kernel`` sees them (standardised by its scaling, if it has one; a categorical mismatch counts 1)."""
+    median = median_heuristic(samples, seed=seed, kernel=kernel)
     return [float(f * median) for f in LENGTHSCALE_FACTORS]
 
 

@@ -29,7 +29,7 @@ from jdlcore.validation import check_choice, check_positive
 from .atomic import atomic_store, refuse_existing
 from .cluster import dask_client, resolve_scheduler
 from .fitting import store_chunks
-from .staging import arrays_fingerprint, create_data_arrays, data_attrs, data_fingerprint, open_staged
+from .staging import arrays_fingerprint, categorical_levels, create_data_arrays, data_attrs, data_fingerprint, open_staged
 
 __all__ = ["DaskSource", "compress_store", "open_compressed", "KERNELS_Y"]
 
@@ -240,6 +240,9 @@ def compress_store(
     if target.resolve() == data.resolve():
         raise ValueError(f"out: {target} is the data store itself")
     group = open_staged(data)
+    if categorical_levels(group):
+        raise ValueError(f"data: {data} has categorical x columns ({', '.join(categorical_levels(group))}); compression "
+                         "moves points continuously and takes numeric columns only")
     n = int(group.attrs["n_samples"])
     kernel_x, kernel_y_ = _kernels(lengthscale_x, lengthscale_y, kernel_y)
     options = dict(m=m, method=method, kernel_x=kernel_x, kernel_y=kernel_y_, reg=reg, seed=seed, steps=steps,

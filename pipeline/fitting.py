@@ -27,7 +27,7 @@ from jdlcore.scaling import SCALING_ROWS, check_scaling_choice, robust_scaling
 from .atomic import refuse_existing
 from .cluster import dask_client, resolve_scheduler
 from .model_store import save_model
-from .staging import data_fingerprint, open_staged
+from .staging import categorical_indices, categorical_levels, data_fingerprint, open_staged
 
 __all__ = ["fit_store", "make_estimator", "read_rows", "read_sample", "store_chunks", "data_scaling", "METHODS"]
 
@@ -68,16 +68,19 @@ Scaling = tuple[np.ndarray, np.ndarray]  # (location, scale) per feature: see jd
 
 
 def make_estimator(method: str, *, lengthscale_x: float | np.ndarray, lengthscale_y: float | np.ndarray, reg: float,
-                   scaling: dict[str, Scaling] | None = None, **options: Any) -> Estimator:
+                   scaling: dict[str, Scaling] | None = None, categorical: list[int] | None = None,
+                   **options: Any) -> Estimator:
     """The unfitted, validated estimator of ``method`` (``jdlcore.METHODS``): Gaussian kernels of the
     given lengthscales (scalars, or one per feature) for the kernels it has (the other lengthscale is
     unused), standardised by ``scaling`` ({"x": (location, scale), "y": ...}; the lengthscales are
-    then in standard units), ``reg``, and the fit options it declares
+    then in standard units), the x kernel with the ``categorical`` columns (indices) compared as
+    category codes, ``reg``, and the fit options it declares
     (``jdlcore.models.registry.method_options``: None or positivity "auto" is the method's default; an
     option it does not have is refused)."""
     cls = estimator_class(method)
     scaling = scaling or {}
-    kernels = {f"kernel_{side}": GaussianKernel(value, **dict(zip(("location", "scale"), scaling.get(side, ()))))
+    kernels = {f"kernel_{side}": GaussianKernel(value, **dict(zip(("location", "scale"), scaling.get(side, ()))),
+                                                categorical=categorical if side == "x" else None)
                for side, value in (("x", lengthscale_x), ("y", lengthscale_y))}
     estimator = cls(**{name: kernels[name] for name in cls._KERNELS}, reg=reg, **method_options(method, options))
     estimator._check_params()
@@ -86,10 +89,11 @@ def make_estimator(method: str, *, lengthscale_x: float | np.ndarray, lengthscal
 
 def data_scaling(data: str | os.PathLike, group: zarr.Group) -> dict[str, Scaling]:
     """The robust scaling (``jdlcore.scaling.robust_scaling``: median and interquartile range per
-    feature) of x and y of a staged store, estimated on a seeded sample of ``SCALING_ROWS`` rows (all of
-    them in a smaller store). ``ValueError`` naming a constant column."""
+    feature; 0 and 1 for categorical columns) of x and y of a staged store, estimated on a seeded sample
+    of ``SCALING_ROWS`` rows (all of them in a smaller store). ``ValueError`` naming a constant column."""
     rows = sample_rows(int(group.attrs["n_samples"]), 0, SCALING_ROWS)
-    return {role: robust_scaling(read_sample(data, role, rows), group.attrs[f"{role}_features"], role)
+    return {role: robust_scaling(read_sample(data, role, rows), group.attrs[f"{role}_features"], role,
+                                 categorical_indices(group) if role == "x" else ())
             for role in ("x", "y")}
 
 
@@ -168,7 +172,12 @@ def fit_store(
     check_lengthscale_widths(method, hyper, group)
     # a method without kernels (jpdl) has nothing to standardise
     scaling, vectors = fit_scaling(scaling, data, group, table) if estimator_class(method)._KERNELS else ("none", {})
-    estimator = make_estimator(method, **hyper, scaling=vectors, **options)
+    x_levels = categorical_levels(group)
+    if x_levels and "kernel_x" not in estimator_class(method)._KERNELS:
+        with_x_kernel = [name for name, cls in REGISTRY.items() if "kernel_x" in cls._KERNELS]
+        raise ValueError(f"method: {method} has no x kernel to compare the categorical columns "
+                         f"({', '.join(x_levels)}) by; use one of {', '.join(with_x_kernel)}")
+    estimator = make_estimator(method, **hyper, scaling=vectors, categorical=categorical_indices(group), **options)
     n = int(group.attrs["n_samples"])
     check_support_rows(getattr(estimator, "support_size", None), n, f"rows of {data}")
     started = time.perf_counter()
@@ -199,6 +208,7 @@ def fit_store(
         "data": str(Path(data).resolve()), "data_fingerprint": data_fingerprint(group),
         "x_features": group.attrs["x_features"], "y_features": group.attrs["y_features"],
         "scheduler": scheduler or "in-memory", "scaling": scaling,
+        **({"x_levels": x_levels} if x_levels else {}),
     }
     if table is not None:
         provenance["tuning"] = {"store": str(Path(tuning).resolve()), "best": json.loads(table.attrs["best"]),

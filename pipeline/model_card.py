@@ -111,7 +111,8 @@ def card_rows(path: str | os.PathLike, model: JDL | None = None) -> list[tuple[s
     for side, basis in bases:
         rows.append((f"{'kernel' if hasattr(basis, 'kernel') else 'basis'} {side}", basis.describe()))
     for side, basis in bases:
-        rows += _feature_rows(side, getattr(basis, "kernel", None), _names(model, side))
+        rows += _feature_rows(side, getattr(basis, "kernel", None), _names(model, side),
+                              (model.provenance_ or {}).get(f"{side}_levels") or {})
     for name in model.parameters:
         value = getattr(model, name)
         if name == "positivity" and getattr(model, "constraints", "positivity") != "positivity":
@@ -158,12 +159,14 @@ def card_rows(path: str | os.PathLike, model: JDL | None = None) -> list[tuple[s
     return rows
 
 
-def _feature_rows(side: str, kernel: Any, names: list[str]) -> list[tuple[str, str]]:
-    """Per feature of a kernel with a scaling or per-feature lengthscales: its location and scale (the
-    standardisation the kernel applies before every evaluation), its lengthscale in standard and in
-    the data's units, and its relevance: the shortest lengthscale over its own (1: the most relevant
-    feature; near 0: the kernel hardly varies along it)."""
-    if kernel is None or not kernel.scalable or (kernel.scale is None and np.ndim(kernel.lengthscale) == 0):
+def _feature_rows(side: str, kernel: Any, names: list[str], levels: dict[str, list[str]]) -> list[tuple[str, str]]:
+    """Per feature of a kernel with a scaling, per-feature lengthscales or categorical columns: its
+    location and scale (the standardisation the kernel applies before every evaluation) or, for a
+    categorical one, its levels; its lengthscale in standard and in the data's units, and its
+    relevance: the shortest lengthscale over its own (1: the most relevant feature; near 0: the
+    kernel hardly varies along it)."""
+    if kernel is None or not kernel.scalable or (kernel.scale is None and np.ndim(kernel.lengthscale) == 0
+                                                 and not kernel.categorical):
         return []
     width = len(names)
     own = np.broadcast_to(np.asarray(kernel.lengthscale, dtype=np.float64), (width,))
@@ -171,6 +174,12 @@ def _feature_rows(side: str, kernel: Any, names: list[str]) -> list[tuple[str, s
     relevance = own.min() / own
     rows = []
     for k, name in enumerate(names):
+        if k in kernel.categorical:
+            known = levels.get(name, [])
+            shown = ", ".join(known[:8]) + (", ..." if len(known) > 8 else "")
+            rows.append((f"{side} feature {name}", f"categorical, {len(known)} levels ({shown}); mismatch lengthscale "
+                                                   f"{own[k]:.4g}, relevance {relevance[k]:.3f}"))
+            continue
         scaling = ("" if kernel.scale is None else
                    f"location {np.broadcast_to(kernel.location, (width,))[k]:.6g}, "
                    f"scale {np.broadcast_to(kernel.scale, (width,))[k]:.6g}; ")

@@ -31,7 +31,7 @@ from jdlcore.models.estimator import PARAMETRISED_KINDS, REQUEST_KINDS
 from .atomic import atomic_store, refuse_existing
 from .cluster import dask_client, resolve_scheduler
 from .model_store import load_model
-from .staging import open_staged
+from .staging import categorical_levels, level_recoding, open_staged, recode
 
 __all__ = ["parse_function", "score_store", "open_scores"]
 
@@ -60,9 +60,14 @@ def parse_function(spec: str) -> tuple[str, np.ndarray | None]:
 
 
 def score_store(model_path: str | os.PathLike, data: str | os.PathLike, out: str | os.PathLike,
-                functions: list[str], *, overwrite: bool = False, scheduler: str | None = None,
+                functions: list[str], *, unseen: str = "refuse", overwrite: bool = False, scheduler: str | None = None,
                 run_key: str | None = None, progress: Callable[[str], None] | None = None) -> Path:
     """Score every row of the staged store ``data``; write a zarr store aligned on ``sample``.
+
+    Categorical x columns are read by level name (the batch's codes mapped to the model's); a level
+    the model was not fitted on is refused before anything is written (``unseen`` "refuse", the
+    default, naming the column and the level) or matches no level (``unseen`` "other": along that
+    column the row is equally far from every training row).
 
     Chunks of x are scored in this process or as Dask tasks (``scheduler``, see ``pipeline.cluster``),
     each writing its own chunk-aligned region of the output (so the workers must see ``out``'s
@@ -79,6 +84,8 @@ def score_store(model_path: str | os.PathLike, data: str | os.PathLike, out: str
     trained = model.provenance_.get("x_features")
     if trained is not None and list(group.attrs["x_features"]) != list(trained):
         raise ValueError(f"data: x features {group.attrs['x_features']} differ from the model's {trained}")
+    tables = level_recoding(categorical_levels(group), model.provenance_.get("x_levels") or {},
+                            list(group.attrs["x_features"]), unseen, f"data {data}")
     specs = model.prepare_requests(specs)  # checked against what the model answers; functions registered once
     d_y = model.y_width_
     x = group["x"]
@@ -99,7 +106,7 @@ def score_store(model_path: str | os.PathLike, data: str | os.PathLike, out: str
         root.attrs.update({"schema": SCHEMA_NAME, "schema_version": SCHEMA_VERSION, "model": str(Path(model_path).resolve()),
                            "data": data_path, "n_samples": n, "functions": json.dumps(functions),
                            **({"run_key": run_key} if run_key else {})})
-        job = (data_path, str(staging), specs)
+        job = (data_path, str(staging), specs, tables)
         if where is None:
             for done, (a, b) in enumerate(bounds, 1):
                 score_chunk(model, *job, a, b)
@@ -122,13 +129,15 @@ def _report(progress: Callable[[str], None] | None, done: int, total: int) -> No
         progress(f"scored {done}/{total} chunks")
 
 
-def score_chunk(model: Any, data: str, out: str, specs: dict, start: int, stop: int) -> int:
+def score_chunk(model: Any, data: str, out: str, specs: dict, tables: dict[int, np.ndarray], start: int,
+                stop: int) -> int:
     """Score rows [start, stop) of the staged store ``data`` into the arrays of the store ``out``.
 
-    Registered functions share one law per row; quantiles read it once more for all levels. Returns
-    the number of rows written.
+    ``tables``: the recoding of its category codes to the model's (``level_recoding``). Registered
+    functions share one law per row; quantiles read it once more for all levels. Returns the number
+    of rows written.
     """
-    block = zarr.open_group(data, mode="r", zarr_format=3)["x"][start:stop]
+    block = recode(zarr.open_group(data, mode="r", zarr_format=3)["x"][start:stop], tables)
     root = zarr.open_group(out, mode="r+", zarr_format=3)
     results = model.answer_requests(specs, block)
     for spec in specs:

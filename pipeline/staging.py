@@ -5,6 +5,10 @@ batches, .npy memory-mapped, NetCDF and zarr through xarray), so sources larger 
 in constant memory. Every block is validated (``data_schemas.data``); the store is written to a
 temporary sibling and renamed into place only when the whole source passed, so bad input leaves
 nothing behind.
+
+Categorical x columns, declared (``categorical``) or detected (a text column: none of its first
+``DETECT_ROWS`` values is a number), are stored as codes 0, 1, ... with their levels in the store's
+``categorical`` attribute (order of first appearance).
 """
 from __future__ import annotations
 
@@ -16,15 +20,22 @@ from typing import Iterator
 import numpy as np
 import zarr
 
-from data_schemas.data import SCHEMA_NAME, SCHEMA_VERSION, ColumnStats, validate_block
+from data_schemas.data import SCHEMA_NAME, SCHEMA_VERSION, ColumnStats, LevelEncoder, is_categorical, validate_block
 
 from .atomic import atomic_store
 
 __all__ = ["stage", "open_staged", "combined_fingerprint", "data_fingerprint", "arrays_fingerprint",
-           "create_data_arrays", "data_attrs", "FORMATS"]
+           "create_data_arrays", "data_attrs", "categorical_levels", "categorical_indices", "level_recoding", "recode",
+           "FORMATS", "DETECT_ROWS", "UNSEEN_RULES", "OTHER_CODE"]
 
 FORMATS = {".csv": "csv", ".parquet": "parquet", ".pq": "parquet", ".npy": "npy", ".npz": "npz",
            ".nc": "netcdf", ".nc4": "netcdf", ".zarr": "zarr"}
+
+
+DETECT_ROWS = 1000  # first rows of a column that decide whether it is text (categorical)
+# what a level a model was not fitted on does at scoring: refused, or "other" (a code that matches no level)
+UNSEEN_RULES = ("refuse", "other")
+OTHER_CODE = -1.0
 
 
 def _format(source: Path) -> str:
@@ -98,14 +109,16 @@ def stage(
     x: list[str],
     y: list[str],
     *,
+    categorical: list[str] | None = None,
     chunk_size: int = 65_536,
     overwrite: bool = False,
     run_key: str | None = None,
 ) -> Path:
     """Stage columns ``x`` and ``y`` of ``source`` into a zarr v3 store at ``out``; returns its path.
 
-    The store records the data fingerprint (see ``combined_fingerprint``) and, if given, the
-    ``run_key`` of the orchestration that wrote it.
+    ``categorical``: x columns to store as category codes (integer-coded ones, say); text x columns
+    are detected as categorical anyway. The store records the data fingerprint (see
+    ``combined_fingerprint``) and, if given, the ``run_key`` of the orchestration that wrote it.
     """
     source, target = Path(source), Path(out)
     if not source.exists():
@@ -115,6 +128,11 @@ def stage(
     overlap = set(x) & set(y)
     if overlap:
         raise ValueError(f"column {sorted(overlap)[0]!r}: is named for both x and y")
+    declared = list(categorical or [])
+    for name in declared:
+        if name not in x:
+            raise ValueError(f"categorical: column {name!r} is not an x column (x: {', '.join(x)}); only x columns can be "
+                             "categorical")
     if chunk_size < 1:
         raise ValueError(f"chunk_size: must be >= 1, got {chunk_size}")
     with atomic_store(target, overwrite=overwrite) as staging:
@@ -122,23 +140,43 @@ def stage(
         arrays = create_data_arrays(group, len(x), len(y), chunk_size)
         stats = {"x": ColumnStats(list(x)), "y": ColumnStats(list(y))}
         digests = {"x": hashlib.sha256(), "y": hashlib.sha256()}
+        encoders: dict[int, LevelEncoder] | None = None
         rows = 0
         for block in _blocks(source, list(x) + list(y), chunk_size):
-            parts = {"x": block[:, : len(x)], "y": block[:, len(x):]}
-            for role, names in (("x", list(x)), ("y", list(y))):
-                values = validate_block(parts[role], names, role, rows)
-                stats[role].update(values)
-                arrays[role].append(values, axis=0)
-                digests[role].update(_fingerprint_bytes(values))
+            if encoders is None:  # decided on the first block
+                text = block.dtype.kind not in "biuf"
+                encoders = {j: LevelEncoder(name) for j, name in enumerate(x)
+                            if name in declared or (text and is_categorical(block[:DETECT_ROWS, j]))}
+            parts = {"x": _x_values(block[:, : len(x)], list(x), encoders, rows),
+                     "y": validate_block(block[:, len(x):], list(y), "y", rows)}
+            for role in ("x", "y"):
+                stats[role].update(parts[role])
+                arrays[role].append(parts[role], axis=0)
+                digests[role].update(_fingerprint_bytes(parts[role]))
             rows += block.shape[0]
         if rows < 2:
             raise ValueError(f"source: {source.name} has {rows} row(s); at least 2 are needed")
+        for encoder in (encoders or {}).values():
+            encoder.check_levels()
         stats["x"].check_not_constant("x")
         stats["y"].check_not_constant("y")
         group.attrs.update(data_attrs(x, y, rows, source.resolve(),
                                       combined_fingerprint(digests["x"].hexdigest(), digests["y"].hexdigest()),
-                                      run_key))
+                                      run_key, {encoder.name: encoder.levels for encoder in (encoders or {}).values()}))
     return target
+
+
+def _x_values(block: np.ndarray, names: list[str], encoders: dict[int, LevelEncoder], first_row: int) -> np.ndarray:
+    """A float64 x block: the continuous columns validated, the categorical ones as codes."""
+    if not encoders:
+        return validate_block(block, names, "x", first_row)
+    values = np.empty((block.shape[0], len(names)))
+    continuous = [j for j in range(len(names)) if j not in encoders]
+    if continuous:
+        values[:, continuous] = validate_block(block[:, continuous], [names[j] for j in continuous], "x", first_row)
+    for j, encoder in encoders.items():
+        values[:, j] = encoder.encode(block[:, j], first_row)
+    return values
 
 
 def create_data_arrays(group: zarr.Group, x_width: int, y_width: int, chunk_size: int,
@@ -151,13 +189,27 @@ def create_data_arrays(group: zarr.Group, x_width: int, y_width: int, chunk_size
 
 
 def data_attrs(x_features: list, y_features: list, n_samples: int, source: str | os.PathLike, fingerprint: str,
-               run_key: str | None = None) -> dict:
-    """The group attributes of a staged store (the ``data_schemas.data`` contract)."""
+               run_key: str | None = None, categorical: dict[str, list[str]] | None = None) -> dict:
+    """The group attributes of a staged store (the ``data_schemas.data`` contract); ``categorical``:
+    the levels of each categorical x column, by name."""
     return {
         "schema": SCHEMA_NAME, "schema_version": SCHEMA_VERSION, "x_features": list(map(str, x_features)),
         "y_features": list(map(str, y_features)), "n_samples": int(n_samples), "source": str(source),
         "fingerprint": fingerprint, **({"run_key": run_key} if run_key else {}),
+        **({"categorical": {str(name): list(levels) for name, levels in categorical.items()}} if categorical else {}),
     }
+
+
+def categorical_levels(group: zarr.Group) -> dict[str, list[str]]:
+    """{x column name: its levels} of a staged store's categorical columns, in the x features' order."""
+    recorded = dict(group.attrs.get("categorical") or {})
+    return {name: list(recorded[name]) for name in group.attrs["x_features"] if name in recorded}
+
+
+def categorical_indices(group: zarr.Group) -> list[int]:
+    """Positions among the x features of a staged store's categorical columns."""
+    recorded = group.attrs.get("categorical") or {}
+    return [j for j, name in enumerate(group.attrs["x_features"]) if name in recorded]
 
 
 def _fingerprint_bytes(values: np.ndarray) -> bytes:
@@ -204,4 +256,44 @@ def open_staged(path: str | os.PathLike) -> zarr.Group:
     for role in ("x", "y"):
         if role not in group or group[role].shape != (attrs["n_samples"], len(attrs[f"{role}_features"])):
             raise ValueError(f"data {path}: array {role!r} is missing or has the wrong shape")
+    for name, levels in dict(attrs.get("categorical") or {}).items():
+        if name not in attrs["x_features"] or not isinstance(levels, list) or len(levels) < 2:
+            raise ValueError(f"data {path}: categorical column {name!r} is not an x feature with at least 2 levels")
     return group
+
+
+def level_recoding(levels: dict[str, list[str]], reference: dict[str, list[str]], x_features: list[str],
+                   unseen: str = "refuse", where: str = "data") -> dict[int, np.ndarray]:
+    """How to read a store's category codes in a reference's (the model's, or the training data's):
+    {x column position: table}, table[code] the reference's code of that level, ``OTHER_CODE`` for a
+    level the reference lacks (``unseen`` "other"; "refuse" raises ``ValueError`` naming the column
+    and the level). ``levels``, ``reference``: {column name: levels}, as ``categorical_levels``; a
+    column categorical in one and not the other is refused. Columns whose codes already agree are
+    left out."""
+    if unseen not in UNSEEN_RULES:
+        raise ValueError(f"unseen: unknown rule {unseen!r}; choose one of {', '.join(map(repr, UNSEEN_RULES))}")
+    for name in x_features:
+        if (name in levels) != (name in reference):
+            raise ValueError(f"x column {name!r}: is categorical in {where if name in levels else 'the model'} but not "
+                             f"in {'the model' if name in levels else where}")
+    tables = {}
+    for j, name in enumerate(x_features):
+        if name not in reference:
+            continue
+        codes = {level: code for code, level in enumerate(reference[name])}
+        table = np.array([codes.get(level, OTHER_CODE) for level in levels[name]], dtype=np.float64)
+        if unseen == "refuse" and np.any(table == OTHER_CODE):
+            level = levels[name][int(np.argmax(table == OTHER_CODE))]
+            known = ", ".join(map(repr, reference[name][:10])) + (", ..." if len(reference[name]) > 10 else "")
+            raise ValueError(f"x column {name!r}: level {level!r} in {where} was not seen when the model was fitted "
+                             f"(levels {known}); use unseen 'other' to let it match no level")
+        if not np.array_equal(table, np.arange(table.size)):
+            tables[j] = table
+    return tables
+
+
+def recode(block: np.ndarray, tables: dict[int, np.ndarray]) -> np.ndarray:
+    """An x block (rows, d_x) with its category codes read through ``level_recoding``'s tables (in place)."""
+    for j, table in tables.items():
+        block[:, j] = table[block[:, j].astype(np.intp)]
+    return block

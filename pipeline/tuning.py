@@ -33,7 +33,7 @@ from jdlcore.tuning import (
 
 from .atomic import atomic_store, refuse_existing
 from .cluster import dask_client, resolve_scheduler
-from .staging import data_fingerprint, open_staged
+from .staging import categorical_indices, categorical_levels, data_fingerprint, level_recoding, open_staged, recode
 
 __all__ = ["tune_store", "load_tuning", "tuned_scaling", "default_lengthscales", "subsample_rows",
            "LENGTHSCALE_FACTORS"]
@@ -102,7 +102,8 @@ def tune_store(
     rows = subsample_rows(n, max_rows, seed)
     X = group["x"].get_orthogonal_selection((rows, slice(None)))
     Y = group["y"].get_orthogonal_selection((rows, slice(None)))
-    kernel_x = scaled_kernel(GaussianKernel(1.0), X, scaling, group.attrs["x_features"], "x")
+    kernel_x = scaled_kernel(GaussianKernel(1.0, categorical=categorical_indices(group)), X, scaling,
+                             group.attrs["x_features"], "x")
     kernel_y = scaled_kernel(GaussianKernel(1.0), Y, scaling, group.attrs["y_features"], "y")
     grid_x = check_grid(lengthscales_x or default_lengthscales(X, seed, kernel_x), "lengthscales_x")
     grid_y = check_grid(lengthscales_y or default_lengthscales(Y, seed, kernel_y), "lengthscales_y")
@@ -111,7 +112,10 @@ def tune_store(
         parts = (X[train], Y[train], X[val], Y[val])
     else:
         val = subsample_rows(int(held_out.attrs["n_samples"]), max_rows, seed)
-        parts = (X, Y, held_out["x"].get_orthogonal_selection((val, slice(None))),
+        # its category codes read as the training data's; a level the training data lacks matches none
+        tables = level_recoding(categorical_levels(held_out), categorical_levels(group), list(group.attrs["x_features"]),
+                                "other", f"validation {validation}")
+        parts = (X, Y, recode(held_out["x"].get_orthogonal_selection((val, slice(None))), tables),
                  held_out["y"].get_orthogonal_selection((val, slice(None))))
     kernels_x, kernels_y = [kernel_x.with_lengthscale(v) for v in grid_x], [kernel_y.with_lengthscale(v) for v in grid_y]
     started = time.perf_counter()
