@@ -12,14 +12,19 @@ scored data's ``sample`` axis first and these dimension names:
 | proba | (sample, class), attribute ``parameters`` = the class values |
 
 Group attributes: ``schema`` = "jdl.scores", ``schema_version``, ``model`` and ``data`` (absolute
-paths), ``n_samples``, ``functions`` (JSON list of the function names, in order).
+paths), ``n_samples``, ``functions`` (JSON list of the function names, in order). A name longer than
+``MAX_NAME`` characters (99 quantile levels, say) would not fit a file name: its array is named
+``KIND-HASH`` (``array_name``), and (schema 2) the attribute ``arrays`` maps each function name to
+its array's; ``scores_array`` reads either.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 
 SCHEMA_NAME = "jdl.scores"
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: long function names map to short array names (attribute "arrays")
+MAX_NAME = 128  # characters of a function name kept as its array's name (file systems allow 255 bytes)
 
 FUNCTION_DIMS: dict[str, tuple[str, ...]] = {
     "mean": ("sample", "y_feature"),
@@ -38,6 +43,20 @@ def function_dims(spec: str) -> tuple[str, ...]:
     return FUNCTION_DIMS[kind]
 
 
+def array_name(spec: str) -> str:
+    """The array name of a function: the function name itself, or KIND-HASH (the kind and the first
+    16 hex digits of the name's SHA-256) when it is longer than ``MAX_NAME``."""
+    if len(spec) <= MAX_NAME:
+        return spec
+    return f"{spec.partition(':')[0]}-{hashlib.sha256(spec.encode()).hexdigest()[:16]}"
+
+
+def scores_array(group, spec: str):
+    """The array of the function ``spec`` in a scores store (a zarr group)."""
+    names = json.loads(group.attrs.get("arrays", "{}"))
+    return group[names.get(spec, spec)]
+
+
 def validate_scores_group(group, where: str = "scores") -> None:
     """Raise ``ValueError`` naming the first broken rule of the scores contract (a zarr group)."""
     attrs = dict(group.attrs)
@@ -49,10 +68,12 @@ def validate_scores_group(group, where: str = "scores") -> None:
         if name not in attrs:
             raise ValueError(f"{where}: attribute {name!r} is missing")
     functions = json.loads(attrs["functions"])
+    names = json.loads(attrs.get("arrays", "{}"))
     for spec in functions:
-        if spec not in group:
-            raise ValueError(f"{where}: array {spec!r} is missing")
-        array = group[spec]
+        name = names.get(spec, spec)
+        if name not in group:
+            raise ValueError(f"{where}: array {name!r} is missing" + (f" (function {spec!r})" if name != spec else ""))
+        array = group[name]
         dims = tuple(array.metadata.dimension_names or ())
         if dims != function_dims(spec):
             raise ValueError(f"{where}: array {spec!r} has dims {dims}, expected {function_dims(spec)}")

@@ -265,8 +265,11 @@ def validated(settings: type[_Settings], flow: str, **parameters) -> _Settings:
     try:
         result = settings(**parameters)
     except ValidationError as error:
-        first = error.errors()[0]
-        name = ".".join(str(part) for part in first["loc"]) or "parameters"
+        errors = error.errors()
+        # a field of several types (a number, or a list of them) fails once per type: the deepest
+        # location is the one that matched the value's shape; the type tags are left out of the name
+        first = max((e for e in errors if e["loc"][:1] == errors[0]["loc"][:1]), key=lambda e: len(e["loc"]))
+        name = ".".join(str(part) for k, part in enumerate(first["loc"]) if k == 0 or isinstance(part, int)) or "parameters"
         message = first["msg"].removeprefix("Value error, ")
         raise ValueError(f"{flow}: parameter {name}: {message} (got {first.get('input')!r})") from None
     try:

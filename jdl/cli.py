@@ -357,7 +357,8 @@ def build_parser() -> argparse.ArgumentParser:
     tune.add_argument("--criterion", default="auto",
                       help="auto (default: crps for a scalar y, else second_moment) | crps (the exact CRPS of the "
                            "laws; scalar y) | pinball:L1,L2,... (the mean pinball loss at those levels; scalar y) | "
-                           "second_moment (the paper's loss (40))")
+                           "log (the negative log density of the laws smoothed by the y kernel) | second_moment "
+                           "(the paper's loss (40))")
     tune.add_argument("--validation", help="a staged store of held-out rows to score on (default: a seeded fifth of "
                                            "the subsample)")
     tune.deferred.append(functools.partial(_add_scaling, default="robust"))

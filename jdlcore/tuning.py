@@ -24,7 +24,7 @@ from .models.degeneracy import physical_memory, rank_budget
 from .models.jdl import JDL, problem_from_factors
 from .kernels import Kernel, median_heuristic
 from .scaling import check_scaling_choice
-from .conditional.losses import ClippedLogisticLoss, CRPSLoss, PinballLoss, SecondMomentLoss
+from .conditional.losses import ClippedLogisticLoss, CRPSLoss, LogLoss, PinballLoss, SecondMomentLoss
 from .validation import as_samples, check_paired
 
 __all__ = ["TuneResult", "tune", "split_rows", "score_grid", "best_row", "resolve_criterion", "screening_params",
@@ -57,14 +57,15 @@ class TuneResult:
         return np.array([row["score"] for row in self.table])
 
 
-CRITERIA = ("auto", "second_moment", "crps", "pinball:LEVELS", "logistic")
+CRITERIA = ("auto", "second_moment", "crps", "pinball:LEVELS", "log", "logistic")
 
 
 def resolve_criterion(criterion: str | Callable, threshold: float | None = None, y_width: int | None = None
                       ) -> Callable:
     """A validation criterion (model, X_val, Y_val) -> float from its name or a callable: "second_moment"
     (the paper's loss (40)), "crps" (the exact CRPS of the conditional laws), "pinball:0.05,0.5,0.95"
-    (the mean pinball loss at those levels), "logistic" (the clipped logistic loss of the event
+    (the mean pinball loss at those levels), "log" (the negative log density of the conditional laws
+    smoothed by the y kernel, ``LogLoss``), "logistic" (the clipped logistic loss of the event
     Y <= threshold) or "auto" (the default: "crps" for a scalar y, a proper score of the whole law,
     else "second_moment"). ``y_width``: the data's number of y features, checked against the
     criteria that need a scalar y (and needed by "auto"). ``ValueError`` naming the criterion and the rule."""
@@ -79,6 +80,8 @@ def resolve_criterion(criterion: str | Callable, threshold: float | None = None,
         score = SecondMomentLoss()
     elif name == "crps" and not levels:
         score = CRPSLoss()
+    elif name == "log" and not levels:
+        score = LogLoss()
     elif name == "pinball":
         try:
             score = PinballLoss([float(level) for level in levels.split(",") if level.strip()])

@@ -24,7 +24,7 @@ from typing import Any, Callable
 import numpy as np
 import zarr
 
-from data_schemas.scores import SCHEMA_NAME, SCHEMA_VERSION, function_dims, validate_scores_group
+from data_schemas.scores import SCHEMA_NAME, SCHEMA_VERSION, array_name, function_dims, validate_scores_group
 from jdlcore.conditional.queries import check_levels
 from jdlcore.models.estimator import PARAMETRISED_KINDS, REQUEST_KINDS
 
@@ -99,12 +99,13 @@ def score_store(model_path: str | os.PathLike, data: str | os.PathLike, out: str
             width = 0 if values is None else values.size
             shape = {"mean": (n, d_y), "second_moment": (n, d_y, d_y)}.get(kind, (n, width))
             dims = function_dims(spec)
-            array = root.create_array(spec, shape=shape, chunks=(step,) + shape[1:], dtype="float64",
+            array = root.create_array(array_name(spec), shape=shape, chunks=(step,) + shape[1:], dtype="float64",
                                       dimension_names=dims)
             if values is not None:
                 array.attrs["parameters"] = values.tolist()
         root.attrs.update({"schema": SCHEMA_NAME, "schema_version": SCHEMA_VERSION, "model": str(Path(model_path).resolve()),
                            "data": data_path, "n_samples": n, "functions": json.dumps(functions),
+                           "arrays": json.dumps({spec: array_name(spec) for spec in functions}),
                            **({"run_key": run_key} if run_key else {})})
         job = (data_path, str(staging), specs, tables)
         if where is None:
@@ -141,7 +142,7 @@ def score_chunk(model: Any, data: str, out: str, specs: dict, tables: dict[int, 
     root = zarr.open_group(out, mode="r+", zarr_format=3)
     results = model.answer_requests(specs, block)
     for spec in specs:
-        root[spec][start:stop] = results[spec]
+        root[array_name(spec)][start:stop] = results[spec]
     return stop - start
 
 

@@ -56,6 +56,25 @@ def test_stage_fit_score_in_memory(staged, capsys):
     assert not (tmp_path / "t.zarr").exists()
 
 
+def test_a_function_name_too_long_for_a_file_name_is_stored_under_a_short_one(staged):
+    from data_schemas.scores import array_name, scores_array, validate_scores_group
+
+    tmp_path, x, _ = staged
+    assert main(fit_args(tmp_path, "m.zarr")) == 0
+    levels = np.round(np.linspace(0.01, 0.99, 99), 2)
+    spec = "quantile:" + ",".join(f"{v:g}" for v in levels)  # 295 characters: over a file name's 255
+    assert main(["score", str(tmp_path / "m.zarr"), str(tmp_path / "d.zarr"), "--out", str(tmp_path / "s.zarr"),
+                 "--function", spec, "--function", "mean"]) == 0
+    scores = zarr.open_group(tmp_path / "s.zarr", mode="r")
+    validate_scores_group(scores)
+    assert array_name(spec).startswith("quantile-") and array_name(spec) in scores and array_name("mean") == "mean"
+    model = load_model(tmp_path / "m.zarr")
+    quantiles = scores_array(scores, spec)
+    assert quantiles.attrs["parameters"] == levels.tolist() and quantiles.shape == (len(x), 99)
+    assert np.mean(quantiles[:] == model.conditional_quantile(x, levels)) > 0.999
+    np.testing.assert_allclose(scores_array(scores, "mean")[:], model.conditional_expectation(x), atol=1e-12)
+
+
 def test_fit_and_score_on_real_dask_scheduler_equal_in_memory(staged, dask_client):
     """Fit and score as Dask tasks on a real scheduler with two worker processes; the model and
     the scores equal the in-process ones."""

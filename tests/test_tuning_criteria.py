@@ -54,6 +54,48 @@ def test_crps_and_pinball_match_brute_force_from_the_weights(model, skewed):
     assert 2 * PinballLoss(fine)(model, X, Y[:, None]) == pytest.approx(np.mean(crps), rel=2e-3)
 
 
+def test_the_log_criterion_is_the_smoothed_laws_density_by_brute_force(model, skewed):
+    from jdlcore.conditional.losses import LogLoss, smoothed_log_density
+    from jdlcore.kernels import DeltaKernel
+
+    X, Y = skewed[0][700:730], skewed[1][700:730]
+    W, atoms = model.conditional_weights(X), model.law_atoms_[:, 0]
+    h = model.basis_y_.kernel.data_lengthscale
+    # the mixture of normals N(atom, h^2) with the law's weights, term by term
+    by_hand = [np.log(sum(w * np.exp(-0.5 * ((y - a) / h) ** 2) / (h * np.sqrt(2 * np.pi))
+                          for w, a in zip(weights, atoms))) for weights, y in zip(W, Y[:, 0])]
+    np.testing.assert_allclose(smoothed_log_density(model, X, Y), by_hand, rtol=1e-12)
+    assert LogLoss()(model, X, Y) == pytest.approx(-np.mean(by_hand), rel=1e-12)
+    assert isinstance(resolve_criterion("log", y_width=3), LogLoss)  # a density in any dimension
+    # a true density: it integrates to 1 (trapezoids on a fine grid over the atoms' range and beyond)
+    grid = np.linspace(atoms.min() - 8 * h, atoms.max() + 8 * h, 20001)
+    for x in X[:3]:
+        density = np.exp(smoothed_log_density(model, np.repeat(x[None, :], grid.size, axis=0), grid[:, None]))
+        assert np.trapezoid(density, grid) == pytest.approx(1.0, abs=1e-6)
+    # far from every atom the log density stays finite (no underflow to -inf)
+    assert np.isfinite(smoothed_log_density(model, X[:2], np.full((2, 1), 1e4))).all()
+    # a discrete y (delta kernel): the law is a mass function and the loss -log Q(Y = y | x)
+    rng = np.random.default_rng(3)
+    Xc = rng.standard_normal((300, 1))
+    Yc = np.clip(np.round(Xc + 1 + 0.5 * rng.standard_normal((300, 1))), 0, 2)  # classes 0, 1, 2
+    discrete = JDL(GaussianKernel(0.5), DeltaKernel(), reg=1e-3).fit(Xc, Yc)
+    P = discrete.conditional_weights(Xc[:20])
+    expected = np.log([P[i, np.flatnonzero(discrete.law_atoms_[:, 0] == Yc[i, 0])].sum() for i in range(20)])
+    np.testing.assert_allclose(smoothed_log_density(discrete, Xc[:20], Yc[:20]), expected, rtol=1e-12)
+
+
+def test_tune_by_the_log_criterion(skewed):
+    from jdlcore.conditional.losses import LogLoss
+
+    X, Y = skewed
+    result = tune(X[:600], Y[:600], estimator=JDL(support_size=128), lengthscales_x=[0.3, 0.8],
+                  lengthscales_y=[0.2, 0.5], regs=[1e-5, 1e-3], criterion="log", validation=(X[600:], Y[600:]))
+    assert all(np.isfinite(row["score"]) for row in result.table)
+    # the candidates trained on all of X[:600]: the refitted best model scores its own table entry
+    assert LogLoss()(result.model, X[600:], Y[600:]) == pytest.approx(result.best["score"], rel=1e-10)
+    assert result.best["score"] == min(row["score"] for row in result.table)
+
+
 def test_criteria_are_parsed_and_refused_in_one_line():
     assert isinstance(resolve_criterion("crps"), CRPSLoss)
     assert resolve_criterion("pinball:0.1, 0.9").levels.tolist() == [0.1, 0.9]

@@ -10,6 +10,10 @@
   exact for weighted atoms; a proper score of the whole law, in the units of Y.
 * ``PinballLoss``: the mean pinball (quantile) loss of the conditional quantiles at given levels
   (scalar Y). Twice its mean over levels spread evenly on (0, 1) tends to the CRPS.
+* ``LogLoss``: the mean negative log density of the observed y under the conditional law smoothed by
+  the y kernel (``smoothed_log_density``): the weighted atoms are a law without a density, and the
+  model's own y kernel, normalised, is the smoothing it already works at. For a delta y kernel (a
+  discrete y) the law is a probability mass function and the loss is -log Q(Y = y | x).
 Every criterion is a callable (model, X_val, Y_val) -> float, lower is better; ``scalar_y`` says
 whether it needs a scalar Y.
 """
@@ -19,7 +23,8 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["SecondMomentLoss", "ClippedLogisticLoss", "CRPSLoss", "PinballLoss", "pinball_loss", "second_moment", "conditional_second_moments",
+__all__ = ["SecondMomentLoss", "ClippedLogisticLoss", "CRPSLoss", "PinballLoss", "LogLoss", "smoothed_log_density",
+           "pinball_loss", "second_moment", "conditional_second_moments",
            "relative_second_moment_loss", "clipped_logistic_loss"]
 
 
@@ -121,3 +126,44 @@ class PinballLoss:
     def __call__(self, model: Any, X: np.ndarray, Y: np.ndarray) -> float:
         observed = np.asarray(Y).reshape(len(X), -1)[:, 0]
         return pinball_loss(model.conditional_quantile(X, self.levels), observed, self.levels)
+
+
+def smoothed_log_density(model: Any, X: np.ndarray, Y: np.ndarray) -> np.ndarray:
+    """log p(y_i | x_i), shape (n,), of the conditional law on the support atoms a_j (weights w_ij)
+    smoothed by the model's y kernel: for a Gaussian y kernel of lengthscale h (per y feature, in y's
+    units) p(y | x) = sum_j w_j prod_k N(y_k; a_jk, h_k^2), a true density (the weights are >= 0 and sum
+    to 1); for a delta y kernel, log Q(Y = y | x) (-inf for a y on no atom). ``ValueError`` for another y
+    kernel."""
+    kernel = model.basis_y_.kernel  # the fitted y kernel, its scaling included
+    weights = np.asarray(model.conditional_weights(X), dtype=np.float64)
+    atoms = np.asarray(model.law_atoms_, dtype=np.float64)
+    Y = np.asarray(Y, dtype=np.float64).reshape(len(X), -1)
+    with np.errstate(divide="ignore"):
+        log_weights = np.log(weights)
+    if kernel.name == "delta":
+        on_atom = np.all(Y[:, None, :] == atoms[None, :, :], axis=2)  # (n, M)
+        return np.log(np.where(on_atom, weights, 0.0).sum(axis=1))
+    if kernel.name != "gaussian":
+        raise ValueError(f"criterion: log needs a Gaussian (or delta) y kernel for its smoothed density, the model's "
+                         f"is {kernel.name}")
+    h = np.broadcast_to(np.asarray(kernel.data_lengthscale, dtype=np.float64), (Y.shape[1],))
+    squared = np.zeros(weights.shape)
+    for k in range(Y.shape[1]):
+        squared += np.square((Y[:, k, None] - atoms[None, :, k]) / h[k])
+    terms = log_weights - 0.5 * squared
+    top = terms.max(axis=1)
+    finite = np.isfinite(top)
+    total = np.full(len(X), -np.inf)
+    total[finite] = top[finite] + np.log(np.exp(terms[finite] - top[finite, None]).sum(axis=1))
+    return total - float(np.sum(np.log(h))) - 0.5 * Y.shape[1] * np.log(2.0 * np.pi)
+
+
+class LogLoss:
+    """Mean negative log density of the validation y under the smoothed conditional laws
+    (``smoothed_log_density``; nats, in y's units)."""
+
+    name = "log"
+    scalar_y = False
+
+    def __call__(self, model: Any, X: np.ndarray, Y: np.ndarray) -> float:
+        return float(-np.mean(smoothed_log_density(model, X, Y)))
