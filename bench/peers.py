@@ -36,6 +36,7 @@ is the headline.
 
     python bench/peers.py [--tables diamonds cps flights births] [--sizes 5000 40000]
         [--test-rows 10000] [--python-sizes 5000] [--out bench/results/peers.json]
+    python bench/peers.py --report bench/results/peers.json     # the markdown table of a run
 
 Needs the ``peers`` extra: pip install -e '.[peers]'.
 """
@@ -103,6 +104,12 @@ def split(frame: pd.DataFrame, n_train: int, n_test: int, seed: int) -> tuple[pd
     order = np.random.default_rng(seed).permutation(len(frame))
     return frame.iloc[order[:n_train]].reset_index(drop=True), frame.iloc[order[n_train:n_train + n_test]].reset_index(
         drop=True)
+
+
+def holdout(n: int, share: int) -> tuple[np.ndarray, np.ndarray]:
+    """(held-out, kept) row indices: a seeded 1/share of n rows held out for a peer's own tuning."""
+    order = np.random.default_rng(0).permutation(n)
+    return order[: n // share], order[n // share:]
 
 
 def categorical_columns(frame: pd.DataFrame, target: str) -> list[str]:
@@ -249,8 +256,7 @@ def run_qrf(train: pd.DataFrame, test: pd.DataFrame, target: str, work: Path) ->
     def forest(leaf: int) -> Any:
         return RandomForestQuantileRegressor(n_estimators=100, min_samples_leaf=leaf, random_state=0, n_jobs=-1)
 
-    order = np.random.default_rng(0).permutation(len(X))
-    val, fit_rows = order[: len(X) // 5], order[len(X) // 5:]
+    val, fit_rows = holdout(len(X), 5)
     started = time.perf_counter()
     scores = {}
     for leaf in QRF_LEAVES:
@@ -304,11 +310,10 @@ def run_ngboost(train: pd.DataFrame, test: pd.DataFrame, target: str, work: Path
 
     X, Xt = design(train, test, target)
     Y, y = train[target].to_numpy(float), test[target].to_numpy(float)
-    held = np.random.default_rng(0).permutation(len(X))
-    cut = len(X) // 10
+    val, fit_rows = holdout(len(X), 10)
     model = NGBRegressor(Dist=Normal, n_estimators=500, random_state=0, verbose=False)
     started = time.perf_counter()
-    model.fit(X[held[cut:]], Y[held[cut:]], X_val=X[held[:cut]], Y_val=Y[held[:cut]], early_stopping_rounds=20)
+    model.fit(X[fit_rows], Y[fit_rows], X_val=X[val], Y_val=Y[val], early_stopping_rounds=20)
     fit_seconds = time.perf_counter() - started
     started = time.perf_counter()
     law = model.pred_dist(Xt)
@@ -326,9 +331,7 @@ def run_knn(train: pd.DataFrame, test: pd.DataFrame, target: str, work: Path) ->
 
     X, Xt = design(train, test, target)
     Y, y = train[target].to_numpy(float), test[target].to_numpy(float)
-    order = np.random.default_rng(0).permutation(len(X))
-    cut = len(X) // 5
-    val, fit_rows = order[:cut], order[cut:]
+    val, fit_rows = holdout(len(X), 5)
     started = time.perf_counter()
     index = NearestNeighbors().fit(X[fit_rows])
     _, near = index.kneighbors(X[val], n_neighbors=max(KNN_KS))
@@ -365,7 +368,11 @@ def main() -> None:
     parser.add_argument("--models", nargs="+", default=list(MODELS), choices=list(MODELS))
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", default=str(RESULTS / "peers.json"))
+    parser.add_argument("--report", metavar="JSON", help="print the table of an earlier run's JSON and stop")
     args = parser.parse_args()
+    if args.report:
+        print(markdown_table(json.loads(Path(args.report).read_text())["results"]))
+        return
     results: list[dict[str, Any]] = []
     for name in args.tables:
         frame, target = TABLES[name]()
@@ -382,6 +389,7 @@ def main() -> None:
                       f"  cover90 {row['coverage_90']:.3f}  tune {row['tune_seconds']:6.1f}s  fit {row['fit_seconds']:6.1f}s"
                       f"  predict {row['predict_seconds']:5.1f}s", flush=True)
             _ratios(results, name, n)
+    print(markdown_table(results))
     payload = {"levels": LEVELS.tolist(), "seed": args.seed, "results": results}
     path = Path(args.out)
     if path.parent == RESULTS:
@@ -389,6 +397,24 @@ def main() -> None:
     else:
         path.write_text(json.dumps(payload, indent=2, default=float))
     print(f"wrote {path}")
+
+
+def markdown_table(results: list[dict[str, Any]]) -> str:
+    """One row per table and training size: each model's crps_99, jdl's ratio to the best peer, and
+    the tune + fit wall times of jdl and LightGBM."""
+    models = [m for m in MODELS if any(row["model"] == m for row in results)]
+    lines = ["| table | n | " + " | ".join(models) + " | jdl / best peer | tune + fit (s): jdl, lightgbm |",
+             "|---|---|" + "---|" * len(models) + "---|---|"]
+    for table, n in dict.fromkeys((row["table"], row["n_train"]) for row in results):
+        rows = {row["model"]: row for row in results if row["table"] == table and row["n_train"] == n}
+        peers = {m: rows[m]["crps_99"] for m in PEERS if m in rows}
+        cells = [f"{rows[m]['crps_99']:.4g}" if m in rows else "" for m in models]
+        best = min(peers, key=peers.get) if peers else None
+        ratio = f"{rows['jdl']['crps_99'] / peers[best]:.3f} ({best})" if best and "jdl" in rows else ""
+        cost = ", ".join(f"{rows[m]['tune_seconds'] + rows[m]['fit_seconds']:.1f}" if m in rows else "-"
+                         for m in ("jdl", "lightgbm"))
+        lines.append(f"| {table} | {n:,} | " + " | ".join(cells) + f" | {ratio} | {cost} |")
+    return "\n".join(lines)
 
 
 def _ratios(results: list[dict[str, Any]], table: str, n: int) -> None:

@@ -157,11 +157,14 @@ def _flow_command(name: str, settings: str, report: Callable[[argparse.Namespace
 
 
 def _staged(args: argparse.Namespace, result: dict) -> str:
-    from pipeline.staging import open_staged
+    from pipeline.staging import categorical_levels, open_staged
 
     group = open_staged(result["path"])
-    return (f"staged {group.attrs['n_samples']:,} rows: x {group.attrs['x_features']}, y {group.attrs['y_features']} "
-            f"-> {result['path']}")
+    levels = categorical_levels(group)
+    categorical = ("; categorical: " + ", ".join(f"{name} ({len(known)} levels)" for name, known in levels.items())
+                   if levels else "")
+    return (f"staged {group.attrs['n_samples']:,} rows: x {group.attrs['x_features']}, y {group.attrs['y_features']}"
+            f"{categorical} -> {result['path']}")
 
 
 def _tuned(args: argparse.Namespace, result: dict) -> str:

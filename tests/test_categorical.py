@@ -154,6 +154,16 @@ def test_staging_detects_text_columns_and_stores_declared_codes_with_their_level
     np.testing.assert_array_equal(group["x"][:, 1], x[:, 1])
 
 
+def test_jdl_stage_reports_the_categorical_columns(tmp_path, capsys):
+    from jdl.cli import main
+
+    table(200, 2).to_csv(tmp_path / "t.csv", index=False)
+    capsys.readouterr()
+    assert main(["stage", str(tmp_path / "t.csv"), "--x", "u,color,code", "--y", "y", "--categorical", "code",
+                 "--out", str(tmp_path / "t.zarr")]) == 0
+    assert "; categorical: color (3 levels), code (3 levels) -> " in capsys.readouterr().out
+
+
 @pytest.mark.parametrize("change, categorical, message", [
     (lambda f: f.assign(color=f["color"].where(f.index != 170)), [],
      r"^x column 'color': missing value at row 170 \(a categorical column needs a level in every row\)$"),
