@@ -19,8 +19,10 @@ lengthscales are in standard units and the store holds the scaling: ``x_location
 Per-feature search (version 2, optional): the candidates of ``jdlcore.tuning.search_lengthscales`` in
 order along ``search_candidate``: ``search_lengthscale_x`` (search_candidate, x_feature),
 ``search_lengthscale_y`` (search_candidate, y_feature), ``search_reg``, ``search_loss``,
-``search_rank_x``, ``search_rank_y``, ``search_seconds``; attribute ``search_steps`` (JSON: the
-feature each candidate moved). ``best`` is then the search's best, with a list of lengthscales.
+``search_rank_x``, ``search_rank_y``, ``search_seconds`` and (optional) ``search_rows`` (the training
+rows each candidate was fitted on: the search moves on a subsample of large tuning sets); attribute
+``search_steps`` (JSON: the feature each candidate moved). ``best`` is then the search's best among
+the candidates fitted on all the training rows, with a list of lengthscales.
 
 A model fitted from a tuning store carries the table as ``tuning_validation_loss``, ``tuning_rank_x``
 and ``tuning_rank_y`` over the dims ``tuning_lengthscale_x``, ``tuning_lengthscale_y``, ``tuning_reg``

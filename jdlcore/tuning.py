@@ -28,8 +28,8 @@ from .conditional.losses import ClippedLogisticLoss, CRPSLoss, LogLoss, PinballL
 from .validation import as_samples, check_paired
 
 __all__ = ["TuneResult", "tune", "split_rows", "score_grid", "best_row", "resolve_criterion", "screening_params",
-           "check_grid", "default_lengthscales", "scaled_kernel", "search_lengthscales", "LENGTHSCALE_FACTORS",
-           "DEFAULT_REGS", "CRITERIA"]
+           "check_grid", "default_lengthscales", "scaled_kernel", "search_lengthscales", "search_best",
+           "LENGTHSCALE_FACTORS", "DEFAULT_REGS", "CRITERIA", "SEARCH_ROWS"]
 
 LENGTHSCALE_FACTORS = (1 / 8, 1 / 4, 1 / 2)  # times the median heuristic, when no lengthscales are given
 # the per-feature search (search_lengthscales): steps, the longest lengthscale (standard units: the
@@ -37,6 +37,9 @@ LENGTHSCALE_FACTORS = (1 / 8, 1 / 4, 1 / 2)  # times the median heuristic, when 
 SEARCH_STEPS = (4.0, 2.0, 2.0)  # one sweep per step; the last only if the one before it moved something
 SEARCH_LONGEST = 100.0
 SEARCH_TOLERANCE = 2e-3
+# training rows the search moves on (a seeded subsample of larger tuning sets; its result is then
+# scored on all of them and kept only where it beats the grid's best there)
+SEARCH_ROWS = 4_000
 DEFAULT_REGS = (1e-6, 1e-5, 1e-4, 1e-3)
 CACHE_MEMORY_SHARE = 0.125  # of physical memory: y factorisations kept between pairs (else recomputed)
 _CANDIDATE_ERRORS = (ValueError, RuntimeError, np.linalg.LinAlgError, MemoryError, FloatingPointError)
@@ -278,7 +281,7 @@ def _one_or_each(lengthscale: np.ndarray) -> float | np.ndarray:
 def search_lengthscales(
     X_train: np.ndarray, Y_train: np.ndarray, X_val: np.ndarray, Y_val: np.ndarray, base: JDL,
     kernel_x: Kernel, kernel_y: Kernel, regs: Sequence[float], start: dict[str, Any], score: Callable,
-    progress: Callable[[str], None] | None = None,
+    progress: Callable[[str], None] | None = None, max_rows: int | None = SEARCH_ROWS,
 ) -> list[dict[str, Any]]:
     """A coordinate search for one lengthscale per feature (x, and y when it has several features),
     from the grid's best row ``start`` (its scalar lengthscales on every feature, its reg).
@@ -293,8 +296,19 @@ def search_lengthscales(
     round); ``kernel_x``, ``kernel_y``: the kernels of the grid (their families and scalings). Last,
     every reg of ``regs`` is scored at the lengthscales found. Returns the rows of every candidate
     scored (``score_grid``'s columns, lengthscales as lists, plus ``step``: "x:k" / "y:k" for the
-    feature moved, "start", or "reg"); the best is ``best_row`` of them (the start is among them).
+    feature moved, "start", or "reg"); the best is ``search_best`` of them (the start is among them).
+
+    With more than ``max_rows`` training rows (None: no limit) the moves are made on a seeded
+    subsample of ``max_rows`` of them, where each candidate's factorisation is cheaper (the default
+    rank budget grows with the rows): those rows carry ``subsample`` (their row count), the start is
+    scored there too, and the regs at the lengthscales found are scored on all the training rows, so
+    ``search_best`` compares them with the grid's best on equal terms.
     """
+    X_all, Y_all = X_train, Y_train
+    subsample = max_rows is not None and len(X_all) > max_rows
+    if subsample:
+        chosen = np.sort(np.random.default_rng(base.seed).choice(len(X_all), max_rows, replace=False))
+        X_train, Y_train = X_train[chosen], Y_train[chosen]
     factorisation = Factorisation.of(base)
     params = screening_params(base)
     factorisers = {"x": _factoriser(X_train, factorisation), "y": _factoriser(Y_train, factorisation)}
@@ -327,15 +341,18 @@ def search_lengthscales(
             problem, failed, kx, ky, seconds = problem_of(lx, ly)
             row = (_failed(kx, ky, reg, failed, seconds) if problem is None else
                    _candidate(problem, params, kx, ky, reg, Y_train, X_val, Y_val, score, seconds))
-            rows.append({**row, "step": step})
+            rows.append({**row, "step": step, **({"subsample": max_rows} if subsample else {})})
             scored[key] = row["score"] if np.isfinite(row["score"]) else np.inf
         return scored[key]
 
     # the start is the grid's best row, already scored (the same kernels, factorisations and solve)
     rows.append({**start, "lengthscale_x": _plain(_one_or_each(current["x"])),
                  "lengthscale_y": _plain(_one_or_each(current["y"])), "step": "start"})
-    best = scored[(*current["x"].tolist(), "|", *current["y"].tolist())] = (
-        start["score"] if np.isfinite(start["score"]) else np.inf)
+    if subsample:  # scored again on the subsample, where the moves are compared
+        best = evaluate(current["x"], current["y"], "start")
+    else:
+        best = scored[(*current["x"].tolist(), "|", *current["y"].tolist())] = (
+            start["score"] if np.isfinite(start["score"]) else np.inf)
     sides = [side for side in ("x", "y") if widths[side] > 1]
     moved = True
     for sweep, factor_step in enumerate(SEARCH_STEPS):
@@ -362,12 +379,23 @@ def search_lengthscales(
                 current[side], best, moved = value, result, True
             if progress is not None:
                 progress(f"searched {side} feature {k}: lengthscale {current[side][k]:.4g}")
+    if subsample:  # the lengthscales found, on all the training rows
+        X_train, Y_train = X_all, Y_all
+        factorisers = {"x": _factoriser(X_train, factorisation), "y": _factoriser(Y_train, factorisation)}
+        budget = factorisers["x"][1]
+        factors.clear()
     problem, failed, kx, ky, seconds = problem_of(current["x"], current["y"])
     for value in regs:
         row = (_failed(kx, ky, value, failed, seconds / len(regs)) if problem is None else
                _candidate(problem, params, kx, ky, value, Y_train, X_val, Y_val, score, seconds / len(regs)))
         rows.append({**row, "step": "reg"})
     return rows
+
+
+def search_best(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """The best row of ``search_lengthscales`` among those scored on all the training rows (the grid's
+    best, the start, among them)."""
+    return best_row([row for row in rows if "subsample" not in row])
 
 
 def best_row(table: list[dict[str, Any]]) -> dict[str, Any]:
@@ -439,7 +467,7 @@ def tune(
     searched: list[dict[str, Any]] = []
     if search and max(X.shape[1], Y.shape[1]) > 1:
         searched = search_lengthscales(*parts, base, kernel_x, kernel_y, regs, best, score)
-        best = best_row(searched)
+        best = search_best(searched)
     params = {
         **base.get_params(),
         "kernel_x": kernel_x.with_lengthscale(np.asarray(best["lengthscale_x"])),

@@ -28,7 +28,7 @@ from jdlcore import JDL, GaussianKernel
 from jdlcore.scaling import check_scaling_choice
 from jdlcore.tuning import (
     DEFAULT_REGS, LENGTHSCALE_FACTORS, best_row, check_grid, default_lengthscales, resolve_criterion, scaled_kernel,
-    score_grid, search_lengthscales, split_rows,
+    score_grid, search_best, search_lengthscales, split_rows,
 )
 
 from .atomic import atomic_store, refuse_existing
@@ -138,10 +138,10 @@ def tune_store(
     searched: list[dict[str, Any]] = []
     if search and max(X.shape[1], Y.shape[1]) > 1:
         searched = search_lengthscales(*parts, base, kernel_x, kernel_y, regs, best, score, progress)
-        best = best_row(searched)
+        best = search_best(searched)
     ds = _tuning_dataset(table, grid_x, grid_y, regs)
     if searched:
-        ds = ds.merge(_search_dataset(searched, X.shape[1], Y.shape[1]))
+        ds = ds.merge(_search_dataset(searched, X.shape[1], Y.shape[1], len(parts[0])))
     if scaling == "robust":
         for role, kernel in (("x", kernel_x), ("y", kernel_y)):  # in the staged store's feature order
             ds[f"{role}_location"] = xr.DataArray(kernel.location, dims=f"{role}_feature")
@@ -203,9 +203,10 @@ def _tuning_dataset(table: list[dict[str, Any]], grid_x: list[float], grid_y: li
     )
 
 
-def _search_dataset(rows: list[dict[str, Any]], x_width: int, y_width: int) -> xr.Dataset:
+def _search_dataset(rows: list[dict[str, Any]], x_width: int, y_width: int, train_rows: int) -> xr.Dataset:
     """The per-feature search's candidates in order (dim search_candidate): lengthscales per feature,
-    reg, validation loss (NaN: failed), ranks and seconds."""
+    reg, validation loss (NaN: failed), ranks, seconds, and the training rows it was fitted on (the
+    search's subsample, or all ``train_rows``)."""
     def column(name: str, width: int | None = None) -> np.ndarray:
         if width is None:
             return np.array([float(row[name]) for row in rows])
@@ -218,6 +219,7 @@ def _search_dataset(rows: list[dict[str, Any]], x_width: int, y_width: int) -> x
         "search_reg": (candidate, column("reg")), "search_loss": (candidate, column("score")),
         "search_rank_x": (candidate, column("rank_x")), "search_rank_y": (candidate, column("rank_y")),
         "search_seconds": (candidate, column("seconds")),
+        "search_rows": (candidate, np.array([int(row.get("subsample", train_rows)) for row in rows])),
     })
 
 

@@ -72,6 +72,41 @@ def test_the_search_finds_the_best_point_of_a_brute_force_grid():
     assert result.best["score"] <= brute[best_pair] * (1 + 2 * SEARCH_TOLERANCE), (result.best, best_pair)
 
 
+@pytest.mark.filterwarnings("ignore::jdlcore.models.degeneracy.DegeneracyWarning")  # short lengthscales on 300 rows
+def test_on_many_rows_the_search_moves_on_a_subsample_and_its_result_is_scored_on_all(tuned):
+    from jdlcore.tuning import best_row, score_grid, search_best, search_lengthscales
+
+    X, Y, noise, _, _ = tuned
+    features = np.c_[X, noise]
+    train, val = split_rows(len(X), 0.2, 0)
+    base = JDL(seed=0)
+    kernel_x = GaussianKernel(1.0).standardised(features[train])
+    kernel_y = GaussianKernel(1.0).standardised(Y[train])
+    parts = (features[train], Y[train], features[val], Y[val])
+    grid = score_grid(*parts, base, [kernel_x.with_lengthscale(0.4)], [kernel_y.with_lengthscale(0.3)], [1e-5],
+                      CRPSLoss())
+    rows = search_lengthscales(*parts, base, kernel_x, kernel_y, [1e-5, 1e-4], best_row(grid), CRPSLoss(),
+                               max_rows=300)
+    chosen = np.sort(np.random.default_rng(0).choice(len(train), 300, replace=False))
+    moved = [row for row in rows if "subsample" in row]
+    full = [row for row in rows if "subsample" not in row]
+    assert [row["step"] for row in full] == ["start", "reg", "reg"] and moved[0]["step"] == "start"
+    assert all(row["subsample"] == 300 for row in moved) and len(moved) > 2
+
+    def refit(row, rows_used):
+        model = JDL(kernel_x.with_lengthscale(np.asarray(row["lengthscale_x"])),
+                    kernel_y.with_lengthscale(row["lengthscale_y"]), reg=row["reg"])
+        return CRPSLoss()(model.fit(features[train][rows_used], Y[train][rows_used]), features[val], Y[val])
+
+    for row in moved[::3]:  # the moves: fitted on the subsample
+        assert row["score"] == pytest.approx(refit(row, chosen), rel=1e-9)
+    for row in full[1:]:  # the result: fitted on all the training rows, like the grid
+        assert row["score"] == pytest.approx(refit(row, slice(None)), rel=1e-9)
+    best = search_best(rows)
+    assert "subsample" not in best and best["score"] == min(row["score"] for row in full)
+    assert best["score"] <= grid[0]["score"]
+
+
 def test_the_pipeline_keeps_the_search_and_fits_its_lengthscales(tmp_path, capsys):
     from jdl.cli import main
     from pipeline.model_store import load_model
