@@ -16,6 +16,10 @@ import numpy as np
 
 SCHEMA_NAME = "jdl.data"
 SCHEMA_VERSION = 2  # 2: categorical x columns
+# what scoring does with a categorical level the model was not fitted on: refuse the batch, or read it
+# as "other", a code that matches no level
+UNSEEN_RULES = ("refuse", "other")
+OTHER_CODE = -1.0
 
 
 class ColumnStats:

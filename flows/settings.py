@@ -18,6 +18,7 @@ from typing import Annotated, Any, Callable, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, create_model, field_validator
 
+from data_schemas.data import UNSEEN_RULES
 from jdlcore.models.jdl import JDL
 from jdlcore.models.registry import FIT_OPTIONS, METHODS, estimator_class, method_options
 from jdlcore.params import ParameterError
@@ -98,13 +99,8 @@ class StageSettings(_Settings):
     out: Path_
     x: list[str] = Field(min_length=1)
     y: list[str] = Field(min_length=1)
-    categorical: list[str] = []
+    categorical: list[str] = []  # x columns only: ``pipeline.staging.stage`` refuses others before it reads
     chunk_size: int = Field(65_536, ge=1)
-
-    def check(self) -> None:
-        for name in self.categorical:
-            if name not in self.x:
-                raise ValueError(f"parameter categorical: column {name!r} is not an x column (x: {', '.join(self.x)})")
 
 
 class TuneSettings(_Settings):
@@ -223,7 +219,7 @@ class ScoreSettings(_Settings):
     data: Path_
     out: Path_
     functions: list[str] = Field(["mean", "second_moment"], min_length=1)
-    unseen: Literal["refuse", "other"] = "refuse"
+    unseen: Literal[UNSEEN_RULES] = "refuse"  # type: ignore[valid-type] - data_schemas.data's rules
     scheduler: Scheduler = Field(None, validate_default=True)
 
     @field_validator("functions")

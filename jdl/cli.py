@@ -321,6 +321,15 @@ def _add_scaling(parser: argparse.ArgumentParser, default: str | None) -> None:
                              + ("robust)" if default else "the tuning store's, else robust)"))
 
 
+def _add_unseen(parser: argparse.ArgumentParser) -> None:
+    """``--unseen`` (``data_schemas.data.UNSEEN_RULES``): what scoring does with a level the model lacks."""
+    from data_schemas.data import UNSEEN_RULES
+
+    parser.add_argument("--unseen", choices=UNSEEN_RULES, default="refuse",
+                        help="a categorical level the model was not fitted on: refuse the batch (default), or let it "
+                             "match no level (the row is then equally far from every training row along that column)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="jdl", description="Adaptive joint distribution learning at scale.")
     parser.add_argument("-v", "--verbose", action="store_true", help="show the runs' log lines on the console")
@@ -393,11 +402,9 @@ def build_parser() -> argparse.ArgumentParser:
     score.add_argument("model", help="model store (from jdl fit)")
     score.add_argument("data", help="staged data store")
     score.add_argument("--out", required=True, help="the scores store to write")
-    score.add_argument("--unseen", choices=("refuse", "other"), default="refuse",
-                       help="a categorical level the model was not fitted on: refuse the batch (default), or let it "
-                            "match no level (the row is then equally far from every training row along that column)")
     score.add_argument("--function", action="append", default=[], required=True,
                        help="mean | second_moment | cdf:t1,t2,... | quantile:l1,l2,... (repeatable)")
+    score.deferred.append(_add_unseen)
     _add_scheduler(score)
     score.set_defaults(run=_score)
 

@@ -28,7 +28,8 @@ from .conditional.losses import ClippedLogisticLoss, CRPSLoss, LogLoss, PinballL
 from .validation import as_samples, check_paired
 
 __all__ = ["TuneResult", "tune", "split_rows", "score_grid", "best_row", "resolve_criterion", "screening_params",
-           "check_grid", "default_lengthscales", "scaled_kernel", "search_lengthscales", "search_best",
+           "check_grid", "default_lengthscales", "scaled_kernel", "standardised_grid", "search_lengthscales", "search_best",
+           "refine",
            "LENGTHSCALE_FACTORS", "DEFAULT_REGS", "CRITERIA", "SEARCH_ROWS"]
 
 LENGTHSCALE_FACTORS = (1 / 8, 1 / 4, 1 / 2)  # times the median heuristic, when no lengthscales are given
@@ -125,6 +126,15 @@ def scaled_kernel(kernel: Kernel, Z: np.ndarray, scaling: str, names: Sequence[s
     if check_scaling_choice(scaling) == "none" or kernel.scale is not None or not kernel.scalable:
         return kernel
     return kernel.standardised(Z, None if names is None else list(names), role)
+
+
+def standardised_grid(Z: np.ndarray, kernel: Kernel, scaling: str, given: Sequence[float] | None, seed: int,
+                      name: str, names: Sequence[str] | None = None, role: str = "x") -> tuple[Kernel, list[float]]:
+    """(``kernel`` standardised to the columns of ``Z`` by ``scaling`` (``scaled_kernel``), the grid of its
+    lengthscales: ``given``, else ``default_lengthscales`` as that kernel sees Z), the grid checked
+    (``check_grid``, errors naming ``name``)."""
+    kernel = scaled_kernel(kernel, Z, scaling, names, role)
+    return kernel, check_grid(default_lengthscales(Z, seed, kernel) if given is None else given, name)
 
 
 def check_grid(values: Sequence[float], name: str) -> list[float]:
@@ -392,6 +402,18 @@ def search_lengthscales(
     return rows
 
 
+def refine(parts: tuple[np.ndarray, ...], base: JDL, kernel_x: Kernel, kernel_y: Kernel, regs: Sequence[float],
+           best: dict[str, Any], score: Callable, search: bool = True,
+           progress: Callable[[str], None] | None = None) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """(the per-feature search's rows, the best row): with ``search`` and several features in x or y
+    (``parts``: X_train, Y_train, X_val, Y_val), ``search_lengthscales`` from the grid's ``best`` and its
+    ``search_best``; else no rows and ``best`` itself."""
+    if not search or max(parts[0].shape[1], parts[1].shape[1]) <= 1:
+        return [], best
+    rows = search_lengthscales(*parts, base, kernel_x, kernel_y, regs, best, score, progress)
+    return rows, search_best(rows)
+
+
 def search_best(rows: list[dict[str, Any]]) -> dict[str, Any]:
     """The best row of ``search_lengthscales`` among those scored on all the training rows (the grid's
     best, the start, among them)."""
@@ -450,12 +472,10 @@ def tune(
     score = resolve_criterion(criterion, threshold, Y.shape[1])
     base = estimator if estimator is not None else JDL()
     base._check_params()
-    kernel_x = scaled_kernel(base._kernel("kernel_x"), X, scaling, role="X")
-    kernel_y = scaled_kernel(base._kernel("kernel_y"), Y, scaling, role="Y")
-    grid_x = check_grid(default_lengthscales(X, seed, kernel_x) if lengthscales_x is None else lengthscales_x,
-                        "lengthscales_x")
-    grid_y = check_grid(default_lengthscales(Y, seed, kernel_y) if lengthscales_y is None else lengthscales_y,
-                        "lengthscales_y")
+    kernel_x, grid_x = standardised_grid(X, base._kernel("kernel_x"), scaling, lengthscales_x, seed, "lengthscales_x",
+                                         role="X")
+    kernel_y, grid_y = standardised_grid(Y, base._kernel("kernel_y"), scaling, lengthscales_y, seed, "lengthscales_y",
+                                         role="Y")
     if validation is None:
         train, val = split_rows(X.shape[0], validation_fraction, seed)
         parts = (X[train], Y[train], X[val], Y[val])
@@ -464,10 +484,7 @@ def tune(
     table = score_grid(*parts, base, [kernel_x.with_lengthscale(v) for v in grid_x],
                        [kernel_y.with_lengthscale(v) for v in grid_y], regs, score)
     best = best_row(table)
-    searched: list[dict[str, Any]] = []
-    if search and max(X.shape[1], Y.shape[1]) > 1:
-        searched = search_lengthscales(*parts, base, kernel_x, kernel_y, regs, best, score)
-        best = search_best(searched)
+    searched, best = refine(parts, base, kernel_x, kernel_y, regs, best, score, search)
     params = {
         **base.get_params(),
         "kernel_x": kernel_x.with_lengthscale(np.asarray(best["lengthscale_x"])),

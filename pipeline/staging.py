@@ -20,7 +20,9 @@ from typing import Iterator
 import numpy as np
 import zarr
 
-from data_schemas.data import SCHEMA_NAME, SCHEMA_VERSION, ColumnStats, LevelEncoder, is_categorical, validate_block
+from data_schemas.data import (
+    OTHER_CODE, SCHEMA_NAME, SCHEMA_VERSION, UNSEEN_RULES, ColumnStats, LevelEncoder, is_categorical, validate_block,
+)
 
 from .atomic import atomic_store
 
@@ -33,9 +35,6 @@ FORMATS = {".csv": "csv", ".parquet": "parquet", ".pq": "parquet", ".npy": "npy"
 
 
 DETECT_ROWS = 1000  # first rows of a column that decide whether it is text (categorical)
-# what a level a model was not fitted on does at scoring: refused, or "other" (a code that matches no level)
-UNSEEN_RULES = ("refuse", "other")
-OTHER_CODE = -1.0
 
 
 def _format(source: Path) -> str:

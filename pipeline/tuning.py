@@ -27,8 +27,8 @@ from data_schemas.tuning import SCHEMA_NAME, SCHEMA_VERSION, validate_tuning_dat
 from jdlcore import JDL, GaussianKernel
 from jdlcore.scaling import check_scaling_choice
 from jdlcore.tuning import (
-    DEFAULT_REGS, LENGTHSCALE_FACTORS, best_row, check_grid, default_lengthscales, resolve_criterion, scaled_kernel,
-    score_grid, search_best, search_lengthscales, split_rows,
+    DEFAULT_REGS, LENGTHSCALE_FACTORS, best_row, check_grid, default_lengthscales, refine, resolve_criterion,
+    score_grid, split_rows, standardised_grid,
 )
 
 from .atomic import atomic_store, refuse_existing
@@ -102,20 +102,19 @@ def tune_store(
     rows = subsample_rows(n, max_rows, seed)
     X = group["x"].get_orthogonal_selection((rows, slice(None)))
     Y = group["y"].get_orthogonal_selection((rows, slice(None)))
-    kernel_x = scaled_kernel(GaussianKernel(1.0, categorical=categorical_indices(group)), X, scaling,
-                             group.attrs["x_features"], "x")
-    kernel_y = scaled_kernel(GaussianKernel(1.0), Y, scaling, group.attrs["y_features"], "y")
-    grid_x = check_grid(lengthscales_x or default_lengthscales(X, seed, kernel_x), "lengthscales_x")
-    grid_y = check_grid(lengthscales_y or default_lengthscales(Y, seed, kernel_y), "lengthscales_y")
+    kernel_x, grid_x = standardised_grid(X, GaussianKernel(1.0, categorical=categorical_indices(group)), scaling,
+                                         lengthscales_x or None, seed, "lengthscales_x", group.attrs["x_features"], "x")
+    kernel_y, grid_y = standardised_grid(Y, GaussianKernel(1.0), scaling, lengthscales_y or None, seed,
+                                         "lengthscales_y", group.attrs["y_features"], "y")
     if held_out is None:
         train, val = split_rows(rows.size, validation_fraction, seed)
         parts = (X[train], Y[train], X[val], Y[val])
     else:
         val = subsample_rows(int(held_out.attrs["n_samples"]), max_rows, seed)
         # its category codes read as the training data's; a level the training data lacks matches none
-        tables = level_recoding(categorical_levels(held_out), categorical_levels(group), list(group.attrs["x_features"]),
-                                "other", f"validation {validation}")
-        parts = (X, Y, recode(held_out["x"].get_orthogonal_selection((val, slice(None))), tables),
+        recoding = level_recoding(categorical_levels(held_out), categorical_levels(group),
+                                  list(group.attrs["x_features"]), "other", f"validation {validation}")
+        parts = (X, Y, recode(held_out["x"].get_orthogonal_selection((val, slice(None))), recoding),
                  held_out["y"].get_orthogonal_selection((val, slice(None))))
     kernels_x, kernels_y = [kernel_x.with_lengthscale(v) for v in grid_x], [kernel_y.with_lengthscale(v) for v in grid_y]
     started = time.perf_counter()
@@ -135,10 +134,7 @@ def tune_store(
             tables = client.gather(futures)
     table = [row for rows_of_pair in tables for row in rows_of_pair]
     best = best_row(table)
-    searched: list[dict[str, Any]] = []
-    if search and max(X.shape[1], Y.shape[1]) > 1:
-        searched = search_lengthscales(*parts, base, kernel_x, kernel_y, regs, best, score, progress)
-        best = search_best(searched)
+    searched, best = refine(parts, base, kernel_x, kernel_y, regs, best, score, search, progress)
     ds = _tuning_dataset(table, grid_x, grid_y, regs)
     if searched:
         ds = ds.merge(_search_dataset(searched, X.shape[1], Y.shape[1], len(parts[0])))
