@@ -38,8 +38,9 @@ LENGTHSCALE_FACTORS = (1 / 8, 1 / 4, 1 / 2)  # times the median heuristic, when 
 SEARCH_STEPS = (4.0, 2.0, 2.0)  # one sweep per step; the last only if the one before it moved something
 SEARCH_LONGEST = 100.0
 SEARCH_TOLERANCE = 2e-3
-# training rows the search moves on (a seeded subsample of larger tuning sets; its result is then
-# scored on all of them and kept only where it beats the grid's best there)
+# training rows the search moves on where the grid's best factorisation reached its rank cap (each
+# candidate then costs O(n cap^2)); its result is scored on all the rows and kept only where it beats
+# the grid's best there
 SEARCH_ROWS = 4_000
 DEFAULT_REGS = (1e-6, 1e-5, 1e-4, 1e-3)
 CACHE_MEMORY_SHARE = 0.125  # of physical memory: y factorisations kept between pairs (else recomputed)
@@ -308,18 +309,21 @@ def search_lengthscales(
     scored (``score_grid``'s columns, lengthscales as lists, plus ``step``: "x:k" / "y:k" for the
     feature moved, "start", or "reg"); the best is ``search_best`` of them (the start is among them).
 
-    With more than ``max_rows`` training rows (None: no limit) the moves are made on a seeded
-    subsample of ``max_rows`` of them, where each candidate's factorisation is cheaper (the default
-    rank budget grows with the rows): those rows carry ``subsample`` (their row count), the start is
+    Where the start's factorisation reached its rank cap (the default rank budget, or ``base``'s
+    max_rank), every candidate would cost a factorisation at that cap. With more than ``max_rows``
+    training rows (None: no limit) the moves are then made on a seeded subsample of ``max_rows`` of
+    them, whose budget is smaller: those rows carry ``subsample`` (their row count), the start is
     scored there too, and the regs at the lengthscales found are scored on all the training rows, so
     ``search_best`` compares them with the grid's best on equal terms.
     """
     X_all, Y_all = X_train, Y_train
-    subsample = max_rows is not None and len(X_all) > max_rows
+    factorisation = Factorisation.of(base)
+    cap = _factoriser(X_all, factorisation)[1] or factorisation.max_rank
+    at_cap = cap is not None and max(start.get("rank_x", 0), start.get("rank_y", 0)) >= cap
+    subsample = at_cap and max_rows is not None and len(X_all) > max_rows
     if subsample:
         chosen = np.sort(np.random.default_rng(base.seed).choice(len(X_all), max_rows, replace=False))
         X_train, Y_train = X_train[chosen], Y_train[chosen]
-    factorisation = Factorisation.of(base)
     params = screening_params(base)
     factorisers = {"x": _factoriser(X_train, factorisation), "y": _factoriser(Y_train, factorisation)}
     budget = factorisers["x"][1]

@@ -73,18 +73,19 @@ def test_the_search_finds_the_best_point_of_a_brute_force_grid():
 
 
 @pytest.mark.filterwarnings("ignore::jdlcore.models.degeneracy.DegeneracyWarning")  # short lengthscales on 300 rows
-def test_on_many_rows_the_search_moves_on_a_subsample_and_its_result_is_scored_on_all(tuned):
+def test_at_the_rank_cap_the_search_moves_on_a_subsample_and_its_result_is_scored_on_all(tuned):
     from jdlcore.tuning import best_row, score_grid, search_best, search_lengthscales
 
     X, Y, noise, _, _ = tuned
     features = np.c_[X, noise]
     train, val = split_rows(len(X), 0.2, 0)
-    base = JDL(seed=0)
+    base = JDL(seed=0, max_rank=40)  # a cap the grid's best reaches, so each candidate costs a rank-40 factor
     kernel_x = GaussianKernel(1.0).standardised(features[train])
     kernel_y = GaussianKernel(1.0).standardised(Y[train])
     parts = (features[train], Y[train], features[val], Y[val])
     grid = score_grid(*parts, base, [kernel_x.with_lengthscale(0.4)], [kernel_y.with_lengthscale(0.3)], [1e-5],
                       CRPSLoss())
+    assert best_row(grid)["rank_x"] == 40
     rows = search_lengthscales(*parts, base, kernel_x, kernel_y, [1e-5, 1e-4], best_row(grid), CRPSLoss(),
                                max_rows=300)
     chosen = np.sort(np.random.default_rng(0).choice(len(train), 300, replace=False))
@@ -95,7 +96,7 @@ def test_on_many_rows_the_search_moves_on_a_subsample_and_its_result_is_scored_o
 
     def refit(row, rows_used):
         model = JDL(kernel_x.with_lengthscale(np.asarray(row["lengthscale_x"])),
-                    kernel_y.with_lengthscale(row["lengthscale_y"]), reg=row["reg"])
+                    kernel_y.with_lengthscale(row["lengthscale_y"]), reg=row["reg"], max_rank=40)
         return CRPSLoss()(model.fit(features[train][rows_used], Y[train][rows_used]), features[val], Y[val])
 
     for row in moved[::3]:  # the moves: fitted on the subsample
@@ -105,6 +106,12 @@ def test_on_many_rows_the_search_moves_on_a_subsample_and_its_result_is_scored_o
     best = search_best(rows)
     assert "subsample" not in best and best["score"] == min(row["score"] for row in full)
     assert best["score"] <= grid[0]["score"]
+    # below the cap (the default budget, 512 on these rows) the search moves on all the rows
+    plain = score_grid(*parts, JDL(seed=0), [kernel_x.with_lengthscale(2.0)], [kernel_y.with_lengthscale(0.3)],
+                       [1e-5], CRPSLoss())
+    assert best_row(plain)["rank_x"] < 512
+    assert not any("subsample" in row for row in search_lengthscales(
+        *parts, JDL(seed=0), kernel_x, kernel_y, [1e-5], best_row(plain), CRPSLoss(), max_rows=300))
 
 
 def test_the_pipeline_keeps_the_search_and_fits_its_lengthscales(tmp_path, capsys):
