@@ -49,7 +49,10 @@ Version history: 1 stored A_y (sample, basis_y); 2 drops it and adds the registe
 3 adds the methods other than "jdl" (a version 2 store reads as a "jdl" store of version 3);
 4 adds the support atoms (a store of version 2 or 3 reads with its support built from y_atoms on
 loading, in one pass, as the fit would build it); 5 adds the kernels' scalings (``location`` and
-``scale`` in ``kernel_x`` / ``kernel_y``, which earlier readers would ignore), with the same variables.
+``scale`` in ``kernel_x`` / ``kernel_y``, which earlier readers would ignore), with the same variables;
+6 adds the x kernel's categorical columns (``categorical`` in its spec: an earlier reader would
+compare their codes as numbers, so it must refuse the store) and the levels (``x_levels`` in the
+provenance).
 """
 from __future__ import annotations
 
@@ -60,8 +63,8 @@ from jdlcore.models.registry import METHODS
 from .tuning import validate_grid
 
 SCHEMA_NAME = "jdl.model"
-SCHEMA_VERSION = 5
-READABLE_VERSIONS = (2, 3, 4, 5)  # version 2 had only the "jdl" method, with the same variables as in 3
+SCHEMA_VERSION = 6
+READABLE_VERSIONS = (2, 3, 4, 5, 6)  # version 2 had only the "jdl" method, with the same variables as in 3
 SUPPORT_VERSION = 4  # the first version with support atoms
 
 
