@@ -27,6 +27,9 @@ def test_reductions_are_sums_over_samples(rng):
     red, A_x, A_y = problem.reductions, problem.A_x, problem.A_y
     np.testing.assert_allclose(red.cross, sum(np.outer(A_y[i], A_x[i]) for i in range(500)), atol=1e-9)
     np.testing.assert_allclose(red.sum_x, A_x.sum(0), atol=1e-12)
+    # Lambda = diag(A^T A), formed from the factor's Gram matrix and the rotation, against the sum of squares
+    for lam, A in ((red.lam_x, A_x), (red.lam_y, A_y)):
+        np.testing.assert_allclose(lam, sum(A[i] ** 2 for i in range(500)), rtol=1e-10, atol=1e-10)
     # splitting the samples and adding the partial reductions gives the same problem (chunked path)
     halves = [reductions_from_values(A_x[s], A_y[s]) for s in (slice(0, 250), slice(250, 500))]
     np.testing.assert_allclose(halves[0].cross + halves[1].cross, red.cross, atol=1e-10)

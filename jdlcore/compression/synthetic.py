@@ -181,7 +181,7 @@ class _GaussianConditional:
         f, s2 = self.mean(x), self.variance(x)
         beta = kernel_x(x[:, None], xt[:, None]) @ kcme_inverse(kernel_x(xt[:, None]), reg)  # (q, m)
         cross = _conditional_cross(f, s2, yt, l2)
-        fit = np.einsum("pi,ij,pj->p", beta, kernel_y(yt[:, None]), beta)
+        fit = np.sum((beta @ kernel_y(yt[:, None])) * beta, axis=1)
         return float(np.mean(_conditional_norm(l2, s2) - 2.0 * np.sum(beta * cross, axis=1) + fit))
 
 

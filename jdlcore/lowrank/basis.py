@@ -274,13 +274,19 @@ def reductions_from_partials(
     Vx, Vy = basis_x.rotation, basis_y.rotation
     return JDLReductions(
         n=partials.n,
-        lam_x=np.einsum("ij,ik,kj->j", Vx, partials.gram_x, Vx),
-        lam_y=np.einsum("ij,ik,kj->j", Vy, partials.gram_y, Vy),
+        lam_x=_rotated_diagonal(partials.gram_x, Vx),
+        lam_y=_rotated_diagonal(partials.gram_y, Vy),
         cross=Vy.T @ partials.cross @ Vx,
         sum_x=Vx.T @ partials.sum_x,
         sum_y=Vy.T @ partials.sum_y,
         min_x=extremes_x[0], max_x=extremes_x[1], min_y=extremes_y[0], max_y=extremes_y[1],
     )
+
+
+def _rotated_diagonal(gram: np.ndarray, rotation: np.ndarray) -> np.ndarray:
+    """diag(V^T G V) (m,) of G (m, m) and V (m, m), through one matrix product (O(m^3) in BLAS; the
+    three-operand einsum it replaces ran as a plain loop, 11 s at m = 2,000)."""
+    return np.sum(rotation * (gram @ rotation), axis=0)
 
 
 def _floats(value: float | np.ndarray, form) -> str:
