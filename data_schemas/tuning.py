@@ -24,6 +24,11 @@ rows each candidate was fitted on: the search moves on a subsample of large tuni
 ``search_steps`` (JSON: the feature each candidate moved). ``best`` is then the search's best among
 the candidates fitted on all the training rows, with a list of lengthscales.
 
+Screen (optional attribute ``grid_rows``): the training rows the grid was fitted on. Fewer than the
+training rows where the grid's longest x lengthscale reached the rank cap on all of them
+(``jdlcore.tuning.screen_rows``); the search then moved on the same rows, and ``best`` is the best reg at
+its lengthscales fitted on all the training rows.
+
 A model fitted from a tuning store carries the table as ``tuning_validation_loss``, ``tuning_rank_x``
 and ``tuning_rank_y`` over the dims ``tuning_lengthscale_x``, ``tuning_lengthscale_y``, ``tuning_reg``
 (see ``data_schemas.model.TUNING_DIMS``).

@@ -9,11 +9,14 @@ by a criterion (model, X_val, Y_val) -> float. By default both kernels standardi
 (``scaling="robust"``: each feature by its median and interquartile range, estimated on the training
 rows), so the lengthscales are in standard units and columns in different units weigh alike. Unset
 lengthscales are ``LENGTHSCALE_FACTORS`` times the median heuristic of the (standardised) rows; the
-best setting is refitted on all the data.
+best setting is refitted on all the data. Where the grid's cheapest x factorisation already reaches
+its rank cap on the training rows, the grid and the per-feature search run on a seeded screen of
+``SEARCH_ROWS`` of them, and the best lengthscales found there are scored on all of them.
 """
 from __future__ import annotations
 
 import time
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
@@ -21,7 +24,7 @@ import numpy as np
 
 from .lowrank.cholesky import Factorisation, PivotedCholesky, pivoted_cholesky
 from .models.degeneracy import physical_memory, rank_budget
-from .models.jdl import JDL, problem_from_factors
+from .models.jdl import JDL, ProblemSide, problem_from_factors, problem_side
 from .kernels import Kernel, median_heuristic
 from .scaling import check_scaling_choice
 from .conditional.losses import ClippedLogisticLoss, CRPSLoss, LogLoss, PinballLoss, SecondMomentLoss
@@ -29,7 +32,7 @@ from .validation import as_samples, check_paired
 
 __all__ = ["TuneResult", "tune", "split_rows", "score_grid", "best_row", "resolve_criterion", "screening_params",
            "check_grid", "default_lengthscales", "scaled_kernel", "standardised_grid", "search_lengthscales", "search_best",
-           "refine",
+           "refine", "Screen", "screen_rows", "screened", "score_regs", "found",
            "LENGTHSCALE_FACTORS", "DEFAULT_REGS", "CRITERIA", "SEARCH_ROWS"]
 
 LENGTHSCALE_FACTORS = (1 / 8, 1 / 4, 1 / 2)  # times the median heuristic, when no lengthscales are given
@@ -38,6 +41,7 @@ LENGTHSCALE_FACTORS = (1 / 8, 1 / 4, 1 / 2)  # times the median heuristic, when 
 SEARCH_STEPS = (4.0, 2.0, 2.0)  # one sweep per step; the last only if the one before it moved something
 SEARCH_LONGEST = 100.0
 SEARCH_TOLERANCE = 2e-3
+SEARCH_KEPT_FACTORS = 3  # factorisations kept per side (the current lengthscales' among them: each move pairs them)
 # training rows the search moves on where the grid's best factorisation reached its rank cap (each
 # candidate then costs O(n cap^2)); its result is scored on all the rows and kept only where it beats
 # the grid's best there
@@ -159,26 +163,72 @@ def screening_params(base: JDL) -> dict[str, Any]:
 
 
 def _factoriser(Z: np.ndarray, factorisation: Factorisation) -> tuple[Callable, int | None]:
-    """A function kernel -> (pivoted Cholesky of Z with that kernel, or the error it raised; seconds),
-    under the default rank budget where max_rank is None, and that budget."""
+    """A function (kernel, its factorisation if already made) -> (the ``ProblemSide`` of the pivoted
+    Cholesky of Z with that kernel, or the error it raised; seconds), under the default rank budget
+    where max_rank is None, and that budget."""
     budget = rank_budget(len(Z)) if factorisation.max_rank is None else None
     options = factorisation.options(max_rank=budget or factorisation.max_rank)
 
-    def factorise(kernel: Kernel) -> tuple[PivotedCholesky | Exception, float]:
+    def factorise(kernel: Kernel, given: PivotedCholesky | None = None) -> tuple[ProblemSide | Exception, float]:
         started = time.perf_counter()
         try:
-            factor: PivotedCholesky | Exception = pivoted_cholesky(kernel, Z, **options)
+            factor = pivoted_cholesky(kernel, Z, **options) if given is None else given
+            side: ProblemSide | Exception = problem_side(factor, kernel)
         except _CANDIDATE_ERRORS as error:
-            factor = error
-        return factor, time.perf_counter() - started
+            side = error
+        return side, time.perf_counter() - started
 
     return factorise, budget
+
+
+def _subsample(n: int, max_rows: int, seed: int | None) -> np.ndarray:
+    """Sorted indices of a seeded random subset of ``max_rows`` of n rows (the screen of the search
+    and of ``screen_rows``: the same rows for the same seed)."""
+    return np.sort(np.random.default_rng(seed).choice(n, max_rows, replace=False))
+
+
+@dataclass
+class Screen:
+    """Where a tuning grid is scored (``screen_rows``): ``rows``, indices into the training rows (None: all
+    of them), and the factorisation on all the training rows of ``kernel_x`` (the grid's longest x
+    lengthscale) that decided it, reused where that kernel is the grid's best (``refine``)."""
+
+    rows: np.ndarray | None
+    kernel_x: Kernel | None = None
+    factor_x: PivotedCholesky | None = None
+
+
+def screen_rows(X_train: np.ndarray, base: JDL, kernel_x: Kernel, max_rows: int | None = None) -> Screen:
+    """The training rows the grid and the search are scored on: all of them, or a seeded subsample of
+    ``max_rows`` (None: ``SEARCH_ROWS``, read when called) of them where the x factorisation of
+    ``kernel_x`` (the grid's longest lengthscale, the lowest rank of the grid) on all the rows reaches
+    its rank cap (the default budget, or ``base``'s max_rank). Every candidate would then cost a
+    factorisation at the cap, and its fit would be limited by the cap, not by the data; on the subsample
+    the budget is smaller and each candidate cheaper. ``refine`` scores the result on all the rows."""
+    max_rows = SEARCH_ROWS if max_rows is None else max_rows
+    if len(X_train) <= max_rows:
+        return Screen(None)
+    factorisation = Factorisation.of(base)
+    cap = factorisation.max_rank or rank_budget(len(X_train))
+    try:
+        factor = pivoted_cholesky(kernel_x, X_train, **factorisation.options(max_rank=cap))
+    except _CANDIDATE_ERRORS:
+        return Screen(None)
+    if factor.rank < cap:
+        return Screen(None)
+    return Screen(_subsample(len(X_train), max_rows, base.seed), kernel_x, factor)
+
+
+def screened(parts: tuple[np.ndarray, ...], rows: np.ndarray | None) -> tuple[np.ndarray, ...]:
+    """(X_train, Y_train, X_val, Y_val) with the training rows cut to the screen ``rows`` (None: all)."""
+    return parts if rows is None else (parts[0][rows], parts[1][rows], parts[2], parts[3])
 
 
 def score_grid(
     X_train: np.ndarray, Y_train: np.ndarray, X_val: np.ndarray, Y_val: np.ndarray, base: JDL,
     kernels_x: Sequence[Kernel], kernels_y: Sequence[Kernel], regs: Sequence[float], score: Callable,
     progress: Callable[[str], None] | None = None, usable: Callable[[PivotedCholesky], bool] | None = None,
+    factors_x: Sequence[PivotedCholesky | None] | None = None,
 ) -> list[dict[str, Any]]:
     """Validation scores of every (k_x, k_y, reg), in that order: each x factorisation is computed once
     and each y factorisation once as long as the kept ones fit ``CACHE_MEMORY_SHARE`` of the machine's
@@ -191,17 +241,18 @@ def score_grid(
     pair's problem, plus its own solve and scoring), and ``error`` (the message) for a candidate that
     failed, whose score is NaN: the search goes on. ``progress`` is called with a line per finished
     pair. ``usable``: a test of each factorisation; the candidates of a pair with a factorisation that
-    fails it are left out unscored (score NaN, ``error`` says why).
+    fails it are left out unscored (score NaN, ``error`` says why). ``factors_x``: factorisations of
+    ``kernels_x`` on X_train already made, in their order (None where there is none).
     """
     factorisation = Factorisation.of(base)
     params = screening_params(base)
     factorise_x, budget = _factoriser(X_train, factorisation)
     factorise_y, _ = _factoriser(Y_train, factorisation)
-    kept_y: dict[int, tuple[PivotedCholesky | Exception, float]] = {}
+    kept_y: dict[int, tuple[ProblemSide | Exception, float]] = {}
     room = CACHE_MEMORY_SHARE * physical_memory()
     rows: list[dict[str, Any]] = []
-    for kernel_x in kernels_x:
-        factor_x, seconds_x = factorise_x(kernel_x)
+    for kernel_x, given in zip(kernels_x, factors_x or [None] * len(kernels_x)):
+        factor_x, seconds_x = factorise_x(kernel_x, given)
         for j, kernel_y in enumerate(kernels_y):
             started = time.perf_counter()
             if j in kept_y:
@@ -209,7 +260,7 @@ def score_grid(
                 shared_y = seconds_y / len(kernels_x)
             else:
                 factor_y, seconds_y = factorise_y(kernel_y)
-                size = getattr(getattr(factor_y, "L", None), "nbytes", 0)
+                size = getattr(factor_y, "nbytes", 0)
                 shared_y = seconds_y
                 if size <= room:
                     kept_y[j], room, shared_y = (factor_y, seconds_y), room - size, seconds_y / len(kernels_x)
@@ -224,14 +275,15 @@ def score_grid(
     return rows
 
 
-def _pair_problem(factor_x: PivotedCholesky | Exception, factor_y: PivotedCholesky | Exception, kernel_x: Kernel,
+def _pair_problem(factor_x: ProblemSide | Exception, factor_y: ProblemSide | Exception, kernel_x: Kernel,
                   kernel_y: Kernel, X: np.ndarray, Y: np.ndarray, base: JDL, budget: int | None,
                   usable: Callable[[PivotedCholesky], bool] | None) -> tuple[Any, Exception | None]:
-    """(the JDL problem of a pair of factorisations, None) or (None, why the pair has none)."""
+    """(the JDL problem of a pair of factorisations (their ``ProblemSide``), None) or (None, why the pair
+    has none)."""
     failed = next((f for f in (factor_x, factor_y) if isinstance(f, Exception)), None)
     if failed is None and usable is not None:
-        failed = next((_LeftOut(side, f.stop_reason, f.rank) for side, f in (("x", factor_x), ("y", factor_y))
-                       if not usable(f)), None)
+        failed = next((_LeftOut(side, f.factor.stop_reason, f.factor.rank)
+                       for side, f in (("x", factor_x), ("y", factor_y)) if not usable(f.factor)), None)
     if failed is not None:
         return None, failed
     try:
@@ -322,7 +374,7 @@ def search_lengthscales(
     at_cap = cap is not None and max(start.get("rank_x", 0), start.get("rank_y", 0)) >= cap
     subsample = at_cap and max_rows is not None and len(X_all) > max_rows
     if subsample:
-        chosen = np.sort(np.random.default_rng(base.seed).choice(len(X_all), max_rows, replace=False))
+        chosen = _subsample(len(X_all), max_rows, base.seed)
         X_train, Y_train = X_train[chosen], Y_train[chosen]
     params = screening_params(base)
     factorisers = {"x": _factoriser(X_train, factorisation), "y": _factoriser(Y_train, factorisation)}
@@ -332,7 +384,7 @@ def search_lengthscales(
     current = {side: np.broadcast_to(np.asarray(start[f"lengthscale_{side}"], dtype=np.float64), (widths[side],)).copy()
                for side in ("x", "y")}
     reg = float(start["reg"])
-    factors: dict[tuple, Any] = {}
+    factors: OrderedDict[tuple, Any] = OrderedDict()  # the most recently used, SEARCH_KEPT_FACTORS per side
     rows: list[dict[str, Any]] = []
     scored: dict[tuple, float] = {}
 
@@ -341,6 +393,10 @@ def search_lengthscales(
         if key not in factors:
             kernel = families[side].with_lengthscale(_one_or_each(lengthscale))
             factors[key] = (kernel, *factorisers[side][0](kernel))
+            kept = [other for other in factors if other[0] == side]
+            for other in kept[:-SEARCH_KEPT_FACTORS]:
+                del factors[other]
+        factors.move_to_end(key)
         return factors[key]
 
     def problem_of(lx: np.ndarray, ly: np.ndarray) -> tuple[Any, Exception | None, Kernel, Kernel, float]:
@@ -394,10 +450,8 @@ def search_lengthscales(
             if progress is not None:
                 progress(f"searched {side} feature {k}: lengthscale {current[side][k]:.4g}")
     if subsample:  # the lengthscales found, on all the training rows
-        X_train, Y_train = X_all, Y_all
-        factorisers = {"x": _factoriser(X_train, factorisation), "y": _factoriser(Y_train, factorisation)}
-        budget = factorisers["x"][1]
-        factors.clear()
+        at = {f"lengthscale_{side}": current[side] for side in ("x", "y")}
+        return rows + score_regs((X_all, Y_all, X_val, Y_val), base, *found(kernel_x, kernel_y, at), regs, score)
     problem, failed, kx, ky, seconds = problem_of(current["x"], current["y"])
     for value in regs:
         row = (_failed(kx, ky, value, failed, seconds / len(regs)) if problem is None else
@@ -406,16 +460,59 @@ def search_lengthscales(
     return rows
 
 
+def found(kernel_x: Kernel, kernel_y: Kernel, row: dict[str, Any]) -> tuple[Kernel, Kernel]:
+    """The kernels (families and scalings of ``kernel_x``, ``kernel_y``) at the lengthscales of a table
+    row (``lengthscale_x``, ``lengthscale_y``: a number, or one per feature)."""
+    return tuple(kernel.with_lengthscale(_one_or_each(np.atleast_1d(np.asarray(row[f"lengthscale_{side}"],
+                                                                               dtype=np.float64))))
+                 for side, kernel in (("x", kernel_x), ("y", kernel_y)))
+
+
+def score_regs(parts: tuple[np.ndarray, ...], base: JDL, kernel_x: Kernel, kernel_y: Kernel, regs: Sequence[float],
+               score: Callable, step: str = "reg", factor_x: PivotedCholesky | None = None) -> list[dict[str, Any]]:
+    """``score_grid``'s rows of every reg at the kernels ``kernel_x``, ``kernel_y``, fitted on the
+    training rows of ``parts`` (X_train, Y_train, X_val, Y_val) and scored on its validation rows, with
+    ``step``; ``factor_x``: the x factorisation there, if already made."""
+    return [{**row, "step": step}
+            for row in score_grid(*parts, base, [kernel_x], [kernel_y], regs, score, factors_x=[factor_x])]
+
+
 def refine(parts: tuple[np.ndarray, ...], base: JDL, kernel_x: Kernel, kernel_y: Kernel, regs: Sequence[float],
            best: dict[str, Any], score: Callable, search: bool = True,
-           progress: Callable[[str], None] | None = None) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    """(the per-feature search's rows, the best row): with ``search`` and several features in x or y
-    (``parts``: X_train, Y_train, X_val, Y_val), ``search_lengthscales`` from the grid's ``best`` and its
-    ``search_best``; else no rows and ``best`` itself."""
-    if not search or max(parts[0].shape[1], parts[1].shape[1]) <= 1:
-        return [], best
-    rows = search_lengthscales(*parts, base, kernel_x, kernel_y, regs, best, score, progress)
-    return rows, search_best(rows)
+           progress: Callable[[str], None] | None = None, screen: Screen | None = None,
+           ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """(the rows that refined the grid, the best row). ``parts``: X_train, Y_train, X_val, Y_val;
+    ``screen``: where the grid was scored (``screen_rows``; None: on all the training rows).
+
+    With ``search`` and several features in x or y, ``search_lengthscales`` from the grid's ``best`` on
+    the same training rows. On all of them the best is its ``search_best``; without a search it is
+    ``best`` itself, and there are no rows. On a screen every reg is then scored, fitted on all the
+    training rows, at the best lengthscales the search found there (step "reg"; without a search the
+    grid's), and where they differ the grid's best is fitted there too (step "start", its own reg
+    only); the best of those is the result:
+    the screen may favour fewer features than all the rows resolve. The rows scored on the screen carry
+    ``subsample`` (its row count)."""
+    searching = search and max(parts[0].shape[1], parts[1].shape[1]) > 1
+    rows = None if screen is None else screen.rows
+    if rows is None:
+        if not searching:
+            return [], best
+        searched = search_lengthscales(*parts, base, kernel_x, kernel_y, regs, best, score, progress)
+        return searched, search_best(searched)
+    if not searching:
+        final = score_regs(parts, base, *found(kernel_x, kernel_y, best), regs, score)
+        return final, best_row(final)
+    searched = [{**row, "subsample": rows.size} for row in
+                search_lengthscales(*screened(parts, rows), base, kernel_x, kernel_y, regs, best, score, progress)]
+    result = best_row(searched)
+    final = score_regs(parts, base, *found(kernel_x, kernel_y, result), regs, score)
+    if any(result[name] != best[name] for name in ("lengthscale_x", "lengthscale_y")):
+        # the grid's best (at its reg) as well: what all the rows resolve, the screen may not (it can
+        # favour fewer features)
+        kernels = found(kernel_x, kernel_y, best)
+        given = screen.factor_x if kernels[0] == screen.kernel_x else None
+        final = score_regs(parts, base, *kernels, [best["reg"]], score, "start", given) + final
+    return searched + final, best_row(final)
 
 
 def search_best(rows: list[dict[str, Any]]) -> dict[str, Any]:
@@ -462,7 +559,12 @@ def tune(
     without it a seeded ``validation_fraction`` of the rows is held out. The model's kernels carry
     the scaling, so it applies wherever the model is queried. ``search`` (the default): where x (or y)
     has several features, the grid's best is refined to one lengthscale per feature
-    (``search_lengthscales``: features that do not help end up with long lengthscales)."""
+    (``search_lengthscales``: features that do not help end up with long lengthscales).
+
+    Where even the grid's longest x lengthscale needs a factorisation at the rank cap on the training
+    rows, the grid and the search are scored on a seeded screen of ``SEARCH_ROWS`` of them
+    (``screen_rows``), and the lengthscales found there are scored with every reg on all the training
+    rows, which choose the best (``refine``)."""
     X = as_samples(X, "X", min_rows=5)
     Y = as_samples(Y, "Y", min_rows=5)
     check_paired(X, Y)
@@ -485,10 +587,12 @@ def tune(
         parts = (X[train], Y[train], X[val], Y[val])
     else:
         parts = (X, Y, X_val, Y_val)
-    table = score_grid(*parts, base, [kernel_x.with_lengthscale(v) for v in grid_x],
+    screen = screen_rows(parts[0], base, kernel_x.with_lengthscale(grid_x[-1]))
+    table = score_grid(*screened(parts, screen.rows), base, [kernel_x.with_lengthscale(v) for v in grid_x],
                        [kernel_y.with_lengthscale(v) for v in grid_y], regs, score)
-    best = best_row(table)
-    searched, best = refine(parts, base, kernel_x, kernel_y, regs, best, score, search)
+    if screen.rows is not None:
+        table = [{**row, "subsample": screen.rows.size} for row in table]
+    searched, best = refine(parts, base, kernel_x, kernel_y, regs, best_row(table), score, search, screen=screen)
     params = {
         **base.get_params(),
         "kernel_x": kernel_x.with_lengthscale(np.asarray(best["lengthscale_x"])),

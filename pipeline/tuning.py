@@ -28,7 +28,7 @@ from jdlcore import JDL, GaussianKernel
 from jdlcore.scaling import check_scaling_choice
 from jdlcore.tuning import (
     DEFAULT_REGS, LENGTHSCALE_FACTORS, best_row, check_grid, default_lengthscales, refine, resolve_criterion,
-    score_grid, split_rows, standardised_grid,
+    score_grid, screen_rows, screened, split_rows, standardised_grid,
 )
 
 from .atomic import atomic_store, refuse_existing
@@ -78,7 +78,9 @@ def tune_store(
     of the (standardised) subsample. ``search`` (the default): where x (or y) has several features, the
     grid's best is refined to one lengthscale per feature (``jdlcore.tuning.search_lengthscales``, in
     this process); the store keeps every candidate of that search (``search_*``) and its best is the
-    store's best.
+    store's best. Where the grid's longest x lengthscale reaches the rank cap on the training rows,
+    the grid and the search run on a screen of them (``jdlcore.tuning.screen_rows``; the store's
+    ``grid_rows``) and the best found there is scored on all of them.
     ``criterion``: "auto" (crps for a scalar y, else second_moment), "second_moment", "crps",
     "pinball:LEVELS" or "logistic" (``jdlcore.tuning.resolve_criterion``); the store records the one used.
     ``validation``: a staged store of held-out rows (the same features) to score on, the candidates
@@ -118,15 +120,20 @@ def tune_store(
                  held_out["y"].get_orthogonal_selection((val, slice(None))))
     kernels_x, kernels_y = [kernel_x.with_lengthscale(v) for v in grid_x], [kernel_y.with_lengthscale(v) for v in grid_y]
     started = time.perf_counter()
+    screen = screen_rows(parts[0], base, kernels_x[-1])
+    if screen.rows is not None and progress is not None:
+        progress(f"the grid's longest x lengthscale reaches the rank cap on {len(parts[0]):,} training rows: "
+                 f"the grid and the search run on {screen.rows.size:,} of them, the result on all")
+    grid_parts = screened(parts, screen.rows)
     where = resolve_scheduler(scheduler, rows.size)
     if where is None:
-        tables = [score_grid(*parts, base, kernels_x, kernels_y, regs, score, progress)]
+        tables = [score_grid(*grid_parts, base, kernels_x, kernels_y, regs, score, progress)]
     else:
         from distributed import as_completed
 
         pairs = list(itertools.product(kernels_x, kernels_y))
         with dask_client(where) as client:
-            shared = [client.scatter(part, broadcast=True) for part in parts]
+            shared = [client.scatter(part, broadcast=True) for part in grid_parts]
             futures = [client.submit(score_grid, *shared, base, [kx], [ky], regs, score, pure=False) for kx, ky in pairs]
             for k, _ in enumerate(as_completed(futures), 1):
                 if progress is not None:
@@ -134,7 +141,7 @@ def tune_store(
             tables = client.gather(futures)
     table = [row for rows_of_pair in tables for row in rows_of_pair]
     best = best_row(table)
-    searched, best = refine(parts, base, kernel_x, kernel_y, regs, best, score, search, progress)
+    searched, best = refine(parts, base, kernel_x, kernel_y, regs, best, score, search, progress, screen)
     ds = _tuning_dataset(table, grid_x, grid_y, regs)
     if searched:
         ds = ds.merge(_search_dataset(searched, X.shape[1], Y.shape[1], len(parts[0])))
@@ -155,6 +162,7 @@ def tune_store(
         "failures": json.dumps([{k: row[k] for k in ("lengthscale_x", "lengthscale_y", "reg", "error")}
                                 for row in table + searched if "error" in row]),
         "search_steps": json.dumps([row["step"] for row in searched]),
+        "grid_rows": int(len(grid_parts[0])),
     })
     validate_tuning_dataset(ds, f"tuning {target}")
     with atomic_store(target, overwrite=overwrite) as staging:

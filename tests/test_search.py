@@ -126,6 +126,7 @@ def test_the_pipeline_keeps_the_search_and_fits_its_lengthscales(tmp_path, capsy
     table = load_tuning(tmp_path / "t.zarr")
     best = json.loads(table.attrs["best"])
     assert isinstance(best["lengthscale_x"], list) and len(best["lengthscale_x"]) == 3
+    assert table.attrs["grid_rows"] == 640  # below the rank cap: all the training rows (4/5 of 800)
     steps = json.loads(table.attrs["search_steps"])
     assert steps[0] == "start" and len(steps) == table.sizes["search_candidate"]
     i = int(np.nanargmin(table["search_loss"].values))
@@ -144,3 +145,43 @@ def test_the_pipeline_keeps_the_search_and_fits_its_lengthscales(tmp_path, capsy
     assert main(["tune", str(tmp_path / "d.zarr"), "--out", str(tmp_path / "g.zarr"), "--regs", "1e-5",
                  "--no-search"]) == 0
     assert not isinstance(json.loads(load_tuning(tmp_path / "g.zarr").attrs["best"])["lengthscale_x"], list)
+
+
+@pytest.mark.filterwarnings("ignore::jdlcore.models.degeneracy.DegeneracyWarning")  # a rank cap of 30
+def test_where_the_grid_reaches_the_rank_cap_it_and_the_search_run_on_a_screen_and_all_rows_choose(monkeypatch):
+    import jdlcore.tuning as tuning
+    from jdlcore.tuning import best_row
+
+    X, Y, noise = relevant_and_noise(900, 4)
+    features = np.c_[X, noise]
+    monkeypatch.setattr(tuning, "SEARCH_ROWS", 250)
+    result = tune(features, Y, estimator=JDL(max_rank=30), regs=[1e-5, 1e-4])  # even the longest lengthscale needs 30
+    train, val = split_rows(len(X), 0.2, 0)
+    screen = np.sort(np.random.default_rng(0).choice(len(train), 250, replace=False))  # the seeded screen
+    assert all(row["subsample"] == 250 for row in result.table) and max(row["rank_x"] for row in result.table) == 30
+    on_screen = [row for row in result.search if "subsample" in row]
+    final = [row for row in result.search if "subsample" not in row]
+    assert on_screen[0]["step"] == "start" and len(on_screen) > 3
+    # on all the training rows: the grid's best at its reg, then the search's at every reg; the best wins
+    assert [row["step"] for row in final] == ["start", "reg", "reg"]
+    assert all(final[0][name] == best_row(result.table)[name] for name in ("lengthscale_x", "lengthscale_y", "reg"))
+    assert result.best == min(final, key=lambda row: row["score"])
+    kernel_x, kernel_y = result.model.kernel_x, result.model.kernel_y
+
+    def refit(row, rows):
+        model = JDL(kernel_x.with_lengthscale(np.asarray(row["lengthscale_x"])),
+                    kernel_y.with_lengthscale(row["lengthscale_y"]), reg=row["reg"], max_rank=30)
+        return CRPSLoss()(model.fit(features[train][rows], Y[train][rows]), features[val], Y[val])
+
+    for row in (result.table[0], result.table[-1], on_screen[1], on_screen[-1]):  # fitted on the screen
+        assert row["score"] == pytest.approx(refit(row, screen), rel=1e-9)
+    for row in final:  # the result: fitted on all the training rows
+        assert row["score"] == pytest.approx(refit(row, slice(None)), rel=1e-9)
+    assert final[1]["lengthscale_x"] == best_row(on_screen)["lengthscale_x"]
+    # the factorisation that decided the screen (the grid's longest x lengthscale on all the rows) is reused
+    from jdlcore.tuning import screen_rows
+    screen = screen_rows(features[train], JDL(max_rank=30), kernel_x.with_lengthscale(best_row(result.table)["lengthscale_x"]))
+    assert screen.factor_x.rank == 30 and np.array_equal(screen.rows, np.sort(screen.rows))
+    # below the cap there is no screen, whatever the number of rows
+    plain = tune(features, Y, regs=[1e-5], search=False)
+    assert not any("subsample" in row for row in plain.table) and plain.search == []

@@ -25,7 +25,7 @@ import numpy as np
 
 from ..conditional.atoms import STANDARD_FUNCTIONS, Atoms, FunctionSums, block_sums, evaluate_function
 from ..lowrank.basis import (
-    JDLReductions, SpectralBasis, column_extremes, factor_partials, reductions_from_partials, spectral_basis,
+    FactorPartials, JDLReductions, SpectralBasis, column_extremes, reductions_from_partials, spectral_basis,
 )
 from ..lowrank.cholesky import FACTORISATION_PARAMS, Factorisation, PivotedCholesky, pivoted_cholesky
 from .degeneracy import (
@@ -45,7 +45,7 @@ from ..params import Choice, Integer, Number, Param
 from ..validation import as_samples
 
 __all__ = [
-    "JDL", "JDLProblem", "build_problem", "problem_from_factors", "factor_diagnostics", "marginal_sums",
+    "JDL", "JDLProblem", "ProblemSide", "build_problem", "problem_from_factors", "problem_side", "factor_diagnostics", "marginal_sums",
     "support_resolution", "CONSTRAINTS", "POSITIVITY", "SUPPORT_PARAMS", "GridBudgetWarning", "GRID_POINTS",
 ]
 
@@ -113,9 +113,35 @@ def build_problem(
                                 grid_points=grid_points, rank_budget=budget)
 
 
+@dataclass
+class ProblemSide:
+    """One kernel's half of a JDL problem on n rows, shared by every problem that pairs it (a tuning
+    grid pairs each x factorisation with every y one): the pivoted Cholesky factor (L (n, m)), its
+    double-orthogonal basis, the basis values at the rows A = L V (n, m), the Gram matrix L^T L (m, m)
+    and the column extremes of A."""
+
+    factor: PivotedCholesky
+    basis: SpectralBasis
+    A: np.ndarray
+    gram: np.ndarray
+    extremes: tuple[np.ndarray, np.ndarray]
+
+    @property
+    def nbytes(self) -> int:
+        return int(self.factor.L.nbytes + self.A.nbytes + self.gram.nbytes)
+
+
+def problem_side(factor: PivotedCholesky, kernel: Kernel) -> ProblemSide:
+    """The ``ProblemSide`` of a factorisation of ``kernel``'s matrix."""
+    gram = factor.L.T @ factor.L
+    basis = spectral_basis(factor, kernel, gram=gram)
+    A = factor.L @ basis.rotation
+    return ProblemSide(factor, basis, A, gram, column_extremes(A))
+
+
 def problem_from_factors(
-    factor_x: PivotedCholesky,
-    factor_y: PivotedCholesky,
+    factor_x: PivotedCholesky | ProblemSide,
+    factor_y: PivotedCholesky | ProblemSide,
     kernel_x: Kernel,
     kernel_y: Kernel,
     X: np.ndarray,
@@ -130,15 +156,17 @@ def problem_from_factors(
 ) -> JDLProblem:
     """``build_problem`` from given in-memory factorisations of K_X and K_Y (n rows each; X (n, d_x) and
     Y (n, d_y) the samples): a lengthscale search factorises each side once per lengthscale and pairs
-    them here. ``started``: the perf_counter time the factorisations began (for ``factor_seconds``);
-    ``rank_budget``: the default rank cap they ran under, if any (``jdlcore.models.degeneracy``)."""
+    them here (each given as its ``ProblemSide`` where that is kept between problems). ``started``: the
+    perf_counter time the factorisations began (for ``factor_seconds``); ``rank_budget``: the default
+    rank cap they ran under, if any (``jdlcore.models.degeneracy``)."""
     started = time.perf_counter() if started is None else started
-    partials = factor_partials(factor_x.L, factor_y.L)
-    basis_x = spectral_basis(factor_x, kernel_x, gram=partials.gram_x)
-    basis_y = spectral_basis(factor_y, kernel_y, gram=partials.gram_y)
-    A_x = factor_x.L @ basis_x.rotation
-    A_y = factor_y.L @ basis_y.rotation
-    reductions = reductions_from_partials(partials, basis_x, basis_y, column_extremes(A_x), column_extremes(A_y))
+    side_x, side_y = (side if isinstance(side, ProblemSide) else problem_side(side, kernel)
+                      for side, kernel in ((factor_x, kernel_x), (factor_y, kernel_y)))
+    factor_x, factor_y = side_x.factor, side_y.factor
+    basis_x, basis_y, A_x, A_y = side_x.basis, side_y.basis, side_x.A, side_y.A
+    partials = FactorPartials(len(A_x), side_x.gram, side_y.gram, factor_y.L.T @ factor_x.L, factor_x.L.sum(axis=0),
+                              factor_y.L.sum(axis=0))
+    reductions = reductions_from_partials(partials, basis_x, basis_y, side_x.extremes, side_y.extremes)
     sums = {name: block_sums(f, Y, A_y) for name, f in {**STANDARD_FUNCTIONS, **(test_functions or {})}.items()}
     n = Y.shape[0]
     size = support_size or default_support_size(Y.shape[1])
