@@ -228,7 +228,7 @@ def score_grid(
     X_train: np.ndarray, Y_train: np.ndarray, X_val: np.ndarray, Y_val: np.ndarray, base: JDL,
     kernels_x: Sequence[Kernel], kernels_y: Sequence[Kernel], regs: Sequence[float], score: Callable,
     progress: Callable[[str], None] | None = None, usable: Callable[[PivotedCholesky], bool] | None = None,
-    factors_x: Sequence[PivotedCholesky | None] | None = None,
+    factors_x: Sequence[PivotedCholesky | None] | None = None, stop_early: bool = False,
 ) -> list[dict[str, Any]]:
     """Validation scores of every (k_x, k_y, reg), in that order: each x factorisation is computed once
     and each y factorisation once as long as the kept ones fit ``CACHE_MEMORY_SHARE`` of the machine's
@@ -243,6 +243,11 @@ def score_grid(
     pair. ``usable``: a test of each factorisation; the candidates of a pair with a factorisation that
     fails it are left out unscored (score NaN, ``error`` says why). ``factors_x``: factorisations of
     ``kernels_x`` on X_train already made, in their order (None where there is none).
+
+    ``stop_early``: ``kernels_x`` (in increasing lengthscale, one number each) are scored from the
+    longest down, and once one's best score is worse than the longer one's, the shorter ones are left
+    out (no rows): past the minimum of the validation loss a shorter lengthscale costs a higher rank and
+    fits worse.
     """
     factorisation = Factorisation.of(base)
     params = screening_params(base)
@@ -251,7 +256,15 @@ def score_grid(
     kept_y: dict[int, tuple[ProblemSide | Exception, float]] = {}
     room = CACHE_MEMORY_SHARE * physical_memory()
     rows: list[dict[str, Any]] = []
-    for kernel_x, given in zip(kernels_x, factors_x or [None] * len(kernels_x)):
+    pairs = list(zip(kernels_x, factors_x or [None] * len(kernels_x)))
+    previous = np.inf  # the best score of the longer lengthscale, with stop_early
+    for kernel_x, given in (pairs[::-1] if stop_early else pairs):
+        if stop_early and rows:
+            current = min((row["score"] for row in rows[-len(kernels_y) * len(regs):] if np.isfinite(row["score"])),
+                          default=np.inf)
+            if current > previous:
+                break
+            previous = min(previous, current)
         factor_x, seconds_x = factorise_x(kernel_x, given)
         for j, kernel_y in enumerate(kernels_y):
             started = time.perf_counter()
@@ -554,7 +567,9 @@ def tune(
     X and of Y (``jdlcore.scaling``; a kernel given with a scaling keeps it), so lengthscales are in
     standard units; "none" leaves the columns as they are. Lengthscales default to
     ``LENGTHSCALE_FACTORS`` times the median heuristic of the (standardised) X and Y, regs to
-    ``DEFAULT_REGS``: the grid ``jdl tune`` searches. ``criterion``: see ``resolve_criterion``.
+    ``DEFAULT_REGS``: the grid ``jdl tune`` searches. The default x lengthscales are scored from the
+    longest down, and the shorter ones are left out of the table once one scores worse than the
+    longer (``score_grid``'s ``stop_early``); given ones are all scored. ``criterion``: see ``resolve_criterion``.
     ``validation``: held-out rows (X_val, Y_val) to score on, the candidates training on all of X, Y;
     without it a seeded ``validation_fraction`` of the rows is held out. The model's kernels carry
     the scaling, so it applies wherever the model is queried. ``search`` (the default): where x (or y)
@@ -589,7 +604,7 @@ def tune(
         parts = (X, Y, X_val, Y_val)
     screen = screen_rows(parts[0], base, kernel_x.with_lengthscale(grid_x[-1]))
     table = score_grid(*screened(parts, screen.rows), base, [kernel_x.with_lengthscale(v) for v in grid_x],
-                       [kernel_y.with_lengthscale(v) for v in grid_y], regs, score)
+                       [kernel_y.with_lengthscale(v) for v in grid_y], regs, score, stop_early=lengthscales_x is None)
     if screen.rows is not None:
         table = [{**row, "subsample": screen.rows.size} for row in table]
     searched, best = refine(parts, base, kernel_x, kernel_y, regs, best_row(table), score, search, screen=screen)

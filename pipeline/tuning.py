@@ -86,7 +86,9 @@ def tune_store(
     ``validation``: a staged store of held-out rows (the same features) to score on, the candidates
     training on the subsample of ``data``; without it a seeded ``validation_fraction`` of the subsample
     is held out. ``scheduler`` (see ``pipeline.cluster``; "auto" means this process, the subsample
-    being small) decides where the pairs run; the table does not depend on it.
+    being small) decides where the pairs run. In this process the default x lengthscales are scored
+    from the longest down and the shorter ones left out (NaN) once one scores worse than the longer
+    (``score_grid``'s ``stop_early``); on Dask every pair is scored at once.
     """
     target = Path(out)
     refuse_existing(target, overwrite)
@@ -127,7 +129,8 @@ def tune_store(
     grid_parts = screened(parts, screen.rows)
     where = resolve_scheduler(scheduler, rows.size)
     if where is None:
-        tables = [score_grid(*grid_parts, base, kernels_x, kernels_y, regs, score, progress)]
+        tables = [score_grid(*grid_parts, base, kernels_x, kernels_y, regs, score, progress,
+                             stop_early=not lengthscales_x)]
     else:
         from distributed import as_completed
 

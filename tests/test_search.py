@@ -185,3 +185,31 @@ def test_where_the_grid_reaches_the_rank_cap_it_and_the_search_run_on_a_screen_a
     # below the cap there is no screen, whatever the number of rows
     plain = tune(features, Y, regs=[1e-5], search=False)
     assert not any("subsample" in row for row in plain.table) and plain.search == []
+
+
+def test_the_default_x_grid_stops_where_a_shorter_lengthscale_scores_worse():
+    """The default x lengthscales are scored from the longest down, and the shorter ones are left out
+    once one scores worse than the longer; an explicit grid scores every one, with the same scores."""
+    from jdlcore.tuning import standardised_grid
+
+    X, Y, noise = relevant_and_noise(600, 5)
+    features = np.c_[X, noise]
+    _, grid = standardised_grid(features, GaussianKernel(1.0), "robust", None, 0, "lengthscales_x")
+    default = tune(features, Y, regs=[1e-5, 1e-4], search=False)
+    every = tune(features, Y, lengthscales_x=grid, regs=[1e-5, 1e-4], search=False)
+    assert len(every.table) == 3 * 3 * 2
+
+    def best_at(table, value):
+        return min(row["score"] for row in table if row["lengthscale_x"] == value)
+
+    by_x = [best_at(every.table, value) for value in grid]  # increasing lengthscale
+    kept = len(grid)  # from the longest down, while each scores no worse than the longer one
+    while kept > 1 and by_x[kept - 2] <= by_x[kept - 1]:
+        kept -= 1
+    expected = grid[max(kept - 2, 0):] if kept > 1 else grid  # the first worse one is scored, then the stop
+    assert sorted({row["lengthscale_x"] for row in default.table}) == expected and len(expected) < len(grid)
+    scores = {(row["lengthscale_x"], row["lengthscale_y"], row["reg"]): row["score"] for row in every.table}
+    for row in default.table:
+        assert row["score"] == scores[row["lengthscale_x"], row["lengthscale_y"], row["reg"]]
+    assert {k: v for k, v in default.best.items() if k != "seconds"} == {
+        k: v for k, v in every.best.items() if k != "seconds"}
