@@ -503,10 +503,9 @@ def refine(parts: tuple[np.ndarray, ...], base: JDL, kernel_x: Kernel, kernel_y:
     the same training rows. On all of them the best is its ``search_best``; without a search it is
     ``best`` itself, and there are no rows. On a screen every reg is then scored, fitted on all the
     training rows, at the best lengthscales the search found there (step "reg"; without a search the
-    grid's), and where they differ the grid's best is fitted there too (step "start", its own reg
-    only); the best of those is the result:
-    the screen may favour fewer features than all the rows resolve. The rows scored on the screen carry
-    ``subsample`` (its row count)."""
+    grid's), and where they differ at the grid's best too (step "start": the screen may favour fewer
+    features than all the rows resolve); the best of those is the result. The rows scored on the
+    screen carry ``subsample`` (its row count)."""
     searching = search and max(parts[0].shape[1], parts[1].shape[1]) > 1
     rows = None if screen is None else screen.rows
     if rows is None:
@@ -522,11 +521,11 @@ def refine(parts: tuple[np.ndarray, ...], base: JDL, kernel_x: Kernel, kernel_y:
     result = best_row(searched)
     final = score_regs(parts, base, *found(kernel_x, kernel_y, result), regs, score)
     if any(result[name] != best[name] for name in ("lengthscale_x", "lengthscale_y")):
-        # the grid's best (at its reg) as well: what all the rows resolve, the screen may not (it can
-        # favour fewer features)
+        # the grid's best as well: what all the rows resolve, the screen may not (it can favour fewer
+        # features); every reg, as the best reg of all the rows can differ from the screen's
         kernels = found(kernel_x, kernel_y, best)
         given = screen.factor_x if kernels[0] == screen.kernel_x else None
-        final = score_regs(parts, base, *kernels, [best["reg"]], score, "start", given) + final
+        final = score_regs(parts, base, *kernels, regs, score, "start", given) + final
     return searched + final, best_row(final)
 
 

@@ -162,9 +162,9 @@ def test_where_the_grid_reaches_the_rank_cap_it_and_the_search_run_on_a_screen_a
     on_screen = [row for row in result.search if "subsample" in row]
     final = [row for row in result.search if "subsample" not in row]
     assert on_screen[0]["step"] == "start" and len(on_screen) > 3
-    # on all the training rows: the grid's best at its reg, then the search's at every reg; the best wins
-    assert [row["step"] for row in final] == ["start", "reg", "reg"]
-    assert all(final[0][name] == best_row(result.table)[name] for name in ("lengthscale_x", "lengthscale_y", "reg"))
+    # on all the training rows: the grid's best, then the search's, each at every reg; the best wins
+    assert [row["step"] for row in final] == ["start", "start", "reg", "reg"]
+    assert all(final[0][name] == best_row(result.table)[name] for name in ("lengthscale_x", "lengthscale_y"))
     assert result.best == min(final, key=lambda row: row["score"])
     kernel_x, kernel_y = result.model.kernel_x, result.model.kernel_y
 
@@ -177,7 +177,7 @@ def test_where_the_grid_reaches_the_rank_cap_it_and_the_search_run_on_a_screen_a
         assert row["score"] == pytest.approx(refit(row, screen), rel=1e-9)
     for row in final:  # the result: fitted on all the training rows
         assert row["score"] == pytest.approx(refit(row, slice(None)), rel=1e-9)
-    assert final[1]["lengthscale_x"] == best_row(on_screen)["lengthscale_x"]
+    assert final[2]["lengthscale_x"] == best_row(on_screen)["lengthscale_x"]
     # the factorisation that decided the screen (the grid's longest x lengthscale on all the rows) is reused
     from jdlcore.tuning import screen_rows
     screen = screen_rows(features[train], JDL(max_rank=30), kernel_x.with_lengthscale(best_row(result.table)["lengthscale_x"]))
