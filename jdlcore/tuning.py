@@ -362,11 +362,11 @@ def search_lengthscales(
     """A coordinate search for one lengthscale per feature (x, and y when it has several features),
     from the grid's best row ``start`` (its scalar lengthscales on every feature, its reg).
 
-    Each sweep visits the features in turn. A feature's lengthscale is tried at ``SEARCH_LONGEST`` (the
-    feature left out, in effect: the kernel is flat along it) and, unless that is kept, ``step`` times
-    longer; the first whose validation score is within ``SEARCH_TOLERANCE`` (relative) of the best score
-    seen is kept (the longer of the two), so a feature that does not help ends up long and the model
-    cheaper. If neither is kept, the
+    Each sweep visits the features in turn. A feature's lengthscale is tried ``step`` times longer and
+    at ``SEARCH_LONGEST`` (the feature left out, in effect: the kernel is flat along it); the longer of
+    the two whose validation score is within ``SEARCH_TOLERANCE`` (relative) of the best score seen
+    (theirs included) is kept, so a feature that does not help ends up long and the model cheaper, and
+    one that helps by more than the tolerance is kept. If neither is kept, the
     lengthscale is made ``step`` times shorter as long as that lowers the score by more than the
     tolerance. The first sweep steps by 4, the second by 2, and a third by 2 if the second moved
     something. The y factorisation is shared while x moves (and the other way
@@ -450,13 +450,13 @@ def search_lengthscales(
                 other = {**current, side: value}
                 return value, evaluate(other["x"], other["y"], f"{side}:{k}")
 
-            # longer: the feature dropped (the longest), else one step; the longest within the tolerance wins
-            kept = False
-            for multiplier in ((np.inf, factor_step) if current[side][k] < SEARCH_LONGEST else ()):
-                value, result = trial(multiplier)
-                if result <= best + SEARCH_TOLERANCE * abs(best):
-                    current[side], best, moved, kept = value, min(best, result), True, True
-                    break
+            # longer: one step, and the feature dropped (the longest); of those within the tolerance of the
+            # best score seen (theirs included), the longest wins
+            longer = [trial(multiplier) for multiplier in (factor_step, np.inf) if current[side][k] < SEARCH_LONGEST]
+            best = min([best, *(result for _, result in longer)])
+            kept = [(value, result) for value, result in longer if result <= best + SEARCH_TOLERANCE * abs(best)]
+            if kept:
+                current[side], moved = max(kept, key=lambda pair: pair[0][k])[0], True
             while not kept:  # shorter, as long as that helps by more than the tolerance
                 value, result = trial(1.0 / factor_step)
                 if not result < best - SEARCH_TOLERANCE * abs(best):
