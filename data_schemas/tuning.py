@@ -2,9 +2,9 @@
 
 | variable | dims | meaning |
 |---|---|---|
-| validation_loss | (lengthscale_x, lengthscale_y, reg) | the criterion on the validation rows (NaN: failed) |
+| validation_loss | (lengthscale_x, lengthscale_y, reg) | the criterion on the validation rows (NaN: failed, or not scored) |
 | seconds | (lengthscale_x, lengthscale_y, reg) | wall time per candidate (factorisations shared out) |
-| rank_x, rank_y | (lengthscale_x, lengthscale_y) | pivoted-Cholesky ranks on the training rows |
+| rank_x, rank_y | (lengthscale_x, lengthscale_y) | pivoted-Cholesky ranks on the training rows (NaN: not scored) |
 
 Coordinates lengthscale_x, lengthscale_y, reg: strictly increasing, positive. Attributes: ``schema`` =
 "jdl.tuning", ``schema_version``, ``data``, ``data_fingerprint``, ``criterion``, ``tol``,

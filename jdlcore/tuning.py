@@ -42,9 +42,9 @@ SEARCH_STEPS = (4.0, 2.0, 2.0)  # one sweep per step; the last only if the one b
 SEARCH_LONGEST = 100.0
 SEARCH_TOLERANCE = 2e-3
 SEARCH_KEPT_FACTORS = 3  # factorisations kept per side (the current lengthscales' among them: each move pairs them)
-# training rows the search moves on where the grid's best factorisation reached its rank cap (each
-# candidate then costs O(n cap^2)); its result is scored on all the rows and kept only where it beats
-# the grid's best there
+# the training rows of the screen (screen_rows) and of the search's subsample, used where the grid's longest
+# (or best) factorisation reached its rank cap (each candidate then costs O(n cap^2)); their results are
+# scored on all the rows
 SEARCH_ROWS = 4_000
 DEFAULT_REGS = (1e-6, 1e-5, 1e-4, 1e-3)
 CACHE_MEMORY_SHARE = 0.125  # of physical memory: y factorisations kept between pairs (else recomputed)
@@ -364,9 +364,9 @@ def search_lengthscales(
 
     Each sweep visits the features in turn. A feature's lengthscale is tried ``step`` times longer and
     at ``SEARCH_LONGEST`` (the feature left out, in effect: the kernel is flat along it); the longer of
-    the two whose validation score is within ``SEARCH_TOLERANCE`` (relative) of the best score seen
-    (theirs included) is kept, so a feature that does not help ends up long and the model cheaper, and
-    one that helps by more than the tolerance is kept. If neither is kept, the
+    the two whose validation score is within ``SEARCH_TOLERANCE`` (relative) of the best score before
+    them is kept, so a feature that does not help ends up long and the model cheaper. If neither is
+    kept, the
     lengthscale is made ``step`` times shorter as long as that lowers the score by more than the
     tolerance. The first sweep steps by 4, the second by 2, and a third by 2 if the second moved
     something. The y factorisation is shared while x moves (and the other way
@@ -451,12 +451,13 @@ def search_lengthscales(
                 return value, evaluate(other["x"], other["y"], f"{side}:{k}")
 
             # longer: one step, and the feature dropped (the longest); of those within the tolerance of the
-            # best score seen (theirs included), the longest wins
+            # best score before them, the longest wins (a lucky score of the one step does not keep a
+            # feature: leaving one out is preferred within the tolerance of where the move started)
             longer = [trial(multiplier) for multiplier in (factor_step, np.inf) if current[side][k] < SEARCH_LONGEST]
-            best = min([best, *(result for _, result in longer)])
             kept = [(value, result) for value, result in longer if result <= best + SEARCH_TOLERANCE * abs(best)]
             if kept:
-                current[side], moved = max(kept, key=lambda pair: pair[0][k])[0], True
+                value, result = max(kept, key=lambda pair: pair[0][k])
+                current[side], best, moved = value, min(best, result), True
             while not kept:  # shorter, as long as that helps by more than the tolerance
                 value, result = trial(1.0 / factor_step)
                 if not result < best - SEARCH_TOLERANCE * abs(best):

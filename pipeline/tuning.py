@@ -197,7 +197,7 @@ def _tuning_dataset(table: list[dict[str, Any]], grid_x: list[float], grid_y: li
                     regs: list[float]) -> xr.Dataset:
     shape = (len(grid_x), len(grid_y), len(regs))
     loss, seconds = np.full(shape, np.nan), np.full(shape, np.nan)
-    rank_x, rank_y = np.zeros(shape[:2]), np.zeros(shape[:2])
+    rank_x, rank_y = np.full(shape[:2], np.nan), np.full(shape[:2], np.nan)  # NaN: a pair not scored
     for row in table:
         i, j, k = grid_x.index(row["lengthscale_x"]), grid_y.index(row["lengthscale_y"]), regs.index(row["reg"])
         loss[i, j, k], seconds[i, j, k] = row["score"], row["seconds"]
