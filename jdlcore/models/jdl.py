@@ -45,7 +45,8 @@ from ..params import Choice, Integer, Number, Param
 from ..validation import as_samples
 
 __all__ = [
-    "JDL", "JDLProblem", "ProblemSide", "build_problem", "problem_from_factors", "problem_side", "factor_diagnostics", "marginal_sums",
+    "JDL", "JDLProblem", "ProblemSide", "build_problem", "problem_from_factors", "problem_side", "factor_diagnostics",
+    "marginal_sums",
     "support_resolution", "CONSTRAINTS", "POSITIVITY", "SUPPORT_PARAMS", "GridBudgetWarning", "GRID_POINTS",
 ]
 
