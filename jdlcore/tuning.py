@@ -32,7 +32,7 @@ from .validation import as_samples, check_paired
 
 __all__ = ["TuneResult", "tune", "split_rows", "score_grid", "best_row", "resolve_criterion", "screening_params",
            "check_grid", "default_lengthscales", "scaled_kernel", "standardised_grid", "search_lengthscales", "search_best",
-           "refine", "Screen", "screen_rows", "screened", "score_regs", "found",
+           "refine", "Screen", "screen_rows", "screened", "score_regs", "kernels_at",
            "LENGTHSCALE_FACTORS", "DEFAULT_REGS", "CRITERIA", "SEARCH_ROWS"]
 
 LENGTHSCALE_FACTORS = (1 / 8, 1 / 4, 1 / 2)  # times the median heuristic, when no lengthscales are given
@@ -466,8 +466,8 @@ def search_lengthscales(
             if progress is not None:
                 progress(f"searched {side} feature {k}: lengthscale {current[side][k]:.4g}")
     if subsample:  # the lengthscales found, on all the training rows
-        at = {f"lengthscale_{side}": current[side] for side in ("x", "y")}
-        return rows + score_regs((X_all, Y_all, X_val, Y_val), base, *found(kernel_x, kernel_y, at), regs, score)
+        kernels = kernels_at(kernel_x, kernel_y, {f"lengthscale_{side}": current[side] for side in ("x", "y")})
+        return rows + score_regs((X_all, Y_all, X_val, Y_val), base, *kernels, regs, score)
     problem, failed, kx, ky, seconds = problem_of(current["x"], current["y"])
     for value in regs:
         row = (_failed(kx, ky, value, failed, seconds / len(regs)) if problem is None else
@@ -476,7 +476,7 @@ def search_lengthscales(
     return rows
 
 
-def found(kernel_x: Kernel, kernel_y: Kernel, row: dict[str, Any]) -> tuple[Kernel, Kernel]:
+def kernels_at(kernel_x: Kernel, kernel_y: Kernel, row: dict[str, Any]) -> tuple[Kernel, Kernel]:
     """The kernels (families and scalings of ``kernel_x``, ``kernel_y``) at the lengthscales of a table
     row (``lengthscale_x``, ``lengthscale_y``: a number, or one per feature)."""
     return tuple(kernel.with_lengthscale(_one_or_each(np.atleast_1d(np.asarray(row[f"lengthscale_{side}"],
@@ -515,16 +515,16 @@ def refine(parts: tuple[np.ndarray, ...], base: JDL, kernel_x: Kernel, kernel_y:
         searched = search_lengthscales(*parts, base, kernel_x, kernel_y, regs, best, score, progress)
         return searched, search_best(searched)
     if not searching:
-        final = score_regs(parts, base, *found(kernel_x, kernel_y, best), regs, score)
+        final = score_regs(parts, base, *kernels_at(kernel_x, kernel_y, best), regs, score)
         return final, best_row(final)
     searched = [{**row, "subsample": rows.size} for row in
                 search_lengthscales(*screened(parts, rows), base, kernel_x, kernel_y, regs, best, score, progress)]
     result = best_row(searched)
-    final = score_regs(parts, base, *found(kernel_x, kernel_y, result), regs, score)
+    final = score_regs(parts, base, *kernels_at(kernel_x, kernel_y, result), regs, score)
     if any(result[name] != best[name] for name in ("lengthscale_x", "lengthscale_y")):
         # the grid's best as well: what all the rows resolve, the screen may not (it can favour fewer
         # features); every reg, as the best reg of all the rows can differ from the screen's
-        kernels = found(kernel_x, kernel_y, best)
+        kernels = kernels_at(kernel_x, kernel_y, best)
         given = screen.factor_x if kernels[0] == screen.kernel_x else None
         final = score_regs(parts, base, *kernels, regs, score, "start", given) + final
     return searched + final, best_row(final)
