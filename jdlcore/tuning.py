@@ -32,7 +32,7 @@ from .validation import as_samples, check_paired
 
 __all__ = ["TuneResult", "tune", "split_rows", "score_grid", "best_row", "resolve_criterion", "screening_params",
            "check_grid", "default_lengthscales", "scaled_kernel", "standardised_grid", "search_lengthscales", "search_best",
-           "refine", "Screen", "screen_rows", "screened", "score_regs", "kernels_at",
+           "refine", "search_grid", "Screen", "screen_rows", "screened", "score_regs", "kernels_at",
            "LENGTHSCALE_FACTORS", "DEFAULT_REGS", "CRITERIA", "SEARCH_ROWS"]
 
 LENGTHSCALE_FACTORS = (1 / 8, 1 / 4, 1 / 2)  # times the median heuristic, when no lengthscales are given
@@ -167,7 +167,7 @@ def _factoriser(Z: np.ndarray, factorisation: Factorisation) -> tuple[Callable, 
     Cholesky of Z with that kernel, or the error it raised; seconds), under the default rank budget
     where max_rank is None, and that budget."""
     budget = rank_budget(len(Z)) if factorisation.max_rank is None else None
-    options = factorisation.options(max_rank=budget or factorisation.max_rank)
+    options = factorisation.options(max_rank=_rank_cap(len(Z), factorisation))
 
     def factorise(kernel: Kernel, given: PivotedCholesky | None = None) -> tuple[ProblemSide | Exception, float]:
         started = time.perf_counter()
@@ -179,6 +179,11 @@ def _factoriser(Z: np.ndarray, factorisation: Factorisation) -> tuple[Callable, 
         return side, time.perf_counter() - started
 
     return factorise, budget
+
+
+def _rank_cap(n: int, factorisation: Factorisation) -> int:
+    """The rank a factorisation of n rows stops at: ``max_rank``, else the default budget."""
+    return rank_budget(n) if factorisation.max_rank is None else factorisation.max_rank
 
 
 def _subsample(n: int, max_rows: int, seed: int | None) -> np.ndarray:
@@ -209,7 +214,7 @@ def screen_rows(X_train: np.ndarray, base: JDL, kernel_x: Kernel, max_rows: int 
     if len(X_train) <= max_rows:
         return Screen(None)
     factorisation = Factorisation.of(base)
-    cap = factorisation.max_rank or rank_budget(len(X_train))
+    cap = _rank_cap(len(X_train), factorisation)
     try:
         factor = pivoted_cholesky(kernel_x, X_train, **factorisation.options(max_rank=cap))
     except _CANDIDATE_ERRORS:
@@ -384,8 +389,7 @@ def search_lengthscales(
     """
     X_all, Y_all = X_train, Y_train
     factorisation = Factorisation.of(base)
-    cap = _factoriser(X_all, factorisation)[1] or factorisation.max_rank
-    at_cap = cap is not None and max(start.get("rank_x", 0), start.get("rank_y", 0)) >= cap
+    at_cap = max(start.get("rank_x", 0), start.get("rank_y", 0)) >= _rank_cap(len(X_all), factorisation)
     subsample = at_cap and max_rows is not None and len(X_all) > max_rows
     if subsample:
         chosen = _subsample(len(X_all), max_rows, base.seed)
@@ -530,6 +534,30 @@ def refine(parts: tuple[np.ndarray, ...], base: JDL, kernel_x: Kernel, kernel_y:
     return searched + final, best_row(final)
 
 
+def search_grid(
+    parts: tuple[np.ndarray, ...], base: JDL, kernel_x: Kernel, kernel_y: Kernel, grid_x: Sequence[float],
+    grid_y: Sequence[float], regs: Sequence[float], score: Callable, *, search: bool = True, stop_early: bool = False,
+    progress: Callable[[str], None] | None = None, grid: Callable | None = None,
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]], dict[str, Any], Screen]:
+    """The whole tuning search on ``parts`` (X_train, Y_train, X_val, Y_val): the screen (``screen_rows``
+    at the grid's longest x lengthscale), the grid grid_x x grid_y x regs of ``kernel_x``, ``kernel_y``
+    scored on it (``score_grid`` with ``stop_early``; or ``grid(parts, kernels_x, kernels_y)`` -> its
+    rows, e.g. fanned out over Dask), then ``refine``. Returns (the grid's rows, rows scored on a
+    screen carrying ``subsample``; the refining rows; the best row; the screen)."""
+    kernels_x, kernels_y = [kernel_x.with_lengthscale(v) for v in grid_x], [kernel_y.with_lengthscale(v) for v in grid_y]
+    screen = screen_rows(parts[0], base, kernels_x[-1])
+    if screen.rows is not None and progress is not None:
+        progress(f"the grid's longest x lengthscale reaches the rank cap on {len(parts[0]):,} training rows: "
+                 f"the grid and the search run on {screen.rows.size:,} of them, the result on all")
+    grid_parts = screened(parts, screen.rows)
+    table = (score_grid(*grid_parts, base, kernels_x, kernels_y, regs, score, progress, stop_early=stop_early)
+             if grid is None else grid(grid_parts, kernels_x, kernels_y))
+    if screen.rows is not None:
+        table = [{**row, "subsample": screen.rows.size} for row in table]
+    searched, best = refine(parts, base, kernel_x, kernel_y, regs, best_row(table), score, search, progress, screen)
+    return table, searched, best, screen
+
+
 def search_best(rows: list[dict[str, Any]]) -> dict[str, Any]:
     """The best row of ``search_lengthscales`` among those scored on all the training rows (the grid's
     best, the start, among them)."""
@@ -604,12 +632,8 @@ def tune(
         parts = (X[train], Y[train], X[val], Y[val])
     else:
         parts = (X, Y, X_val, Y_val)
-    screen = screen_rows(parts[0], base, kernel_x.with_lengthscale(grid_x[-1]))
-    table = score_grid(*screened(parts, screen.rows), base, [kernel_x.with_lengthscale(v) for v in grid_x],
-                       [kernel_y.with_lengthscale(v) for v in grid_y], regs, score, stop_early=lengthscales_x is None)
-    if screen.rows is not None:
-        table = [{**row, "subsample": screen.rows.size} for row in table]
-    searched, best = refine(parts, base, kernel_x, kernel_y, regs, best_row(table), score, search, screen=screen)
+    table, searched, best, _ = search_grid(parts, base, kernel_x, kernel_y, grid_x, grid_y, regs, score, search=search,
+                                           stop_early=lengthscales_x is None)
     params = {
         **base.get_params(),
         "kernel_x": kernel_x.with_lengthscale(np.asarray(best["lengthscale_x"])),

@@ -27,8 +27,8 @@ from data_schemas.tuning import SCHEMA_NAME, SCHEMA_VERSION, validate_tuning_dat
 from jdlcore import JDL, GaussianKernel
 from jdlcore.scaling import check_scaling_choice
 from jdlcore.tuning import (
-    DEFAULT_REGS, LENGTHSCALE_FACTORS, best_row, check_grid, default_lengthscales, refine, resolve_criterion,
-    score_grid, screen_rows, screened, split_rows, standardised_grid,
+    DEFAULT_REGS, LENGTHSCALE_FACTORS, check_grid, default_lengthscales, resolve_criterion, score_grid, search_grid,
+    split_rows, standardised_grid,
 )
 
 from .atomic import atomic_store, refuse_existing
@@ -120,31 +120,12 @@ def tune_store(
                                   list(group.attrs["x_features"]), "other", f"validation {validation}")
         parts = (X, Y, recode(held_out["x"].get_orthogonal_selection((val, slice(None))), recoding),
                  held_out["y"].get_orthogonal_selection((val, slice(None))))
-    kernels_x, kernels_y = [kernel_x.with_lengthscale(v) for v in grid_x], [kernel_y.with_lengthscale(v) for v in grid_y]
     started = time.perf_counter()
-    screen = screen_rows(parts[0], base, kernels_x[-1])
-    if screen.rows is not None and progress is not None:
-        progress(f"the grid's longest x lengthscale reaches the rank cap on {len(parts[0]):,} training rows: "
-                 f"the grid and the search run on {screen.rows.size:,} of them, the result on all")
-    grid_parts = screened(parts, screen.rows)
     where = resolve_scheduler(scheduler, rows.size)
-    if where is None:
-        tables = [score_grid(*grid_parts, base, kernels_x, kernels_y, regs, score, progress,
-                             stop_early=not lengthscales_x)]
-    else:
-        from distributed import as_completed
-
-        pairs = list(itertools.product(kernels_x, kernels_y))
-        with dask_client(where) as client:
-            shared = [client.scatter(part, broadcast=True) for part in grid_parts]
-            futures = [client.submit(score_grid, *shared, base, [kx], [ky], regs, score, pure=False) for kx, ky in pairs]
-            for k, _ in enumerate(as_completed(futures), 1):
-                if progress is not None:
-                    progress(f"tuned {k}/{len(pairs)} lengthscale pairs")
-            tables = client.gather(futures)
-    table = [row for rows_of_pair in tables for row in rows_of_pair]
-    best = best_row(table)
-    searched, best = refine(parts, base, kernel_x, kernel_y, regs, best, score, search, progress, screen)
+    grid = None if where is None else _fan_out(where, base, regs, score, progress)
+    table, searched, best, screen = search_grid(parts, base, kernel_x, kernel_y, grid_x, grid_y, regs, score,
+                                                search=search, stop_early=not lengthscales_x, progress=progress,
+                                                grid=grid)
     ds = _tuning_dataset(table, grid_x, grid_y, regs)
     if searched:
         ds = ds.merge(_search_dataset(searched, X.shape[1], Y.shape[1], len(parts[0])))
@@ -165,12 +146,31 @@ def tune_store(
         "failures": json.dumps([{k: row[k] for k in ("lengthscale_x", "lengthscale_y", "reg", "error")}
                                 for row in table + searched if "error" in row]),
         "search_steps": json.dumps([row["step"] for row in searched]),
-        "grid_rows": int(len(grid_parts[0])),
+        "grid_rows": int(len(parts[0]) if screen.rows is None else screen.rows.size),
     })
     validate_tuning_dataset(ds, f"tuning {target}")
     with atomic_store(target, overwrite=overwrite) as staging:
         ds.to_zarr(staging, mode="w", zarr_format=3, consolidated=False)
     return target
+
+
+def _fan_out(where: str, base: JDL, regs: list[float], score: Callable,
+             progress: Callable[[str], None] | None) -> Callable:
+    """A grid (parts, kernels_x, kernels_y) -> rows scored on the Dask scheduler ``where``, one task per
+    pair of lengthscales (``score_grid`` on each), the parts scattered once to every worker."""
+    def grid(parts: tuple[np.ndarray, ...], kernels_x: list, kernels_y: list) -> list[dict[str, Any]]:
+        from distributed import as_completed
+
+        pairs = list(itertools.product(kernels_x, kernels_y))
+        with dask_client(where) as client:
+            shared = [client.scatter(part, broadcast=True) for part in parts]
+            futures = [client.submit(score_grid, *shared, base, [kx], [ky], regs, score, pure=False) for kx, ky in pairs]
+            for k, _ in enumerate(as_completed(futures), 1):
+                if progress is not None:
+                    progress(f"tuned {k}/{len(pairs)} lengthscale pairs")
+            return [row for rows_of_pair in client.gather(futures) for row in rows_of_pair]
+
+    return grid
 
 
 def tuned_scaling(table: xr.Dataset) -> tuple[str, dict[str, tuple[np.ndarray, np.ndarray]]]:
