@@ -175,7 +175,12 @@ def _tuned(args: argparse.Namespace, result: dict) -> str:
     table = load_tuning(result["path"])
     best = json.loads(table.attrs["best"])
     setting = ", ".join(f"{name} = {_numbers(best[name])}" for name in ("lengthscale_x", "lengthscale_y", "reg"))
-    return (f"tuned {table['validation_loss'].size} candidates on {table.attrs['rows_used']:,} rows: best {setting}, "
+    import numpy as np
+
+    size = table["validation_loss"].size
+    scored = int(np.isfinite(table["seconds"].values).sum())  # the early stop leaves shorter x lengthscales unscored
+    count = f"{size}" if scored == size else f"{scored} of {size}"
+    return (f"tuned {count} candidates on {table.attrs['rows_used']:,} rows: best {setting}, "
             f"validation {table.attrs['criterion']} {best['score']:.5g} -> {result['path']}")
 
 

@@ -210,8 +210,11 @@ def _law_rows(model: JDL) -> list[tuple[str, str]]:
 def _tuning_rows(model: JDL, tuning: xr.Dataset, recorded: Any) -> list[tuple[str, str]]:
     loss = tuning["tuning_validation_loss"]
     sizes = [loss.sizes[dim] for dim in loss.dims]
+    unscored = int(np.isnan(tuning["tuning_rank_x"].values).sum()) * sizes[2]  # pairs the early stop skipped
     rows = [("tuning grid", f"{sizes[0]} lengthscale_x x {sizes[1]} lengthscale_y x {sizes[2]} reg = {loss.size} "
-                            f"candidates, {int(np.isfinite(loss.values).sum())} with a finite validation loss")]
+                            f"candidates, {int(np.isfinite(loss.values).sum())} with a finite validation loss"
+                            + (f", {unscored} not scored (shorter x lengthscales, after one scored worse)"
+                               if unscored else ""))]
     best = _best(tuning)
     if best is None:
         return rows + [("tuning best", "(every candidate failed)")]

@@ -127,6 +127,12 @@ def test_the_pipeline_keeps_the_search_and_fits_its_lengthscales(tmp_path, capsy
     best = json.loads(table.attrs["best"])
     assert isinstance(best["lengthscale_x"], list) and len(best["lengthscale_x"]) == 3
     assert table.attrs["grid_rows"] == 640  # below the rank cap: all the training rows (4/5 of 800)
+    # the summary counts the candidates scored: the early stop leaves shorter x lengthscales out (no time, NaN ranks)
+    scored, size = int(np.isfinite(table["seconds"].values).sum()), table["validation_loss"].size
+    skipped_pairs = int(np.isnan(table["rank_x"].values).sum())
+    assert scored == size - 2 * skipped_pairs
+    expected = f"tuned {scored} candidates" if scored == size else f"tuned {scored} of {size} candidates"
+    assert expected in capsys.readouterr().out
     steps = json.loads(table.attrs["search_steps"])
     assert steps[0] == "start" and len(steps) == table.sizes["search_candidate"]
     i = int(np.nanargmin(table["search_loss"].values))
@@ -138,6 +144,7 @@ def test_the_pipeline_keeps_the_search_and_fits_its_lengthscales(tmp_path, capsy
     assert main(["inspect", str(tmp_path / "m.zarr")]) == 0
     card = capsys.readouterr().out
     assert "the fitted setting is the best candidate" in card
+    assert (f"{2 * skipped_pairs} not scored" in card) == (skipped_pairs > 0)
     relevance = {line.split()[2]: float(line.rsplit("relevance ", 1)[1]) for line in card.splitlines()
                  if line.strip().startswith("x feature ")}
     assert set(relevance) == {"a", "b", "noise"} and max(relevance.values()) == 1.0
