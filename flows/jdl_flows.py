@@ -51,7 +51,7 @@ def tune_flow(
 def fit_flow(
     data: str, out: str, tuning: str | None = None, lengthscale_x: float | list[float] | None = None,
     lengthscale_y: float | list[float] | None = None, reg: float | None = None, method: str = "jdl",
-    scaling: str | None = None, scheduler: str | None = None, **options: Any,
+    scaling: str | None = None, keep_versions: int | None = None, scheduler: str | None = None, **options: Any,
 ) -> StageResult:
     """Fit a model (``method``, a name of ``jdlcore.METHODS``) on the staged store ``data`` and write
     the model store ``out``.
@@ -61,11 +61,12 @@ def fit_flow(
     ``scaling``: "robust" or "none" (``jdlcore.scaling``); default the tuning store's, else "robust".
     ``options``: the method's fit options, each a keyword parameter of this flow
     (``jdlcore.models.registry.FIT_OPTIONS``: tol, max_rank, pivoting, seed, constraints, positivity,
-    support_size, degree, threshold); None is the method's default.
+    support_size, degree, threshold); None is the method's default. The model is published as a new
+    version of ``out``; ``keep_versions`` (default 3) are kept (``pipeline.versions``).
     """
     return pipelines.fit(**given(dict(data=data, out=out, tuning=tuning, lengthscale_x=lengthscale_x,
                                       lengthscale_y=lengthscale_y, reg=reg, method=method, scaling=scaling,
-                                      scheduler=scheduler)),
+                                      keep_versions=keep_versions, scheduler=scheduler)),
                          **given(options))
 
 

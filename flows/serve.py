@@ -68,13 +68,24 @@ def _schedules(entries: list[dict[str, Any]]) -> list:
     return schedules
 
 
+def _concurrency_limit(entry: dict[str, Any]):
+    """The entry's ``concurrency_limit`` (a number, or {limit, collision_strategy}) as Prefect takes it."""
+    limit = entry.get("concurrency_limit")
+    if limit is None or isinstance(limit, int):
+        return limit
+    from prefect.client.schemas.objects import ConcurrencyLimitConfig
+
+    return ConcurrencyLimitConfig(**limit)
+
+
 def runner_deployments(config: str | os.PathLike) -> list:
-    """One ``RunnerDeployment`` per entry of ``config`` (name, schedules, parameters, tags, description)."""
+    """One ``RunnerDeployment`` per entry of ``config`` (name, schedules, parameters, tags, description,
+    concurrency limit)."""
     return [
         _flow(entry["entrypoint"]).to_deployment(
             name=entry["name"], schedules=_schedules(entry.get("schedules") or []),
             parameters=entry.get("parameters") or {}, tags=entry.get("tags") or [],
-            description=entry.get("description"),
+            description=entry.get("description"), concurrency_limit=_concurrency_limit(entry),
         )
         for entry in load_deployments(config)
     ]
@@ -85,7 +96,10 @@ def serve_deployments(config: str | os.PathLike, limit: int | None = None) -> No
     from prefect import serve
     from prefect.settings import PREFECT_API_URL
 
+    from .settings import check_home
+
     if not PREFECT_API_URL.value():
         raise ValueError("serve: PREFECT_API_URL is not set; start a Prefect server (prefect server start) and "
                          "set PREFECT_API_URL=http://HOST:4200/api")
+    check_home()
     serve(*runner_deployments(config), limit=limit)

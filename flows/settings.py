@@ -5,7 +5,8 @@ A violation raises one ``ValueError`` naming the parameter, the rule and the off
 the estimators' declarations (``jdlcore.models.registry.FIT_OPTIONS``), checked by the chosen
 method's own rules, and so are the tuned estimator's (jdl's) tol and constraints. Path parameters
 may hold environment variables (``${JDL_HOME}/model.zarr``, as in deploy/prefect.yaml); they are
-expanded where the flow runs, and an unset variable is an error rather than a literal path.
+expanded where the flow runs, and an unset variable is an error rather than a literal path. An
+output path (``out``) is refused when the directory that would hold it cannot be written to.
 """
 from __future__ import annotations
 
@@ -14,6 +15,8 @@ import inspect
 import math
 import os
 import re
+import tempfile
+from pathlib import Path
 from typing import Annotated, Any, Callable, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, create_model, field_validator
@@ -25,9 +28,10 @@ from jdlcore.params import ParameterError
 from jdlcore.scaling import SCALINGS
 from jdlcore.tuning import resolve_criterion
 from pipeline.scoring import parse_function
+from pipeline.versions import DEFAULT_KEEP_VERSIONS, check_keep
 
 __all__ = ["StageSettings", "TuneSettings", "FitSettings", "ScoreSettings", "CompressSettings", "validated",
-           "expand_path", "with_fit_options"]
+           "expand_path", "writable_parent", "check_home", "with_fit_options"]
 
 _UNSET = re.compile(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)\}?")
 
@@ -41,6 +45,35 @@ def expand_path(value: str) -> str:
     if not expanded.strip():
         raise ValueError("must not be empty")
     return expanded
+
+
+def writable_parent(path: str) -> str:
+    """``path`` if the directory that will hold it (its nearest existing ancestor) can be written to,
+    tried by creating and removing a temporary file there; else ``ValueError`` naming the directory."""
+    parent = Path(path).absolute().parent
+    while not parent.exists():
+        parent = parent.parent
+    if not parent.is_dir():
+        raise ValueError(f"{parent} is not a directory")
+    try:
+        with tempfile.TemporaryFile(dir=parent):
+            pass
+    except OSError as error:
+        raise ValueError(f"directory {parent} is not writable ({error.strerror or error})") from None
+    return path
+
+
+def check_home() -> None:
+    """Refuse a ``JDL_HOME`` (the deployments' data directory) that is not a writable directory."""
+    home = os.environ.get("JDL_HOME")
+    if home is None:
+        return
+    if not Path(home).is_dir():
+        raise ValueError(f"JDL_HOME: {home} is not a directory")
+    try:
+        writable_parent(str(Path(home) / "probe"))
+    except ValueError as error:
+        raise ValueError(f"JDL_HOME: {error}") from None
 
 
 def _scheduler(value: str | None) -> str | None:
@@ -71,6 +104,7 @@ def _option_type(option) -> Any:
 
 
 Path_ = Annotated[str, AfterValidator(expand_path)]
+Out_ = Annotated[str, AfterValidator(expand_path), AfterValidator(writable_parent)]  # a store to write
 Method = Literal[tuple(METHODS)]  # type: ignore[valid-type] - the registry's names
 Positive = Annotated[float, Field(gt=0, allow_inf_nan=False)]
 Scheduler = Annotated[str | None, AfterValidator(_scheduler)]
@@ -96,7 +130,7 @@ class _Settings(BaseModel):
 
 class StageSettings(_Settings):
     source: Path_
-    out: Path_
+    out: Out_
     x: list[str] = Field(min_length=1)
     y: list[str] = Field(min_length=1)
     categorical: list[str] = []  # x columns only: ``pipeline.staging.stage`` refuses others before it reads
@@ -105,7 +139,7 @@ class StageSettings(_Settings):
 
 class TuneSettings(_Settings):
     data: Path_
-    out: Path_
+    out: Out_
     lengthscales_x: list[Positive] | None = Field(None, min_length=1)
     lengthscales_y: list[Positive] | None = Field(None, min_length=1)
     regs: list[Positive] = Field([1e-6, 1e-5, 1e-4, 1e-3], min_length=1)
@@ -142,13 +176,14 @@ class _FitHyperparameters(_Settings):
     meaning the method's default."""
 
     data: Path_
-    out: Path_
+    out: Out_
     tuning: Path_ | None = None
     lengthscale_x: Lengthscale | None = None
     lengthscale_y: Lengthscale | None = None
     reg: float | None = None
     method: Method = "jdl"
     scaling: Scaling | None = None  # None: the tuning store's, else "robust"
+    keep_versions: Annotated[int, AfterValidator(check_keep)] = DEFAULT_KEEP_VERSIONS
     scheduler: Scheduler = Field(None, validate_default=True)
 
     def check(self) -> None:
@@ -217,7 +252,7 @@ def with_fit_options(function: Callable) -> Callable:
 class ScoreSettings(_Settings):
     model: Path_
     data: Path_
-    out: Path_
+    out: Out_
     functions: list[str] = Field(["mean", "second_moment"], min_length=1)
     unseen: Literal[UNSEEN_RULES] = "refuse"  # type: ignore[valid-type] - data_schemas.data's rules
     scheduler: Scheduler = Field(None, validate_default=True)
@@ -234,7 +269,7 @@ class ScoreSettings(_Settings):
 
 class CompressSettings(_Settings):
     data: Path_
-    out: Path_
+    out: Out_
     m: int = Field(100, ge=1)
     method: Literal["ackip", "ackh", "jkip", "jkh", "random"] = "ackip"
     lengthscale_x: Positive | None = None

@@ -11,6 +11,7 @@ returns a ``StageResult``: the store's path, whether it was reused, and its run 
 from __future__ import annotations
 
 import json
+import os
 from typing import Any, TypedDict
 
 import zarr
@@ -21,6 +22,8 @@ from data_schemas.scores import SCHEMA_NAME as SCORES_SCHEMA
 from data_schemas.tuning import SCHEMA_NAME as TUNING_SCHEMA
 from pipeline.compression import compress_store, open_compressed
 from pipeline.fitting import fit_store, make_estimator
+from pipeline.locks import LockTimeout, store_lock
+from pipeline.versions import open_version
 from pipeline.model_store import load_model
 from pipeline.scoring import open_scores, score_store
 from pipeline.staging import data_fingerprint, open_staged, stage as stage_table
@@ -36,7 +39,8 @@ __all__ = ["StageResult", "STAGES", "RETRY_DELAYS", "stage", "tune", "fit", "sco
 
 RETRY_DELAYS = (2.0, 10.0)  # seconds before the first and the second retry of a transient failure
 
-_NOT_TRANSIENT = (FileNotFoundError, FileExistsError, PermissionError, IsADirectoryError, NotADirectoryError)
+_NOT_TRANSIENT = (FileNotFoundError, FileExistsError, PermissionError, IsADirectoryError, NotADirectoryError,
+                  LockTimeout)  # a lock timeout has waited its whole time already
 
 
 class StageResult(TypedDict):
@@ -55,13 +59,17 @@ def is_transient(error: BaseException | None) -> bool:
 
 
 def _run(stage_name: str, out: str, schema: str, key: str, validate, write) -> StageResult:
-    """Reuse ``out`` if it holds this key's result, else ``write(overwrite)`` it; log which."""
-    action = decide(out, schema, key, validate)
-    if action == Decision.REUSE:
-        report(f"{stage_name}: {out} is up to date (run key {key[:12]}), reused")
-    else:
-        report(f"{stage_name}: {'replacing' if action == Decision.REPLACE else 'writing'} {out} (run key {key[:12]})")
-        write(action == Decision.REPLACE)
+    """Under the lock of ``out`` (``pipeline.locks``: runs writing one store take turns), reuse it if
+    it holds this key's result, else ``write(overwrite)`` it; log which. A run that waited for another
+    finds that run's store, and reuses it when its inputs were the same."""
+    with store_lock(out, progress=lambda line: report(f"{stage_name}: {line}")):
+        action = decide(out, schema, key, validate)
+        if action == Decision.REUSE:
+            report(f"{stage_name}: {out} is up to date (run key {key[:12]}), reused")
+        else:
+            report(f"{stage_name}: {'replacing' if action == Decision.REPLACE else 'writing'} {out} "
+                   f"(run key {key[:12]})")
+            write(action == Decision.REPLACE)
     return StageResult(path=str(out), reused=action == Decision.REUSE, key=key)
 
 
@@ -115,7 +123,7 @@ def fit(settings: dict[str, Any]) -> StageResult:
 
     def write(overwrite: bool) -> None:
         path, model = fit_store(s.data, s.out, **hyper, method=s.method, scaling=s.scaling, **options,
-                                scheduler=s.scheduler,
+                                scheduler=s.scheduler, keep_versions=s.keep_versions,
                                 overwrite=overwrite,
                                 tuning=s.tuning if tuning_key is not None else None, run_key=key,
                                 progress=report)
@@ -125,17 +133,24 @@ def fit(settings: dict[str, Any]) -> StageResult:
 
 
 def score(settings: dict[str, Any]) -> StageResult:
-    """Score a staged store with a model store into a scores store."""
+    """Score a staged store with a model store into a scores store. A versioned model store's pointer
+    is resolved once: that version keys the run and is read to the end (``pipeline.versions``)."""
     s = ScoreSettings(**settings)
-    model_checksums = _model_identity(s.model)
-    key = run_key("score", model=model_checksums, data=data_fingerprint(open_staged(s.data)), functions=s.functions,
-                  **({"unseen": s.unseen} if s.unseen != "refuse" else {}))
-    return _run("score", s.out, SCORES_SCHEMA, key, open_scores, lambda overwrite: score_store(
-        s.model, s.data, s.out, s.functions, unseen=s.unseen, overwrite=overwrite, scheduler=s.scheduler, run_key=key,
-        progress=report))
+    try:
+        lease = open_version(s.model)
+    except ValueError as error:
+        raise ValueError(f"model {error}") from None
+    try:
+        key = run_key("score", model=_model_identity(lease.path), data=data_fingerprint(open_staged(s.data)),
+                      functions=s.functions, **({"unseen": s.unseen} if s.unseen != "refuse" else {}))
+        return _run("score", s.out, SCORES_SCHEMA, key, open_scores, lambda overwrite: score_store(
+            lease.path, s.data, s.out, s.functions, unseen=s.unseen, overwrite=overwrite, scheduler=s.scheduler,
+            run_key=key, progress=report))
+    finally:
+        lease.release()
 
 
-def _model_identity(path: str) -> str:
+def _model_identity(path: str | os.PathLike) -> str:
     """The model store's recorded checksums (every variable, atoms included): its content identity."""
     try:
         return str(zarr.open_group(path, mode="r", zarr_format=3).attrs["checksums"])

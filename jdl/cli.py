@@ -198,13 +198,17 @@ def _fitted(args: argparse.Namespace, result: dict) -> str:
     ranks = ", ".join(f"m_{side.upper()} = {d[f'rank_{side}']}" for side in ("x", "y") if f"rank_{side}" in d)
     objective = f", objective {d['objective']:.6g}" if "objective" in d else ""
     law = f", law {d['law']} on M = {d['support_size']} support atoms" if "support_size" in d else ""
+    version = f" (version {model.store_version_})" if model.store_version_ else ""
     line = (f"fitted {args.method} on n = {model.n_samples_:,}: {ranks}{objective}{law}, fit {d['fit_seconds']:.1f}s "
-            f"-> {result['path']}")
+            f"-> {result['path']}{version}")
     return "\n".join([line] + [f"warning: {kind}: {message}" for kind, message in d.get("degeneracies", {}).items()])
 
 
 def _scored(args: argparse.Namespace, result: dict) -> str:
-    return f"scored {', '.join(args.function)} -> {result['path']}"
+    from pipeline.scoring import open_scores
+
+    version = open_scores(result["path"]).attrs.get("model_version")
+    return f"scored {', '.join(args.function)}{f' with model version {version}' if version else ''} -> {result['path']}"
 
 
 def _compressed(args: argparse.Namespace, result: dict) -> str:
@@ -250,6 +254,37 @@ def _inspect(args: argparse.Namespace) -> int:
     if args.plots:
         for path in write_plots(args.model, args.plots):
             print(f"wrote {path}")
+    return 0
+
+
+def _versions(args: argparse.Namespace) -> int:
+    """List a model store's versions (* the current one), or make ``--use VERSION`` current."""
+    from pathlib import Path
+
+    from pipeline.locks import store_lock
+    from pipeline.model_store import load_model
+    from pipeline.versions import being_read, current_version, list_versions, use_version, versions_dir
+
+    target = Path(args.model)
+    kept = list_versions(target)
+    if not kept:
+        state = "is not a versioned model store (the next jdl fit on it makes it one)" if target.exists() else \
+            "does not exist"
+        raise ValueError(f"model: {target} {state}")
+    if args.use is not None:
+        with store_lock(target):  # not while a fit publishes
+            if args.use in kept:
+                load_model(versions_dir(target) / args.use)  # checked whole before it becomes current
+            previous = use_version(target, args.use)
+        print(f"{target} -> version {args.use} (was {previous})")
+        return 0
+    current = current_version(target)
+    for name in kept:
+        stamp, _, key = name.partition("-")
+        published = f"{stamp[0:4]}-{stamp[4:6]}-{stamp[6:8]} {stamp[9:11]}:{stamp[11:13]}:{stamp[13:15]} UTC"
+        notes = ["current"] * (name == current) + ["being read"] * being_read(target, name)
+        print(f"{'*' if name == current else ' '} {name}  published {published}, run key {key}"
+              + (f" ({', '.join(notes)})" if notes else ""))
     return 0
 
 
@@ -398,6 +433,8 @@ def build_parser() -> argparse.ArgumentParser:
     fit.add_argument("--lengthscale-y", type=_lengthscale, help="Gaussian kernel lengthscale on y (or one per y "
                                                                 "feature)")
     fit.add_argument("--reg", type=float, help="regularisation lambda")
+    fit.add_argument("--keep-versions", type=int, help="model versions kept at OUT, the new one included (default 3; "
+                                                      "a version being read is kept until it is free)")
     fit.deferred.append(functools.partial(_add_scaling, default=None))
     fit.deferred.append(_add_method_options)
     _add_scheduler(fit)
@@ -466,6 +503,12 @@ def build_parser() -> argparse.ArgumentParser:
                                                         "(for tuned models) validation_surface.png to DIR")
     inspect.set_defaults(run=_inspect)
 
+    versions = commands.add_parser("versions", help="list a model store's versions, or make an earlier one current")
+    versions.add_argument("model", help="model store (from jdl fit)")
+    versions.add_argument("--use", metavar="VERSION", help="make VERSION the current version (checked first; "
+                                                           "readers keep the version they opened)")
+    versions.set_defaults(run=_versions)
+
     serve = commands.add_parser("serve", help="serve the deployments of a prefect.yaml (schedules included) from "
                                               "this process; needs PREFECT_API_URL")
     serve.add_argument("--config", default=os.path.join("deploy", "prefect.yaml"),
@@ -500,11 +543,13 @@ def _terminate_as_interrupt():
 def main(argv: list[str] | None = None) -> int:
     """Run one ``jdl`` command; returns 0, 2 for bad input or a failed run (one line on stderr), or 130
     when stopped by Ctrl-C or SIGTERM (the output is left absent, or as the previous run wrote it)."""
+    from pipeline.locks import LockTimeout
+
     args = build_parser().parse_args(argv)
     with _terminate_as_interrupt():
         try:
             return args.run(args)
-        except (ValueError, RuntimeError) as error:
+        except (ValueError, RuntimeError, LockTimeout) as error:
             print(f"jdl {args.command}: error: {error}", file=sys.stderr)
             return 2
         except KeyboardInterrupt:

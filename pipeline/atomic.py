@@ -7,9 +7,9 @@ import shutil
 import socket
 import uuid
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
-__all__ = ["atomic_store", "refuse_existing", "remove_abandoned"]
+__all__ = ["atomic_store", "refuse_existing", "remove_abandoned", "remove_abandoned_in"]
 
 
 def refuse_existing(target: str | os.PathLike, overwrite: bool) -> None:
@@ -41,11 +41,22 @@ def remove_abandoned(target: str | os.PathLike) -> list[Path]:
     (a killed process cannot clean up after itself); returns what was removed. Temporaries of
     live processes and of other hosts are left alone."""
     target = Path(target)
+    return _remove_dead(target.parent, f"{_prefix(target)}*", lambda entry: entry.name.removeprefix(_prefix(target)))
+
+
+def remove_abandoned_in(directory: str | os.PathLike) -> list[Path]:
+    """``remove_abandoned`` for the temporaries of every target in ``directory``."""
+    return _remove_dead(Path(directory), ".*.tmp-*", lambda entry: entry.name.partition(".tmp-")[2])
+
+
+def _remove_dead(directory: Path, pattern: str, writer: Callable[[Path], str]) -> list[Path]:
+    """Remove the entries of ``directory`` matching ``pattern`` whose writer ("HOST-PID-...",
+    ``writer(entry)``) ran on this host and is dead."""
     removed = []
-    if not target.parent.is_dir():
+    if not directory.is_dir():
         return removed
-    for entry in target.parent.glob(f"{_prefix(target)}*"):
-        host, _, rest = entry.name.removeprefix(_prefix(target)).partition("-")
+    for entry in directory.glob(pattern):
+        host, _, rest = writer(entry).partition("-")
         pid = rest.partition("-")[0]
         if host == _host() and pid.isdigit() and not _alive(int(pid)):
             shutil.rmtree(entry, ignore_errors=True)

@@ -27,6 +27,7 @@ from jdlcore.scaling import SCALING_ROWS, check_scaling_choice, robust_scaling
 from .atomic import refuse_existing
 from .cluster import dask_client, resolve_scheduler
 from .model_store import save_model
+from .versions import DEFAULT_KEEP_VERSIONS, check_keep
 from .staging import categorical_indices, categorical_levels, data_fingerprint, open_staged
 
 __all__ = ["fit_store", "make_estimator", "read_rows", "read_sample", "store_chunks", "data_scaling", "METHODS"]
@@ -136,6 +137,7 @@ def fit_store(
     overwrite: bool = False,
     tuning: str | os.PathLike | None = None,
     run_key: str | None = None,
+    keep_versions: int = DEFAULT_KEEP_VERSIONS,
     progress: Callable[[str], None] | None = None,
     **options: Any,
 ) -> tuple[Path, Any]:
@@ -155,8 +157,10 @@ def fit_store(
     ``reductions_seconds`` on Dask, ``solve_seconds``, ``fit_seconds``) and ``write_seconds`` (set
     after the store is written, so not stored in it). ``tuning``: the tuning store the
     hyperparameters came from; its table is kept in the model store (``tuning_*``) and its best
-    setting in the provenance. ``run_key`` is recorded for the orchestration's resume check.
+    setting in the provenance. ``run_key`` is recorded for the orchestration's resume check. The model
+    is published as a new version of ``out`` (``pipeline.versions``), keeping the newest ``keep_versions``.
     """
+    check_keep(keep_versions)
     hyper = dict(lengthscale_x=lengthscale_x, lengthscale_y=lengthscale_y, reg=reg)
     make_estimator(method, **hyper, **options)  # every rule, before anything is read
     if scaling is not None:
@@ -215,7 +219,8 @@ def fit_store(
                                 "criterion": table.attrs["criterion"], "rows_used": table.attrs["rows_used"]}
     model.provenance_ = provenance
     mark = time.perf_counter()
-    path = save_model(model, target, overwrite=overwrite, provenance=provenance, tuning=table, run_key=run_key)
+    path = save_model(model, target, overwrite=overwrite, provenance=provenance, tuning=table, run_key=run_key,
+                      keep_versions=keep_versions)
     model.diagnostics_["write_seconds"] = time.perf_counter() - mark
     return path, model
 

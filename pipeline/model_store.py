@@ -1,16 +1,18 @@
 """The model store: a fitted model (any method of ``ESTIMATORS``) as one xarray Dataset in zarr v3 (no pickles).
 
 ``model_to_dataset`` / ``model_from_dataset`` map ``JDL.state()`` to the contract of
-``data_schemas.model``; ``save_model`` writes atomically (a temporary sibling directory renamed into
-place, so a crash never leaves a partial store at the target) and ``load_model`` validates before
-rebuilding. The atoms (y_atoms, the only sample-sized variable) are chunked along ``sample``,
-copied in and checksummed block by block, and read lazily after loading.
+``data_schemas.model``; ``save_model`` publishes each model as a new immutable version behind an
+atomic pointer (``pipeline.versions``: a crash never leaves a partial store, and readers of the
+previous version read it whole) and ``load_model`` validates before rebuilding. The atoms (y_atoms,
+the only sample-sized variable) are chunked along ``sample``, copied in and checksummed block by
+block, and read lazily after loading.
 """
 from __future__ import annotations
 
 import hashlib
 import json
 import os
+import weakref
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +26,8 @@ from data_schemas.model import (
 )
 from jdlcore.models.registry import METHODS, method_of
 
-from .atomic import atomic_store, refuse_existing
+from .atomic import refuse_existing
+from .versions import DEFAULT_KEEP_VERSIONS, open_version, publish
 
 __all__ = ["model_to_dataset", "model_from_dataset", "save_model", "load_model", "ESTIMATORS", "method_of"]
 
@@ -154,8 +157,11 @@ def model_from_dataset(ds: xr.Dataset, where: str = "model", atoms: Any = None) 
 
 def save_model(model: Any, path: str | os.PathLike, *, overwrite: bool = False,
                provenance: dict[str, Any] | None = None, tuning: xr.Dataset | None = None,
-               run_key: str | None = None) -> Path:
-    """Write the model store at ``path`` atomically; refuses to replace an existing path unless ``overwrite``.
+               run_key: str | None = None, keep_versions: int = DEFAULT_KEEP_VERSIONS) -> Path:
+    """Publish the model as a new version of the store at ``path`` (``pipeline.versions``: the
+    version is written whole, then the pointer ``path`` moves to it in one rename, and versions beyond
+    the newest ``keep_versions`` are pruned unless being read). Refuses an existing ``path`` unless
+    ``overwrite``.
 
     The atoms are copied block by block (they may be a lazily read array, e.g. the staged data's y).
     ``tuning``: a tuning store's Dataset (``data_schemas.tuning``), kept as the ``tuning_*`` variables.
@@ -170,7 +176,7 @@ def save_model(model: Any, path: str | os.PathLike, *, overwrite: bool = False,
         ds = ds.merge(tuning_variables(tuning))
     if run_key:
         ds.attrs["run_key"] = run_key
-    with atomic_store(target, overwrite=overwrite) as staging:
+    with publish(target, run_key, keep=keep_versions) as staging:
         ds.to_zarr(staging, mode="w", zarr_format=3, consolidated=False)
         group = zarr.open_group(staging, mode="r+", zarr_format=3)
         atoms_checksum = None
@@ -190,11 +196,20 @@ def save_model(model: Any, path: str | os.PathLike, *, overwrite: bool = False,
 def load_model(path: str | os.PathLike) -> Any:
     """Open a model store and return a model with the full query API; foreign, truncated or newer
     stores raise ``ValueError`` naming the store and the broken rule. The atoms stay on disk and are
-    read block by block when a query needs them."""
-    source = Path(path)
+    read block by block when a query needs them.
+
+    For a versioned store the pointer is resolved once: the model reads that version to the end,
+    whatever is published meanwhile, and the version is not pruned while the model exists. The model's
+    ``store_version_`` names the version (None for an unversioned store) and ``store_path_`` the
+    directory read."""
+    try:
+        lease = open_version(path)
+    except ValueError as error:
+        raise ValueError(f"model {error}") from None
+    source = lease.path
     if not source.exists():
         raise ValueError(f"model: {source} does not exist")
-    where = f"model {source}"
+    where = f"model {path}" + (f" (version {lease.version})" if lease.version else "")
     try:
         ds = xr.open_zarr(source, consolidated=False, zarr_format=3)
     except Exception as error:  # zarr raises many types for foreign or damaged directories
@@ -202,11 +217,19 @@ def load_model(path: str | os.PathLike) -> Any:
     with ds:
         validate_model_dataset(ds, where)
         has_atoms = ds.attrs["method"] in ATOM_STORES
+        small = ds.drop_vars(ATOMS) if has_atoms else ds
+        for name, variable in small.variables.items():  # one by one, to name a damaged one
+            try:
+                variable.load()
+            except Exception as error:
+                raise ValueError(f"{where}: variable {name!r} is damaged ({type(error).__name__}: {error})") from None
         try:
-            small = ds.drop_vars(ATOMS).load() if has_atoms else ds.load()
             atoms = zarr.open_array(source / ATOMS, mode="r", zarr_format=3) if has_atoms else None
         except Exception as error:
             raise ValueError(f"{where}: damaged data ({type(error).__name__}: {error})") from None
         if has_atoms:
             small[ATOMS] = ds[ATOMS]  # lazy: validated by dims, read through ``atoms``
-        return model_from_dataset(small, where=where, atoms=atoms)
+        model = model_from_dataset(small, where=where, atoms=atoms)
+    model.store_version_, model.store_path_ = lease.version, source
+    weakref.finalize(model, lease.release)  # the lease lasts as long as the model
+    return model

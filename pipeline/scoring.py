@@ -62,7 +62,10 @@ def parse_function(spec: str) -> tuple[str, np.ndarray | None]:
 def score_store(model_path: str | os.PathLike, data: str | os.PathLike, out: str | os.PathLike,
                 functions: list[str], *, unseen: str = "refuse", overwrite: bool = False, scheduler: str | None = None,
                 run_key: str | None = None, progress: Callable[[str], None] | None = None) -> Path:
-    """Score every row of the staged store ``data``; write a zarr store aligned on ``sample``.
+    """Score every row of the staged store ``data`` with the model store ``model_path``; write a zarr
+    store aligned on ``sample``. The store records
+    the model version it scored (attributes ``model`` and ``model_version``): a versioned model store's
+    pointer is resolved once, and that version is read to the end whatever a fit publishes meanwhile.
 
     Categorical x columns are read by level name (the batch's codes mapped to the model's); a level
     the model was not fitted on is refused before anything is written (``unseen`` "refuse", the
@@ -103,7 +106,8 @@ def score_store(model_path: str | os.PathLike, data: str | os.PathLike, out: str
                                       dimension_names=dims)
             if values is not None:
                 array.attrs["parameters"] = values.tolist()
-        root.attrs.update({"schema": SCHEMA_NAME, "schema_version": SCHEMA_VERSION, "model": str(Path(model_path).resolve()),
+        root.attrs.update({"schema": SCHEMA_NAME, "schema_version": SCHEMA_VERSION,
+                           "model": str(Path(model.store_path_).resolve()), "model_version": model.store_version_ or "",
                            "data": data_path, "n_samples": n, "functions": json.dumps(functions),
                            "arrays": json.dumps({spec: array_name(spec) for spec in functions}),
                            **({"run_key": run_key} if run_key else {})})

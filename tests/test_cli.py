@@ -33,7 +33,8 @@ def test_errors_are_one_line_with_nonzero_exit(tmp_path):
     assert result.returncode == 2
     assert result.stderr.strip().splitlines() == [
         "jdl fit: error: fit: parameter tol: must be in [0, 1) (got 3.0)"]
-    for command in ("", "stage", "tune", "fit", "score", "inspect", "serve", "demo", "compress", "reproduce"):
+    for command in ("", "stage", "tune", "fit", "score", "inspect", "versions", "serve", "demo", "compress",
+                    "reproduce"):
         result = subprocess.run([sys.executable, "-m", "jdl.cli", *command.split(), "--help"], capture_output=True,
                                 text=True)
         assert result.returncode == 0 and "usage: jdl" in result.stdout, command

@@ -32,7 +32,9 @@ def test_round_trip_is_exact(fitted, tmp_path):
         assert loaded.diagnostics_[name] == fitted.diagnostics_[name], name
     assert loaded.support_.requested == fitted.support_.requested
     assert loaded.get_params()["reg"] == 1e-4 and loaded.kernel_x == GaussianKernel(0.5)
-    assert [p.name for p in tmp_path.iterdir()] == ["model.zarr"]  # no temporary left behind
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model.zarr", "model.zarr.versions"]  # no temporary
+    assert [p.name for p in (tmp_path / "model.zarr.versions").iterdir() if not p.name.endswith(".lease")] == [
+        loaded.store_version_]
     ds = xr.open_zarr(path, consolidated=False)
     assert ds.attrs["schema"] == "jdl.model" and json.loads(ds.attrs["provenance"]) == {"data": "bivariate gaussian"}
 
@@ -59,7 +61,8 @@ def test_foreign_truncated_and_newer_stores_are_refused(fitted, tmp_path):
         load_model(junk)
     truncated = save_model(fitted, tmp_path / "truncated.zarr")
     shutil.rmtree(truncated / "y_atoms")
-    with pytest.raises(ValueError, match="model .*truncated.zarr: variable 'y_atoms' is missing"):
+    versioned = r"model .*truncated.zarr \(version [0-9TZ]+-[0-9a-f]{12}\)"
+    with pytest.raises(ValueError, match=versioned + ": variable 'y_atoms' is missing"):
         load_model(truncated)
     for variable in ("y_atoms", "coef"):
         missing_chunks = save_model(fitted, tmp_path / f"chunks-{variable}.zarr")

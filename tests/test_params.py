@@ -124,7 +124,7 @@ def test_the_cli_settings_and_fit_flow_offer_exactly_the_fit_options():
     assert set(FIT_OPTIONS) <= set(FitSettings.model_fields)
     assert set(FitSettings.model_fields) - set(FIT_OPTIONS) == {"data", "out", "tuning", "lengthscale_x",
                                                                  "lengthscale_y", "reg", "method", "scaling",
-                                                                 "scheduler"}
+                                                                 "keep_versions", "scheduler"}
 
     pytest.importorskip("prefect")
     from flows.jdl_flows import fit_flow

@@ -1,5 +1,7 @@
 """A served deployment on a real `prefect server start` (127.0.0.1, own PREFECT_HOME): the deployments
-of deploy/prefect.yaml register, the server's scheduler creates runs, and a run writes a valid model."""
+of deploy/prefect.yaml register, the server's scheduler creates runs, and a run writes a valid model.
+The fit is scheduled every second, far faster than it runs: the deployment's concurrency limit skips
+the runs that come while one runs, and none of them fails."""
 import os
 import shutil
 import subprocess
@@ -21,10 +23,10 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def project_with_fast_schedule(tmp_path: Path) -> Path:
-    """deploy/prefect.yaml with the nightly fit on a 5 s interval and fixed hyperparameters."""
+    """deploy/prefect.yaml with the nightly fit on a 1 s interval and fixed hyperparameters."""
     project = yaml.safe_load((REPO / "deploy" / "prefect.yaml").read_text())
     fit = next(d for d in project["deployments"] if d["name"] == "nightly-fit")
-    fit["schedules"] = [{"interval": 5}]
+    fit["schedules"] = [{"interval": 1}]
     fit["parameters"].pop("tuning")
     fit["parameters"].update(lengthscale_x=0.5, lengthscale_y=0.4, reg=1e-4)
     path = tmp_path / "prefect.yaml"
@@ -52,21 +54,28 @@ def test_served_deployment_is_scheduled_and_writes_a_model(tmp_path, prefect_ser
     from prefect.settings import PREFECT_API_URL, temporary_settings
 
     with stopped_on_exit(serving), temporary_settings({PREFECT_API_URL: api}), get_client(sync_client=True) as client:
-        deadline = time.monotonic() + 240
-        completed = []
-        while not completed:
+        deadline = time.monotonic() + 600  # a bound for a loaded machine; the loop ends on the runs' states
+        runs = []
+        while sum(run.state is not None and run.state.is_final() for run in runs) < 4 or not [
+                run for run in runs if run.state.is_completed()]:
             assert serving.poll() is None, (tmp_path / "serve.log").read_text()[-3000:]
             assert time.monotonic() < deadline, (tmp_path / "serve.log").read_text()[-3000:]
-            time.sleep(2)
+            time.sleep(1)
             try:
                 deployment = client.read_deployment_by_name("jdl-fit/nightly-fit")
             except Exception:  # not registered yet
                 continue
             runs = client.read_flow_runs(deployment_filter=DeploymentFilter(id=DeploymentFilterId(any_=[deployment.id])))
-            completed = [run for run in runs if run.state is not None and run.state.is_completed()]
+        final = [run for run in runs if run.state is not None and run.state.is_final()]
+        failed = [(run.name, run.state.type.value, run.state.message) for run in final
+                  if run.state.is_failed() or run.state.is_crashed()]
+        assert not failed, (failed, (tmp_path / "serve.log").read_text()[-3000:])
+        assert all(run.state.is_completed() or run.state.is_cancelled() for run in final)  # done, or skipped
+        assert deployment.global_concurrency_limit.limit == 1
+        assert deployment.concurrency_options.collision_strategy.value == "CANCEL_NEW"
         score = client.read_deployment_by_name("jdl-score/hourly-score")
         assert [s.schedule.cron for s in score.schedules] == ["15 * * * *"]
-        run = completed[0]
+        run = next(run for run in final if run.state.is_completed())
         assert run.auto_scheduled, "the run was not created by the server's scheduler"
         assert run.parameters["data"] == "${JDL_HOME}/staged.zarr"  # expanded where the flow runs
     model = load_model(home / "model.zarr")
@@ -96,4 +105,6 @@ def test_prefect_deploy_registers_the_deployments_on_the_process_pool(prefect_se
     assert [s.schedule.cron for s in fit.schedules] == ["0 2 * * *"]
     assert [s.schedule.cron for s in score.schedules] == ["15 * * * *"]
     assert fit.entrypoint == "flows/jdl_flows.py:fit_flow"
+    assert fit.global_concurrency_limit.limit == score.global_concurrency_limit.limit == 1
+    assert fit.concurrency_options.collision_strategy.value == "CANCEL_NEW"
     assert fit.parameters["out"] == "${JDL_HOME}/model.zarr"
