@@ -14,9 +14,9 @@ scored data's ``sample`` axis first and these dimension names:
 Group attributes: ``schema`` = "jdl.scores", ``schema_version``, ``model`` and ``data`` (absolute
 paths; ``model`` is the directory of the model version read), ``model_version`` (the version's name,
 "" for an unversioned model store; optional), ``n_samples``, ``functions`` (JSON list of the function
-names, in order). A name longer than ``MAX_NAME`` characters (99 quantile levels, say) would not fit a file name: its array is named
-``KIND-HASH`` (``array_name``), and (schema 2) the attribute ``arrays`` maps each function name to
-its array's; ``scores_array`` reads either.
+names, in order). A name longer than ``MAX_NAME`` characters (99 quantile levels, say) would not
+fit a file name: its array is named ``KIND-HASH`` (``array_name``), and (schema 2) the attribute
+``arrays`` maps each function name to its array's; ``scores_array`` reads either.
 """
 from __future__ import annotations
 

@@ -23,11 +23,11 @@ from data_schemas.tuning import SCHEMA_NAME as TUNING_SCHEMA
 from pipeline.compression import compress_store, open_compressed
 from pipeline.fitting import fit_store, make_estimator
 from pipeline.locks import LockTimeout, store_lock
-from pipeline.versions import open_version
 from pipeline.model_store import load_model
 from pipeline.scoring import open_scores, score_store
 from pipeline.staging import data_fingerprint, open_staged, stage as stage_table
 from pipeline.tuning import load_tuning, tune_store
+from pipeline.versions import open_version
 
 from .artifacts import publish_fit
 from .progress import report

@@ -283,7 +283,8 @@ def _versions(args: argparse.Namespace) -> int:
         stamp, _, key = name.partition("-")
         published = f"{stamp[0:4]}-{stamp[4:6]}-{stamp[6:8]} {stamp[9:11]}:{stamp[11:13]}:{stamp[13:15]} UTC"
         notes = ["current"] * (name == current) + ["being read"] * being_read(target, name)
-        print(f"{'*' if name == current else ' '} {name}  published {published}, run key {key}"
+        origin = "written before versioning" if key == "unversioned" else f"run key {key}"
+        print(f"{'*' if name == current else ' '} {name}  published {published}, {origin}"
               + (f" ({', '.join(notes)})" if notes else ""))
     return 0
 

@@ -27,8 +27,8 @@ from jdlcore.scaling import SCALING_ROWS, check_scaling_choice, robust_scaling
 from .atomic import refuse_existing
 from .cluster import dask_client, resolve_scheduler
 from .model_store import save_model
-from .versions import DEFAULT_KEEP_VERSIONS, check_keep
 from .staging import categorical_indices, categorical_levels, data_fingerprint, open_staged
+from .versions import DEFAULT_KEEP_VERSIONS, check_keep
 
 __all__ = ["fit_store", "make_estimator", "read_rows", "read_sample", "store_chunks", "data_scaling", "METHODS"]
 

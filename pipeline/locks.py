@@ -12,7 +12,7 @@ A run that finds the lock held reports the holder once (``progress``) and waits.
 ``LockTimeout`` naming the holder's PID.
 
 ``flock`` locks are shared between processes of one host on a local filesystem; on a network
-filesystem, serialise runs by the Prefect concurrency limit of the deployment instead (deploy/prefect.yaml).
+filesystem, serialise runs by the deployments' Prefect concurrency limit instead (deploy/prefect.yaml).
 """
 from __future__ import annotations
 

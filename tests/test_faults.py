@@ -204,7 +204,8 @@ def test_a_fit_killed_mid_write_keeps_the_previous_version(staged, tmp_path, sig
         time.sleep(0.2)
     if signum == signal.SIGTERM:
         assert code == 130
-        assert stderr.strip().splitlines()[-1] == "jdl fit: stopped; the output is absent or as the previous run left it"
+        stopped = "jdl fit: stopped; the output is absent or as the previous run left it"
+        assert stderr.strip().splitlines()[-1] == stopped
         assert_nothing_left(out)
     else:
         assert code == -signal.SIGKILL
