@@ -78,9 +78,13 @@ def atomic_store(target: str | os.PathLike, *, overwrite: bool = False) -> Itera
     staging = target.with_name(f"{_prefix(target)}{_host()}-{os.getpid()}-{uuid.uuid4().hex}")
     try:
         yield staging
-        if target.exists():
-            shutil.rmtree(target)
-        os.replace(staging, target)
+        if target.exists():  # moved aside first: readers miss the store for two renames, not a deletion
+            replaced = staging.with_name(staging.name + "-replaced")
+            os.rename(target, replaced)
+            os.replace(staging, target)
+            shutil.rmtree(replaced, ignore_errors=True)
+        else:
+            os.replace(staging, target)
     finally:
         if staging.exists():
             shutil.rmtree(staging, ignore_errors=True)

@@ -27,3 +27,15 @@ def test_abandoned_temporaries_of_dead_writers_are_removed(tmp_path):
     assert names["dead"] not in left
     assert {names["alive"], names["other_host"], names["other_target"]} <= left
     assert remove_abandoned(tmp_path / "absent" / "x.zarr") == []
+
+
+def test_a_replaced_store_is_moved_aside_then_removed(tmp_path):
+    """The old store is renamed away before the new one is renamed in (readers miss it for two renames,
+    not for a deletion), and nothing of either is left beside the target."""
+    target = tmp_path / "scores.zarr"
+    for content in ("old", "new"):
+        with atomic_store(target, overwrite=content == "new") as staging:
+            staging.mkdir()
+            (staging / "zarr.json").write_text(content)
+    assert (target / "zarr.json").read_text() == "new"
+    assert [p.name for p in tmp_path.iterdir()] == ["scores.zarr"]
