@@ -31,6 +31,15 @@ def means(model):
     return model.conditional_expectation(QUERIES)
 
 
+def two_versions(models, target) -> tuple[str, str]:
+    """Save the first two models at ``target`` one after the other; the names of the two versions."""
+    names = []
+    for model in models[:2]:
+        save_model(model, target, overwrite=True)
+        names.append(current_version(target))
+    return names[0], names[1]
+
+
 def test_each_save_publishes_a_version_and_moves_the_pointer(models, tmp_path):
     target = tmp_path / "model.zarr"
     save_model(models[0], target, run_key="a" * 64)
@@ -117,10 +126,7 @@ def test_a_plain_store_becomes_the_previous_version(models, tmp_path):
 
 def test_a_damaged_current_version_is_refused_by_name_and_the_previous_still_loads(models, tmp_path):
     target = tmp_path / "model.zarr"
-    save_model(models[0], target)
-    previous = current_version(target)
-    save_model(models[1], target, overwrite=True)
-    current = current_version(target)
+    previous, current = two_versions(models, target)
     chunks = [p for p in (resolve(target) / "coef" / "c").rglob("*") if p.is_file()]
     chunks[0].write_bytes(chunks[0].read_bytes()[:-8] + b"\x00" * 8)  # one chunk overwritten in place
     with pytest.raises(ValueError) as error:
@@ -132,10 +138,7 @@ def test_a_damaged_current_version_is_refused_by_name_and_the_previous_still_loa
 
 def test_a_pointer_to_a_missing_version_and_a_newer_schema_are_refused_in_one_line(models, tmp_path):
     target = tmp_path / "model.zarr"
-    save_model(models[0], target)
-    first = current_version(target)
-    save_model(models[1], target, overwrite=True)
-    gone = current_version(target)
+    first, gone = two_versions(models, target)
     shutil.rmtree(versions_dir(target) / gone)
     with pytest.raises(ValueError) as error:
         load_model(target)
