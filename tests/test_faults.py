@@ -233,13 +233,13 @@ def test_an_unwritable_output_or_jdl_home_is_refused_before_any_work(staged, tmp
     out = directory / "model.zarr"
     before = sorted(p.name for p in tmp_path.iterdir())
     assert main(fit_argv(staged, out)[1:]) == 2
-    message = capsys.readouterr().err.strip().splitlines()
-    assert message == [f"jdl fit: error: fit: parameter out: directory {directory} is not writable "
-                       f"(Permission denied) (got {str(out)!r})"]
+    (message,) = capsys.readouterr().err.strip().splitlines()  # the reason in the system's words
+    assert message.startswith(f"jdl fit: error: fit: parameter out: directory {directory} is not writable (")
+    assert message.endswith(f") (got {str(out)!r})")
     assert sorted(p.name for p in tmp_path.iterdir()) == before and not out.exists()
     env = {**_env(), "JDL_HOME": str(directory), "PREFECT_API_URL": "http://127.0.0.1:9/api"}
     served = subprocess.run([sys.executable, "-m", "jdl.cli", "serve"], cwd=REPO, env=env, capture_output=True,
                             text=True, timeout=WAIT)
     assert served.returncode == 2
-    assert served.stderr.strip().splitlines() == [
-        f"jdl serve: error: JDL_HOME: directory {directory} is not writable (Permission denied)"]
+    (message,) = served.stderr.strip().splitlines()
+    assert message.startswith(f"jdl serve: error: JDL_HOME: directory {directory} is not writable (")
