@@ -23,11 +23,10 @@ from data_schemas.tuning import SCHEMA_NAME as TUNING_SCHEMA
 from pipeline.compression import compress_store, open_compressed
 from pipeline.fitting import fit_store, make_estimator
 from pipeline.locks import LockTimeout, store_lock
-from pipeline.model_store import load_model
+from pipeline.model_store import lease_model, load_model
 from pipeline.scoring import open_scores, score_store
 from pipeline.staging import data_fingerprint, open_staged, stage as stage_table
 from pipeline.tuning import load_tuning, tune_store
-from pipeline.versions import open_version
 
 from .artifacts import publish_fit
 from .progress import report
@@ -136,10 +135,7 @@ def score(settings: dict[str, Any]) -> StageResult:
     """Score a staged store with a model store into a scores store. A versioned model store's pointer
     is resolved once: that version keys the run and is read to the end (``pipeline.versions``)."""
     s = ScoreSettings(**settings)
-    try:
-        lease = open_version(s.model)
-    except ValueError as error:
-        raise ValueError(f"model {error}") from None
+    lease = lease_model(s.model)
     try:
         key = run_key("score", model=_model_identity(lease.path), data=data_fingerprint(open_staged(s.data)),
                       functions=s.functions, **({"unseen": s.unseen} if s.unseen != "refuse" else {}))

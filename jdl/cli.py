@@ -263,7 +263,7 @@ def _versions(args: argparse.Namespace) -> int:
 
     from pipeline.locks import store_lock
     from pipeline.model_store import load_model
-    from pipeline.versions import being_read, current_version, list_versions, use_version, versions_dir
+    from pipeline.versions import being_read, current_version, list_versions, published, use_version, versions_dir
 
     target = Path(args.model)
     kept = list_versions(target)
@@ -280,11 +280,10 @@ def _versions(args: argparse.Namespace) -> int:
         return 0
     current = current_version(target)
     for name in kept:
-        stamp, _, key = name.partition("-")
-        published = f"{stamp[0:4]}-{stamp[4:6]}-{stamp[6:8]} {stamp[9:11]}:{stamp[11:13]}:{stamp[13:15]} UTC"
+        when, tag = published(name)
         notes = ["current"] * (name == current) + ["being read"] * being_read(target, name)
-        origin = "written before versioning" if key == "unversioned" else f"run key {key}"
-        print(f"{'*' if name == current else ' '} {name}  published {published}, {origin}"
+        origin = "written before versioning" if tag == "unversioned" else f"run key {tag}"
+        print(f"{'*' if name == current else ' '} {name}  published {when:%Y-%m-%d %H:%M:%S} UTC, {origin}"
               + (f" ({', '.join(notes)})" if notes else ""))
     return 0
 

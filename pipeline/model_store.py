@@ -27,9 +27,10 @@ from data_schemas.model import (
 from jdlcore.models.registry import METHODS, method_of
 
 from .atomic import refuse_existing
-from .versions import DEFAULT_KEEP_VERSIONS, open_version, publish
+from .versions import DEFAULT_KEEP_VERSIONS, Lease, open_version, publish
 
-__all__ = ["model_to_dataset", "model_from_dataset", "save_model", "load_model", "ESTIMATORS", "method_of"]
+__all__ = ["model_to_dataset", "model_from_dataset", "save_model", "load_model", "lease_model", "ESTIMATORS",
+           "method_of"]
 
 SAMPLE_CHUNK = 65_536
 ATOMS = "y_atoms"
@@ -193,6 +194,15 @@ def save_model(model: Any, path: str | os.PathLike, *, overwrite: bool = False,
     return target
 
 
+def lease_model(path: str | os.PathLike) -> Lease:
+    """A read lease on the model version ``path`` names now (``pipeline.versions.open_version``); a
+    pointer to a missing version is a ``ValueError`` naming the model."""
+    try:
+        return open_version(path)
+    except ValueError as error:
+        raise ValueError(f"model {error}") from None
+
+
 def load_model(path: str | os.PathLike) -> Any:
     """Open a model store and return a model with the full query API; foreign, truncated or newer
     stores raise ``ValueError`` naming the store and the broken rule. The atoms stay on disk and are
@@ -202,10 +212,7 @@ def load_model(path: str | os.PathLike) -> Any:
     whatever is published meanwhile, and the version is not pruned while the model exists. The model's
     ``store_version_`` names the version (None for an unversioned store) and ``store_path_`` the
     directory read."""
-    try:
-        lease = open_version(path)
-    except ValueError as error:
-        raise ValueError(f"model {error}") from None
+    lease = lease_model(path)
     source = lease.path
     if not source.exists():
         raise ValueError(f"model: {source} does not exist")

@@ -36,12 +36,13 @@ from typing import Iterator
 from .atomic import atomic_store, remove_abandoned_in
 
 __all__ = ["DEFAULT_KEEP_VERSIONS", "check_keep", "versions_dir", "version_name", "list_versions", "current_version",
-           "resolve", "publish", "prune", "open_version", "Lease", "being_read", "use_version"]
+           "resolve", "publish", "published", "prune", "open_version", "Lease", "being_read", "use_version"]
 
 DEFAULT_KEEP_VERSIONS = 3  # versions a publish keeps, the new one included
 _SUFFIX = ".versions"
 _LEASE = ".lease"
 _PRUNING = ".pruning-"
+_STAMP = "%Y%m%dT%H%M%S%fZ"  # a version name's UTC time (it sorts as the time does)
 
 
 def check_keep(keep: int) -> int:
@@ -59,8 +60,14 @@ def versions_dir(target: str | os.PathLike) -> Path:
 
 def version_name(run_key: str | None) -> str:
     """A new version's name: the UTC time to the microsecond, then the run key's first 12 hex digits."""
-    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S%fZ")
-    return f"{stamp}-{(run_key or uuid.uuid4().hex)[:12]}"
+    return f"{datetime.now(timezone.utc).strftime(_STAMP)}-{(run_key or uuid.uuid4().hex)[:12]}"
+
+
+def published(version: str) -> tuple[datetime, str]:
+    """(the UTC time a version was published, its tag: a run key's first 12 hex digits, or
+    "unversioned" for a store moved into the versions)."""
+    stamp, _, tag = version.partition("-")
+    return datetime.strptime(stamp, _STAMP).replace(tzinfo=timezone.utc), tag
 
 
 def list_versions(target: str | os.PathLike) -> list[str]:
@@ -99,7 +106,7 @@ def resolve(target: str | os.PathLike) -> Path:
 def _point(target: Path, version: str) -> None:
     """Make ``target`` a link to ``version`` in one rename (a plain directory there is moved into the versions)."""
     if target.exists() and not target.is_symlink():
-        mtime = datetime.fromtimestamp(target.stat().st_mtime, timezone.utc).strftime("%Y%m%dT%H%M%S%fZ")
+        mtime = datetime.fromtimestamp(target.stat().st_mtime, timezone.utc).strftime(_STAMP)
         os.rename(target, versions_dir(target) / f"{mtime}-unversioned")
     link = target.with_name(f".{target.name}.link-{os.getpid()}-{uuid.uuid4().hex}")
     os.symlink(Path(versions_dir(target).name) / version, link)

@@ -189,3 +189,18 @@ def prefect_server(tmp_path_factory):
         _wait_for_http(f"{api}/health", process, timeout=120)
         yield api, env
     log.close()
+
+
+def processes_in_group(pgid: int) -> list[int]:
+    """PIDs of the live (not zombie) processes of the process group ``pgid`` (needs psutil)."""
+    import os
+
+    psutil = pytest.importorskip("psutil")
+    found = []
+    for other in psutil.process_iter(["pid", "status"]):
+        try:
+            if os.getpgid(other.pid) == pgid and other.info["status"] != psutil.STATUS_ZOMBIE:
+                found.append(other.pid)
+        except (ProcessLookupError, psutil.Error):
+            pass
+    return found

@@ -18,6 +18,7 @@ import pytest
 
 pytest.importorskip("zarr")
 from jdl.cli import main  # noqa: E402
+from .conftest import processes_in_group  # noqa: E402
 from pipeline.locks import lock_path  # noqa: E402
 from pipeline.model_store import load_model  # noqa: E402
 from pipeline.scoring import open_scores  # noqa: E402
@@ -77,18 +78,6 @@ class Paused:
         if self.process.poll() is None:
             os.killpg(self.process.pid, signal.SIGKILL)
             self.process.wait(timeout=WAIT)
-
-
-def _group_left(pgid: int) -> list[int]:
-    psutil = pytest.importorskip("psutil")
-    left = []
-    for other in psutil.process_iter(["pid", "status"]):
-        try:
-            if os.getpgid(other.pid) == pgid and other.info["status"] != psutil.STATUS_ZOMBIE:
-                left.append(other.pid)
-        except (ProcessLookupError, psutil.Error):
-            pass
-    return left
 
 
 @pytest.fixture
@@ -199,7 +188,7 @@ def test_a_fit_killed_mid_write_keeps_the_previous_version(staged, tmp_path, sig
     assert current_version(out) == previous and list_versions(out) == [previous]
     assert load_model(out).reg == 1e-4
     deadline = time.monotonic() + WAIT
-    while _group_left(run.process.pid):
+    while processes_in_group(run.process.pid):
         assert time.monotonic() < deadline, "processes of the stopped command are left"
         time.sleep(0.2)
     if signum == signal.SIGTERM:

@@ -15,7 +15,7 @@ import pytest
 from jdl.cli import main
 from flows.runner import configured_api_url, execute, prefect_requested, run_stage
 
-from .conftest import write_table
+from .conftest import processes_in_group, write_table
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -160,20 +160,10 @@ def test_sigterm_stops_a_command_with_its_cluster_and_leaves_no_output(tmp_path)
             os.killpg(process.pid, signal.SIGKILL)
     assert "jdl tune: stopped; the output is absent or as the previous run left it" in rest.splitlines()
 
-    def running_in_group() -> list:
-        found = []
-        for other in psutil.process_iter(["pid", "status"]):
-            try:
-                if os.getpgid(other.pid) == process.pid and other.info["status"] != psutil.STATUS_ZOMBIE:
-                    found.append(other)
-            except (ProcessLookupError, psutil.Error):
-                pass
-        return found
-
-    left = running_in_group()
+    left = processes_in_group(process.pid)
     deadline = time.monotonic() + 60
     while left and time.monotonic() < deadline:
         time.sleep(0.5)
-        left = running_in_group()
-    assert not left, [(p.pid, p.cmdline()) for p in left]
+        left = processes_in_group(process.pid)
+    assert not left, [(pid, psutil.Process(pid).cmdline()) for pid in left]
     assert sorted(path.name for path in tmp_path.iterdir()) == ["d.zarr", "t.npz"]

@@ -253,9 +253,12 @@ class FactorPartials:
         )
 
 
-def factor_partials(L_x: np.ndarray, L_y: np.ndarray) -> FactorPartials:
-    """Partial sums of one chunk of paired rows of L_X (n_c, m_X) and L_Y (n_c, m_Y)."""
-    return FactorPartials(L_x.shape[0], L_x.T @ L_x, L_y.T @ L_y, L_y.T @ L_x, L_x.sum(axis=0), L_y.sum(axis=0))
+def factor_partials(L_x: np.ndarray, L_y: np.ndarray, gram_x: np.ndarray | None = None,
+                    gram_y: np.ndarray | None = None) -> FactorPartials:
+    """Partial sums of one chunk of paired rows of L_X (n_c, m_X) and L_Y (n_c, m_Y); ``gram_x``,
+    ``gram_y``: L_X^T L_X and L_Y^T L_Y where already computed."""
+    return FactorPartials(L_x.shape[0], L_x.T @ L_x if gram_x is None else gram_x,
+                          L_y.T @ L_y if gram_y is None else gram_y, L_y.T @ L_x, L_x.sum(axis=0), L_y.sum(axis=0))
 
 
 def column_extremes(A: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -25,7 +25,7 @@ import numpy as np
 
 from ..conditional.atoms import STANDARD_FUNCTIONS, Atoms, FunctionSums, block_sums, evaluate_function
 from ..lowrank.basis import (
-    FactorPartials, JDLReductions, SpectralBasis, column_extremes, reductions_from_partials, spectral_basis,
+    JDLReductions, SpectralBasis, column_extremes, factor_partials, reductions_from_partials, spectral_basis,
 )
 from ..lowrank.cholesky import FACTORISATION_PARAMS, Factorisation, PivotedCholesky, pivoted_cholesky
 from .degeneracy import (
@@ -165,8 +165,7 @@ def problem_from_factors(
                       for side, kernel in ((factor_x, kernel_x), (factor_y, kernel_y)))
     factor_x, factor_y = side_x.factor, side_y.factor
     basis_x, basis_y, A_x, A_y = side_x.basis, side_y.basis, side_x.A, side_y.A
-    partials = FactorPartials(len(A_x), side_x.gram, side_y.gram, factor_y.L.T @ factor_x.L, factor_x.L.sum(axis=0),
-                              factor_y.L.sum(axis=0))
+    partials = factor_partials(factor_x.L, factor_y.L, side_x.gram, side_y.gram)
     reductions = reductions_from_partials(partials, basis_x, basis_y, side_x.extremes, side_y.extremes)
     sums = {name: block_sums(f, Y, A_y) for name, f in {**STANDARD_FUNCTIONS, **(test_functions or {})}.items()}
     n = Y.shape[0]
