@@ -306,7 +306,8 @@ def _pair_problem(factor_x: ProblemSide | Exception, factor_y: ProblemSide | Exc
         return None, failed
     try:
         return problem_from_factors(factor_x, factor_y, kernel_x, kernel_y, X, Y, support_size=base.support_size,
-                                    seed=base.seed, grid_points=base.grid_points, rank_budget=budget), None
+                                    seed=base.seed, grid_points=base.grid_points, rank_budget=budget,
+                                    values_x=base.reads_x_values), None
     except _CANDIDATE_ERRORS as error:
         return None, error
 

@@ -240,7 +240,8 @@ def _fit_from_reductions(estimator: Any, data: str | os.PathLike, group: zarr.Gr
     options = dict(support_size=estimator.support_size, grid_points=estimator.grid_points) if on_atoms else {}
     if scheduler is None:
         Y = group["y"][:]
-        problem = build_problem(group["x"][:], Y, estimator.kernel_x, estimator.kernel_y, factorisation, **options)
+        problem = build_problem(group["x"][:], Y, estimator.kernel_x, estimator.kernel_y, factorisation,
+                                values_x=estimator.reads_x_values, **options)
     else:
         from .chunked_fit import chunked_problem
 
@@ -253,6 +254,6 @@ def _fit_from_reductions(estimator: Any, data: str | os.PathLike, group: zarr.Gr
         with dask_client(scheduler) as client:
             chunks = store_chunks(client, data, group)
             problem = chunked_problem(client, chunks["x"], chunks["y"], estimator.kernel_x, estimator.kernel_y,
-                                      factorisation, extremes=on_atoms and estimator.uses_tightening, progress=progress,
+                                      factorisation, extremes=estimator.reads_x_values, progress=progress,
                                       **samples, **options)
     return estimator.fit_problem(problem, Y)

@@ -462,3 +462,32 @@ def test_quiet_fit_at_the_defaults(data):
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         JDL().fit(*data)
+
+
+def test_x_values_are_computed_only_for_the_fits_that_read_them(data):
+    """The x basis values A_X = L_X V_X (n x m_X) cost as much as the Gram matrix; the default fit
+    never reads them, the tightening does. Without them the fit is the same to the last bit."""
+    from jdlcore import Factorisation, build_problem, pivoted_cholesky
+    from jdlcore.models.jdl import problem_side
+
+    X, Y = data
+    kx, ky = GaussianKernel(0.5), GaussianKernel(0.4)
+    with_values = build_problem(X, Y, kx, ky, Factorisation(tol=1e-6))
+    without = build_problem(X, Y, kx, ky, Factorisation(tol=1e-6), values_x=False)
+    assert without.A_x is None and np.isnan(without.reductions.min_x).all() and np.isnan(without.reductions.max_x).all()
+    side = problem_side(pivoted_cholesky(kx, X, tol=1e-6), kx)
+    assert "A" not in side.__dict__  # not computed until read
+    np.testing.assert_allclose(side.A, side.factor.L @ side.basis.rotation, rtol=0, atol=0)
+    np.testing.assert_array_equal(side.extremes[0], with_values.reductions.min_x)
+    np.testing.assert_allclose(side.A.T @ side.A, np.diag(side.basis.eigenvalues), atol=1e-9 * side.basis.eigenvalues[0])
+    for name in ("lam_x", "lam_y", "cross", "sum_x", "sum_y", "min_y", "max_y"):
+        np.testing.assert_array_equal(getattr(without.reductions, name), getattr(with_values.reductions, name))
+    default = JDL(kx, ky)
+    assert not default.reads_x_values and JDL(kx, ky, positivity="tightening").reads_x_values
+    np.testing.assert_array_equal(JDL(kx, ky).fit_problem(without, Y).coef_,
+                                  JDL(kx, ky).fit_problem(with_values, Y).coef_)
+    with pytest.raises(ValueError, match="column extremes"):
+        JDL(kx, ky, positivity="tightening").fit_problem(without, Y)
+    tightening = JDL(kx, ky, positivity="tightening")
+    own = build_problem(X, Y, kx, ky, Factorisation.of(tightening))
+    np.testing.assert_array_equal(tightening.fit(X, Y).coef_, JDL(kx, ky, positivity="tightening").fit_problem(own, Y).coef_)

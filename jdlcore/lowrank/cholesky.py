@@ -200,15 +200,24 @@ class InMemoryFactorStorage:
 
     _SLAB = 1 << 16  # sample columns processed per slab in ``extend``
 
+    _INITIAL = 128  # columns reserved when no capacity is given; grown by doubling
+
     def __init__(self, kernel: Kernel, X: np.ndarray, capacity: int | None = None):
+        """``capacity``: columns of L to reserve up front, e.g. the rank cap (the reserved memory is
+        committed only as columns are written, so a factorisation that stops early does not pay
+        for it); past it, or where the system refuses the reservation, the buffer grows by doubling."""
         self.kernel = kernel
         self.X = X
         self.n = X.shape[0]
         self.rank = 0
         self.diag = np.array(kernel.diag(X), dtype=np.float64)
         self._trace = float(self.diag.sum())
-        self._capacity = int(min(self.n, capacity if capacity is not None else 128))
-        self._Lt = np.empty((self._capacity, self.n))
+        self._capacity = int(min(self.n, capacity if capacity is not None else self._INITIAL))
+        try:
+            self._Lt = np.empty((self._capacity, self.n))
+        except MemoryError:
+            self._capacity = int(min(self.n, self._INITIAL))
+            self._Lt = np.empty((self._capacity, self.n))
         self._pivots: list[np.ndarray] = []
         self._staged_pivots = np.empty(0, dtype=np.int64)
 
@@ -476,7 +485,7 @@ def pivoted_cholesky(
     X = as_samples(X, "X")
     if not np.isfinite(tol) or tol < 0:
         raise ValueError(f"tol: must be finite and >= 0, got {tol!r}")
-    storage = InMemoryFactorStorage(kernel, X, capacity=None if max_rank is None else min(int(max_rank), 128))
+    storage = InMemoryFactorStorage(kernel, X, capacity=max_rank)
     run = run_pivoted_cholesky(
         storage, kernel, tol=tol, atol=atol, max_rank=max_rank, pivoting=pivoting,
         block_size=block_size, seed=seed, pivot_floor=pivot_floor, progress=progress,

@@ -100,6 +100,7 @@ class CME(Estimator):
     method = "cme"
     summary = "low-rank conditional mean embedding (signed weights on the y pivots)"
     fits_from_reductions = True
+    reads_x_values = False  # the solve reads only the m x m reductions
     state_dims = {"coef": ("basis_y", "basis_x")}
     parameters = {
         "reg": Param(Number(low=0), "regularisation lambda of the embedding (> 0 for a rank-deficient K_X)"),

@@ -21,8 +21,10 @@
   (one line), ``positivity_rules`` (the first is what "auto" means), ``laws_on_atoms`` (conditional
   laws are weights on support atoms, with the training atoms stored), ``fits_from_reductions``
   (fitted from the m x m reductions, which Dask computes chunk by chunk), ``bases`` (the kinds of
-  the x and y bases, None where there is none) and ``state_dims`` (the dims of the state's own
-  arrays, beyond the bases and reductions).
+  the x and y bases, None where there is none), ``state_dims`` (the dims of the state's own
+  arrays, beyond the bases and reductions) and ``reads_x_values`` (the fit reads the x basis values
+  at the training rows, an n x m_X array a kernel problem computes only then; JDL's depends on its
+  positivity rule).
 """
 from __future__ import annotations
 
@@ -64,6 +66,7 @@ class Estimator:
     fits_from_reductions: ClassVar[bool] = False
     bases: ClassVar[tuple[str | None, str | None]] = ("spectral", "spectral")
     state_dims: ClassVar[dict[str, tuple[str, ...]]] = {}
+    reads_x_values: ClassVar[bool] = True
 
     _KERNELS: ClassVar[tuple[str, ...]] = ("kernel_x", "kernel_y")
     parameters: ClassVar[dict[str, Param]] = {}

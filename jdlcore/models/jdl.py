@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any, Callable
 
 import numpy as np
@@ -96,13 +97,16 @@ def build_problem(
     test_functions: dict[str, Callable] | None = None,
     support_size: int | None = None,
     grid_points: int = GRID_POINTS,
+    values_x: bool = True,
 ) -> JDLProblem:
     """Pivoted Cholesky of K_X and K_Y, double-orthogonal bases, reductions and support (in memory).
 
     ``factorisation``: the settings of both decompositions (a max_rank of None is the default budget,
     ``jdlcore.models.degeneracy.rank_budget``). ``test_functions`` (name -> f, row-wise on the atoms) are
     summed here and registered with models fitted on the problem, besides the standard mean and
-    second moment.
+    second moment. ``values_x``: compute the x basis values at the rows (``JDLProblem.A_x``) and
+    their column extremes; without them A_x is None and the extremes are NaN (only the tightening
+    and the PSD model read them).
     """
     started = time.perf_counter()
     budget = rank_budget(len(X)) if factorisation.max_rank is None else None
@@ -111,33 +115,41 @@ def build_problem(
     factor_y = pivoted_cholesky(kernel_y, Y, **options)
     return problem_from_factors(factor_x, factor_y, kernel_x, kernel_y, X, Y, test_functions=test_functions,
                                 started=started, support_size=support_size, seed=factorisation.seed,
-                                grid_points=grid_points, rank_budget=budget)
+                                grid_points=grid_points, rank_budget=budget, values_x=values_x)
 
 
 @dataclass
 class ProblemSide:
     """One kernel's half of a JDL problem on n rows, shared by every problem that pairs it (a tuning
     grid pairs each x factorisation with every y one): the pivoted Cholesky factor (L (n, m)), its
-    double-orthogonal basis, the basis values at the rows A = L V (n, m), the Gram matrix L^T L (m, m)
-    and the column extremes of A."""
+    double-orthogonal basis and the Gram matrix L^T L (m, m).
+
+    The basis values at the rows, A = L V (n, m), and their column extremes are computed on first
+    use: A costs one n x m x m product, as much as the Gram matrix, and on the x side only the
+    tightening and the PSD model read it (the reductions come from L itself)."""
 
     factor: PivotedCholesky
     basis: SpectralBasis
-    A: np.ndarray
     gram: np.ndarray
-    extremes: tuple[np.ndarray, np.ndarray]
+
+    @cached_property
+    def A(self) -> np.ndarray:
+        return self.factor.L @ self.basis.rotation
+
+    @cached_property
+    def extremes(self) -> tuple[np.ndarray, np.ndarray]:
+        return column_extremes(self.A)
 
     @property
     def nbytes(self) -> int:
-        return int(self.factor.L.nbytes + self.A.nbytes + self.gram.nbytes)
+        values = self.__dict__.get("A")
+        return int(self.factor.L.nbytes + self.gram.nbytes + (0 if values is None else values.nbytes))
 
 
 def problem_side(factor: PivotedCholesky, kernel: Kernel) -> ProblemSide:
     """The ``ProblemSide`` of a factorisation of ``kernel``'s matrix."""
     gram = factor.L.T @ factor.L
-    basis = spectral_basis(factor, kernel, gram=gram)
-    A = factor.L @ basis.rotation
-    return ProblemSide(factor, basis, A, gram, column_extremes(A))
+    return ProblemSide(factor, spectral_basis(factor, kernel, gram=gram), gram)
 
 
 def problem_from_factors(
@@ -154,19 +166,22 @@ def problem_from_factors(
     seed: int | None = 0,
     grid_points: int = GRID_POINTS,
     rank_budget: int | None = None,
+    values_x: bool = True,
 ) -> JDLProblem:
     """``build_problem`` from given in-memory factorisations of K_X and K_Y (n rows each; X (n, d_x) and
     Y (n, d_y) the samples): a lengthscale search factorises each side once per lengthscale and pairs
     them here (each given as its ``ProblemSide`` where that is kept between problems). ``started``: the
     perf_counter time the factorisations began (for ``factor_seconds``); ``rank_budget``: the default
-    rank cap they ran under, if any (``jdlcore.models.degeneracy``)."""
+    rank cap they ran under, if any (``jdlcore.models.degeneracy``); ``values_x``: as in ``build_problem``."""
     started = time.perf_counter() if started is None else started
     side_x, side_y = (side if isinstance(side, ProblemSide) else problem_side(side, kernel)
                       for side, kernel in ((factor_x, kernel_x), (factor_y, kernel_y)))
     factor_x, factor_y = side_x.factor, side_y.factor
-    basis_x, basis_y, A_x, A_y = side_x.basis, side_y.basis, side_x.A, side_y.A
+    basis_x, basis_y, A_y = side_x.basis, side_y.basis, side_y.A
+    A_x = side_x.A if values_x else None
+    extremes_x = side_x.extremes if values_x else (np.full(basis_x.size, np.nan),) * 2
     partials = factor_partials(factor_x.L, factor_y.L, side_x.gram, side_y.gram)
-    reductions = reductions_from_partials(partials, basis_x, basis_y, side_x.extremes, side_y.extremes)
+    reductions = reductions_from_partials(partials, basis_x, basis_y, extremes_x, side_y.extremes)
     sums = {name: block_sums(f, Y, A_y) for name, f in {**STANDARD_FUNCTIONS, **(test_functions or {})}.items()}
     n = Y.shape[0]
     size = support_size or default_support_size(Y.shape[1])
@@ -180,12 +195,13 @@ def kernel_problem(estimator: Any, X: Any, Y: Any) -> tuple[JDLProblem, np.ndarr
     """Validate the pairs, then pivoted Cholesky of K_X and K_Y, the bases and the reductions
     (``build_problem``) with the estimator's kernels (Gaussian of lengthscale 1 where None) and
     factorisation options (tol, max_rank, pivoting, seed, block_size; support_size and grid_points
-    where it has them); returns (problem, X, Y)."""
+    where it has them); the x basis values at the rows only where the estimator ``reads_x_values``;
+    returns (problem, X, Y)."""
     X, Y = paired_samples(X, Y)
     extra = {name: getattr(estimator, name) for name in ("support_size", "grid_points") if hasattr(estimator, name)}
     check_support_rows(extra.get("support_size"), X.shape[0])
     problem = build_problem(X, Y, estimator._kernel("kernel_x"), estimator._kernel("kernel_y"),
-                            Factorisation.of(estimator), **extra)
+                            Factorisation.of(estimator), values_x=estimator.reads_x_values, **extra)
     return problem, X, Y
 
 
@@ -428,6 +444,11 @@ class JDL(Estimator):
     def uses_tightening(self) -> bool:
         """True when fitting solves the tightening (33), which needs the column extremes of A."""
         return self.constraints == "positivity" and self.positivity == "tightening"
+
+    @property
+    def reads_x_values(self) -> bool:
+        """True when fitting reads the x basis values at the training rows (``JDLProblem.A_x``)."""
+        return self.uses_tightening
 
     @property
     def y_atoms_(self) -> Any:
