@@ -368,11 +368,11 @@ def search_lengthscales(
     """A coordinate search for one lengthscale per feature (x, and y when it has several features),
     from the grid's best row ``start`` (its scalar lengthscales on every feature, its reg).
 
-    Each sweep visits the features in turn. A feature's lengthscale is tried ``step`` times longer and
-    at ``SEARCH_LONGEST`` (the feature left out, in effect: the kernel is flat along it); the longer of
-    the two whose validation score is within ``SEARCH_TOLERANCE`` (relative) of the best score before
-    them is kept, so a feature that does not help ends up long and the model cheaper. If neither is
-    kept, the
+    Each sweep visits the features in turn. A feature's lengthscale is tried at ``SEARCH_LONGEST`` (the
+    feature left out, in effect: the kernel is flat along it) and, unless that is kept, ``step`` times
+    longer; the first whose validation score is within ``SEARCH_TOLERANCE`` (relative) of the best
+    score before them is kept (the longer of the two, as if both were scored), so a feature that does
+    not help ends up long and the model cheaper. If neither is kept, the
     lengthscale is made ``step`` times shorter as long as that lowers the score by more than the
     tolerance. The first sweep steps by 4, the second by 2, and a third by 2 if the second moved
     something. The y factorisation is shared while x moves (and the other way
@@ -455,13 +455,18 @@ def search_lengthscales(
                 other = {**current, side: value}
                 return value, evaluate(other["x"], other["y"], f"{side}:{k}")
 
-            # longer: one step, and the feature dropped (the longest); of those within the tolerance of the
-            # best score before them, the longest wins (a lucky score of the one step does not keep a
-            # feature: leaving one out is preferred within the tolerance of where the move started)
-            longer = [trial(multiplier) for multiplier in (factor_step, np.inf) if current[side][k] < SEARCH_LONGEST]
-            kept = [(value, result) for value, result in longer if result <= best + SEARCH_TOLERANCE * abs(best)]
+            # longer: the feature dropped (the longest), else one step; the first within the tolerance of
+            # the best score before them wins (a lucky score of the one step does not keep a feature:
+            # leaving one out is preferred within the tolerance of where the move started, so the step
+            # is not scored when the drop is kept)
+            kept = []
+            for multiplier in (np.inf, factor_step) if current[side][k] < SEARCH_LONGEST else ():
+                value, result = trial(multiplier)
+                if result <= best + SEARCH_TOLERANCE * abs(best):
+                    kept = [(value, result)]
+                    break
             if kept:
-                value, result = max(kept, key=lambda pair: pair[0][k])
+                value, result = kept[0]
                 current[side], best, moved = value, min(best, result), True
             while not kept:  # shorter, as long as that helps by more than the tolerance
                 value, result = trial(1.0 / factor_step)

@@ -48,6 +48,10 @@ def test_a_noise_column_ends_long_and_leaves_the_crps_within_one_percent(tuned):
     assert lengthscales[2] > 10 * lengthscales[:2].max()
     # the search starts from the grid's best and never ends worse than it by more than the tolerance
     assert noisy.best["score"] <= min(row["score"] for row in noisy.table) * (1 + SEARCH_TOLERANCE)
+    # the noise column is dropped at its first move, so one step longer is never scored for it there
+    steps = [row["step"] for row in noisy.search]
+    first = steps.index("x:2")
+    assert noisy.search[first]["lengthscale_x"][2] == SEARCH_LONGEST and steps[first + 1] != "x:2"
 
 
 @pytest.mark.filterwarnings("ignore::UserWarning")
