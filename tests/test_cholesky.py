@@ -122,3 +122,27 @@ def test_factorisation_settings_reach_the_decomposition_whole():
     spelled = pivoted_cholesky(GaussianKernel(0.7), X, tol=1e-4, max_rank=40, pivoting="greedy", seed=3, block_size=8)
     np.testing.assert_array_equal(given.pivots, spelled.pivots)
     assert settings.options(max_rank=7)["max_rank"] == 7 and settings.max_rank == 40
+
+
+def test_the_factor_is_the_same_whether_its_reservation_is_granted_or_refused(monkeypatch, rng):
+    """The factor buffer is reserved at the rank cap; where the system refuses that, it grows by
+    doubling from 128 columns. Both give the same factor, and a factor that stops below its
+    reservation is shrunk to its rank."""
+    X = rng.standard_normal((400, 3))
+    kernel = GaussianKernel(0.3)
+    granted = pivoted_cholesky(kernel, X, tol=0.0, max_rank=300)
+    real_empty = np.empty
+
+    def refuse_the_reservation(shape, *args, **kwargs):
+        if shape == (300, 400):
+            raise MemoryError("refused")
+        return real_empty(shape, *args, **kwargs)
+
+    monkeypatch.setattr(np, "empty", refuse_the_reservation)
+    refused = pivoted_cholesky(kernel, X, tol=0.0, max_rank=300)
+    monkeypatch.undo()
+    assert granted.rank == refused.rank == 300
+    np.testing.assert_array_equal(granted.pivots, refused.pivots)
+    np.testing.assert_array_equal(granted.L, refused.L)
+    early = pivoted_cholesky(GaussianKernel(2.0), X, tol=1e-3, max_rank=300)
+    assert early.rank < 300 and early.L.shape == (400, early.rank) and early.L.base.shape == (early.rank, 400)

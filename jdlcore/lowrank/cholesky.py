@@ -276,9 +276,10 @@ class InMemoryFactorStorage:
         return float(self.diag.sum())
 
     def factor(self) -> np.ndarray:
-        """L as an (n, rank) view; the storage's buffer is shrunk to fit first."""
+        """L as an (n, rank) view; the storage's buffer is shrunk to fit first (a copy of its first
+        ``rank`` rows, so the rest of the reservation is released, not kept alive by the view)."""
         if self._capacity != self.rank:
-            self._Lt = np.ascontiguousarray(self._Lt[: self.rank])
+            self._Lt = self._Lt[: self.rank].copy()
             self._capacity = self.rank
         return self._Lt.T
 
