@@ -459,15 +459,12 @@ def search_lengthscales(
             # the best score before them wins (a lucky score of the one step does not keep a feature:
             # leaving one out is preferred within the tolerance of where the move started, so the step
             # is not scored when the drop is kept)
-            kept = []
+            kept = False
             for multiplier in (np.inf, factor_step) if current[side][k] < SEARCH_LONGEST else ():
                 value, result = trial(multiplier)
                 if result <= best + SEARCH_TOLERANCE * abs(best):
-                    kept = [(value, result)]
+                    current[side], best, moved, kept = value, min(best, result), True, True
                     break
-            if kept:
-                value, result = kept[0]
-                current[side], best, moved = value, min(best, result), True
             while not kept:  # shorter, as long as that helps by more than the tolerance
                 value, result = trial(1.0 / factor_step)
                 if not result < best - SEARCH_TOLERANCE * abs(best):

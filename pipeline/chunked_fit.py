@@ -16,7 +16,9 @@ from typing import Callable
 import numpy as np
 
 from jdlcore.conditional.atoms import STANDARD_FUNCTIONS, FunctionSums, block_sums
-from jdlcore.lowrank.basis import FactorPartials, column_extremes, factor_partials, reductions_from_partials, spectral_basis
+from jdlcore.lowrank.basis import (
+    FactorPartials, column_extremes, factor_partials, reductions_from_partials, spectral_basis, unknown_extremes,
+)
 from jdlcore.lowrank.cholesky import Factorisation, PivotedCholesky, run_pivoted_cholesky
 from jdlcore.models.degeneracy import rank_budget
 from jdlcore.models.jdl import JDLProblem, factor_diagnostics, marginal_sums, support_resolution
@@ -153,8 +155,7 @@ def chunked_problem(
         extremes_x = column_range(storage_x, shared[0], shared[1], basis_x.rotation)
         extremes_y = column_range(storage_y, shared[2], shared[3], basis_y.rotation)
     else:
-        extremes_x = (np.full(basis_x.size, np.nan), np.full(basis_x.size, np.nan))
-        extremes_y = (np.full(basis_y.size, np.nan), np.full(basis_y.size, np.nan))
+        extremes_x, extremes_y = unknown_extremes(basis_x.size), unknown_extremes(basis_y.size)
     reductions = reductions_from_partials(partials, basis_x, basis_y, extremes_x, extremes_y)
     support = None
     if plan is not None:

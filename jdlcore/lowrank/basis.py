@@ -17,7 +17,7 @@ from ..kernels import Kernel
 
 __all__ = [
     "Basis", "slice_points", "SpectralBasis", "JDLReductions", "FactorPartials", "spectral_basis", "factor_partials",
-    "column_extremes", "reductions_from_partials", "reductions_from_values",
+    "column_extremes", "unknown_extremes", "reductions_from_partials", "reductions_from_values",
 ]
 
 
@@ -264,6 +264,12 @@ def factor_partials(L_x: np.ndarray, L_y: np.ndarray, gram_x: np.ndarray | None 
 def column_extremes(A: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Column minima and maxima of basis values A (n_c, m) of one chunk (combine chunks with min / max)."""
     return A.min(axis=0), A.max(axis=0)
+
+
+def unknown_extremes(m: int) -> tuple[np.ndarray, np.ndarray]:
+    """The column extremes of a problem that did not compute them: NaN, shape (m,) each (only the
+    tightening reads them, and it refuses NaN)."""
+    return np.full(m, np.nan), np.full(m, np.nan)
 
 
 def reductions_from_partials(

@@ -27,6 +27,7 @@ import numpy as np
 from ..conditional.atoms import STANDARD_FUNCTIONS, Atoms, FunctionSums, block_sums, evaluate_function
 from ..lowrank.basis import (
     JDLReductions, SpectralBasis, column_extremes, factor_partials, reductions_from_partials, spectral_basis,
+    unknown_extremes,
 )
 from ..lowrank.cholesky import FACTORISATION_PARAMS, Factorisation, PivotedCholesky, pivoted_cholesky
 from .degeneracy import (
@@ -179,7 +180,7 @@ def problem_from_factors(
     factor_x, factor_y = side_x.factor, side_y.factor
     basis_x, basis_y, A_y = side_x.basis, side_y.basis, side_y.A
     A_x = side_x.A if values_x else None
-    extremes_x = side_x.extremes if values_x else (np.full(basis_x.size, np.nan),) * 2
+    extremes_x = side_x.extremes if values_x else unknown_extremes(basis_x.size)
     partials = factor_partials(factor_x.L, factor_y.L, side_x.gram, side_y.gram)
     reductions = reductions_from_partials(partials, basis_x, basis_y, extremes_x, side_y.extremes)
     sums = {name: block_sums(f, Y, A_y) for name, f in {**STANDARD_FUNCTIONS, **(test_functions or {})}.items()}
