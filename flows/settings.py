@@ -142,7 +142,7 @@ class TuneSettings(_Settings):
     out: Out_
     lengthscales_x: list[Positive] | None = Field(None, min_length=1)
     lengthscales_y: list[Positive] | None = Field(None, min_length=1)
-    regs: list[Positive] = Field([1e-6, 1e-5, 1e-4, 1e-3], min_length=1)
+    regs: list[Positive] | None = Field(None, min_length=1)  # None: jdlcore.tuning's walked ladder
     tol: Annotated[float, _declared_by(JDL, "tol")] = JDL.defaults()["tol"]
     constraints: Literal[JDL.parameters["constraints"].rule.choices] = JDL.defaults()["constraints"]  # type: ignore
     criterion: str = "auto"

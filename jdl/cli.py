@@ -178,7 +178,7 @@ def _tuned(args: argparse.Namespace, result: dict) -> str:
     import numpy as np
 
     size = table["validation_loss"].size
-    scored = int(np.isfinite(table["seconds"].values).sum())  # the early stop leaves shorter x lengthscales unscored
+    scored = int(np.isfinite(table["seconds"].values).sum())  # the early stop and the reg walk leave some unscored
     count = f"{size}" if scored == size else f"{scored} of {size}"
     return (f"tuned {count} candidates on {table.attrs['rows_used']:,} rows: best {setting}, "
             f"validation {table.attrs['criterion']} {best['score']:.5g} -> {result['path']}")
@@ -404,7 +404,8 @@ def build_parser() -> argparse.ArgumentParser:
     tune.add_argument("--lengthscales-x", type=_floats, help="comma-separated (default: 1/8, 1/4, 1/2 of the median "
                                                              "pairwise distance)")
     tune.add_argument("--lengthscales-y", type=_floats, help="comma-separated (default as for x)")
-    tune.add_argument("--regs", type=_floats, help="comma-separated (default 1e-6,1e-5,1e-4,1e-3)")
+    tune.add_argument("--regs", type=_floats, help="comma-separated, all scored (default: the decades 1e-10 to "
+                                                    "1e-3, walked from 1e-6 toward the lower validation loss)")
     tune.add_argument("--tol", type=float, default=1e-3, help="relative pivoted-Cholesky tolerance (default 1e-3)")
     tune.add_argument("--criterion", default="auto",
                       help="auto (default: crps for a scalar y, else second_moment) | crps (the exact CRPS of the "

@@ -122,7 +122,8 @@ def run_demo(n: int = 100_000, workdir: str | Path = "jdl-demo", seed: int = 0, 
     quantiles = scores["quantile:" + ",".join(map(str, LEVELS))][:]
     d = model.diagnostics_
     return DemoReport(
-        n=n, workdir=root, best=json.loads(tuning.attrs["best"]), criterion=tuning.attrs["criterion"], candidates=int(tuning["validation_loss"].size),
+        n=n, workdir=root, best=json.loads(tuning.attrs["best"]), criterion=tuning.attrs["criterion"],
+        candidates=int(np.isfinite(tuning["seconds"].values).sum()),  # scored: the early stop and reg walk skip some
         tune_rows=int(tuning.attrs["rows_used"]), rank_x=d["rank_x"], rank_y=d["rank_y"], positivity=model.positivity,
         negative_mass_max=float(d.get("negative_mass_max", np.nan)),
         mean_rmse=_rmse(mean, mean_true), sd_rmse=_rmse(sd, sd_true),

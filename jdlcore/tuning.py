@@ -1,7 +1,9 @@
 """Hyperparameter selection on a train/validation split (4:1 as in the paper): the one grid search of
 jdl, run in this process here and fanned out over Dask by ``pipeline.tuning``.
 
-The grid is lengthscales_x x lengthscales_y x regs. Each side is factorised once per lengthscale
+The grid is lengthscales_x x lengthscales_y x regs. By default the regs are a ladder of decades
+(``DEFAULT_REGS``) that each pair of lengthscales walks from its best neighbour on (``walk_ladder``)
+instead of scoring every rung. Each side is factorised once per lengthscale
 (pivoted Cholesky on the training rows; the y factorisations are kept between pairs while they fit
 an eighth of the machine's memory), each pair of factorisations gives one problem (bases,
 reductions, support) that every ``reg`` reuses, and each candidate is scored on the validation rows
@@ -31,6 +33,7 @@ from .conditional.losses import ClippedLogisticLoss, CRPSLoss, LogLoss, PinballL
 from .validation import as_samples, check_paired
 
 __all__ = ["TuneResult", "tune", "split_rows", "score_grid", "best_row", "resolve_criterion", "screening_params",
+           "Regs", "as_regs", "walk_ladder", "REG_LADDER", "REG_START",
            "check_grid", "default_lengthscales", "scaled_kernel", "standardised_grid", "search_lengthscales", "search_best",
            "refine", "search_grid", "Screen", "screen_rows", "screened", "score_regs", "kernels_at",
            "LENGTHSCALE_FACTORS", "DEFAULT_REGS", "CRITERIA", "SEARCH_ROWS"]
@@ -46,7 +49,10 @@ SEARCH_KEPT_FACTORS = 3  # factorisations kept per side (the current lengthscale
 # (or best) factorisation reached its rank cap (each candidate then costs O(n cap^2)); their results are
 # scored on all the rows
 SEARCH_ROWS = 4_000
-DEFAULT_REGS = (1e-6, 1e-5, 1e-4, 1e-3)
+# the default regs: a ladder of decades, walked (``walk_ladder``) from REG_START by each pair of lengthscales
+# (from the previous pair's best after the first); regs given by the caller are all scored
+REG_LADDER = (1e-10, 1e-9, 1e-8, 1e-7, 1e-6, 1e-5, 1e-4, 1e-3)
+REG_START = 1e-6
 CACHE_MEMORY_SHARE = 0.125  # of physical memory: y factorisations kept between pairs (else recomputed)
 _CANDIDATE_ERRORS = (ValueError, RuntimeError, np.linalg.LinAlgError, MemoryError, FloatingPointError)
 
@@ -152,6 +158,85 @@ def check_grid(values: Sequence[float], name: str) -> list[float]:
     return sorted(values)
 
 
+def walk_ladder(count: int, score_at: Callable[[int], float], start: int) -> int:
+    """The index of the lowest score on a ladder of ``count`` settings, walked from ``start``: its
+    neighbours are scored, and the walk goes on toward the better of them for as long as each step
+    lowers the score (a non-finite score counts as +inf). Where the score is unimodal along the
+    ladder this is its minimum, found with 3 + |minimum - start| scores at most instead of ``count``;
+    ``score_at`` is called at most once per index."""
+    if not 0 <= start < count:
+        raise ValueError(f"start: must index the ladder of {count}, got {start}")
+    scores: dict[int, float] = {}
+
+    def at(k: int) -> float:
+        if k not in scores:
+            value = float(score_at(k))
+            scores[k] = value if np.isfinite(value) else np.inf
+        return scores[k]
+
+    best = start
+    neighbours = [k for k in (start - 1, start + 1) if 0 <= k < count]
+    if not neighbours or min(at(k) for k in neighbours) >= at(start):
+        return start
+    step = min(neighbours, key=at) - start
+    best = start + step
+    while 0 <= best + step < count and at(best + step) < at(best):
+        best += step
+    return best
+
+
+@dataclass(frozen=True)
+class Regs:
+    """The reg axis of a tuning: ``values`` (ascending, distinct, > 0) and whether each pair of
+    lengthscales scores all of them or only the ones its walk visits (``walk``: ``walk_ladder`` from a
+    start reg). ``DEFAULT_REGS`` walks ``REG_LADDER``; regs a caller lists are all scored (``as_regs``)."""
+
+    values: tuple[float, ...]
+    walk: bool = False
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "values", tuple(check_grid(self.values, "regs")))
+
+    def __len__(self) -> int:
+        return len(self.values)
+
+    def scored(self, candidate: Callable[[float], dict[str, Any]], start: float | None = None
+               ) -> tuple[list[dict[str, Any]], float]:
+        """(the rows ``candidate(reg)`` gave for the regs scored, in ascending reg; the reg of the lowest
+        score, ``start`` where none is finite). ``start``: the reg a walk starts at, the ladder's rung
+        nearest to it (in log scale; None: ``REG_START``)."""
+        rows: dict[int, dict[str, Any]] = {}
+
+        def score_at(k: int) -> float:
+            rows[k] = candidate(self.values[k])
+            return rows[k]["score"]
+
+        origin = self.nearest(REG_START if start is None else start)
+        if self.walk:
+            walk_ladder(len(self.values), score_at, origin)
+        else:
+            for k in range(len(self.values)):
+                score_at(k)
+        ordered = [rows[k] for k in sorted(rows)]
+        finite = [row for row in ordered if np.isfinite(row["score"])]
+        return ordered, (min(finite, key=lambda row: row["score"])["reg"] if finite else self.values[origin])
+
+    def nearest(self, reg: float) -> int:
+        """The index of the value nearest to ``reg`` in log scale."""
+        return int(np.argmin(np.abs(np.log(np.asarray(self.values)) - np.log(float(reg)))))
+
+
+DEFAULT_REGS = Regs(REG_LADDER, walk=True)
+
+
+def as_regs(regs: "Regs | Sequence[float] | None") -> Regs:
+    """The reg axis of a tuning: ``DEFAULT_REGS`` for None, a ``Regs`` as it is, and regs a caller
+    lists all scored (checked: at least one, finite, > 0, distinct; ``ValueError`` naming regs)."""
+    if regs is None:
+        return DEFAULT_REGS
+    return regs if isinstance(regs, Regs) else Regs(tuple(float(v) for v in regs))
+
+
 def screening_params(base: JDL) -> dict[str, Any]:
     """The estimator's parameters as a tuning candidate scores them: its own, except that grid
     positivity (a cutting-plane solve per candidate) is screened through the projection, the law
@@ -231,15 +316,18 @@ def screened(parts: tuple[np.ndarray, ...], rows: np.ndarray | None) -> tuple[np
 
 def score_grid(
     X_train: np.ndarray, Y_train: np.ndarray, X_val: np.ndarray, Y_val: np.ndarray, base: JDL,
-    kernels_x: Sequence[Kernel], kernels_y: Sequence[Kernel], regs: Sequence[float], score: Callable,
+    kernels_x: Sequence[Kernel], kernels_y: Sequence[Kernel], regs: Regs | Sequence[float], score: Callable,
     progress: Callable[[str], None] | None = None, usable: Callable[[PivotedCholesky], bool] | None = None,
     factors_x: Sequence[PivotedCholesky | None] | None = None, stop_early: bool = False,
+    reg_start: float | None = None,
 ) -> list[dict[str, Any]]:
     """Validation scores of every (k_x, k_y, reg), in that order: each x factorisation is computed once
     and each y factorisation once as long as the kept ones fit ``CACHE_MEMORY_SHARE`` of the machine's
     memory (else again for each pair), with ``base``'s factorisation settings; each pair's problem
     (bases, reductions, support) is built once and shared by the regs, and each candidate is ``base``
-    with those kernels and reg (``screening_params``) scored by ``score``.
+    with those kernels and reg (``screening_params``) scored by ``score``. ``regs`` (``as_regs``): with
+    a walk, each pair scores the regs its walk visits, the first pair's walk starting at ``reg_start``
+    (None: ``REG_START``) and each later one at the best reg of the pair before it.
 
     Returns one row per candidate: lengthscale_x, lengthscale_y, reg, score, rank_x, rank_y, stop_x,
     stop_y (the factorisations' stop reasons), seconds (its share of the factorisations and of its
@@ -260,16 +348,13 @@ def score_grid(
     factorise_y, _ = _factoriser(Y_train, factorisation)
     kept_y: dict[int, tuple[ProblemSide | Exception, float]] = {}
     room = CACHE_MEMORY_SHARE * physical_memory()
+    regs = as_regs(regs)
     rows: list[dict[str, Any]] = []
     pairs = list(zip(kernels_x, factors_x or [None] * len(kernels_x)))
     previous = np.inf  # the best score of the longer lengthscale, with stop_early
+    done = 0
     for kernel_x, given in (pairs[::-1] if stop_early else pairs):
-        if stop_early and rows:
-            current = min((row["score"] for row in rows[-len(kernels_y) * len(regs):] if np.isfinite(row["score"])),
-                          default=np.inf)
-            if current > previous:
-                break
-            previous = min(previous, current)
+        rows_x: list[dict[str, Any]] = []
         factor_x, seconds_x = factorise_x(kernel_x, given)
         for j, kernel_y in enumerate(kernels_y):
             started = time.perf_counter()
@@ -284,12 +369,24 @@ def score_grid(
                     kept_y[j], room, shared_y = (factor_y, seconds_y), room - size, seconds_y / len(kernels_x)
             problem, failed = _pair_problem(factor_x, factor_y, kernel_x, kernel_y, X_train, Y_train, base,
                                             budget, usable)
-            per_reg = (seconds_x / len(kernels_y) + shared_y + time.perf_counter() - started) / len(regs)
-            for reg in regs:
-                rows.append(_failed(kernel_x, kernel_y, reg, failed, per_reg) if problem is None else
-                            _candidate(problem, params, kernel_x, kernel_y, reg, Y_train, X_val, Y_val, score, per_reg))
+            shared = seconds_x / len(kernels_y) + shared_y + time.perf_counter() - started
+            if problem is None:
+                pair_rows = [_failed(kernel_x, kernel_y, reg, failed, 0.0) for reg in regs.values]
+            else:
+                pair_rows, reg_start = regs.scored(lambda reg: _candidate(
+                    problem, params, kernel_x, kernel_y, reg, Y_train, X_val, Y_val, score, 0.0), reg_start)
+            for row in pair_rows:
+                row["seconds"] += shared / len(pair_rows)
+            rows_x += pair_rows
+            done += 1
             if progress is not None:
-                progress(f"tuned {len(rows) // len(regs)}/{len(kernels_x) * len(kernels_y)} lengthscale pairs")
+                progress(f"tuned {done}/{len(kernels_x) * len(kernels_y)} lengthscale pairs")
+        rows += rows_x
+        if stop_early:
+            current = min((row["score"] for row in rows_x if np.isfinite(row["score"])), default=np.inf)
+            if current > previous:
+                break
+            previous = min(previous, current)
     return rows
 
 
@@ -362,7 +459,7 @@ def _one_or_each(lengthscale: np.ndarray) -> float | np.ndarray:
 
 def search_lengthscales(
     X_train: np.ndarray, Y_train: np.ndarray, X_val: np.ndarray, Y_val: np.ndarray, base: JDL,
-    kernel_x: Kernel, kernel_y: Kernel, regs: Sequence[float], start: dict[str, Any], score: Callable,
+    kernel_x: Kernel, kernel_y: Kernel, regs: Regs | Sequence[float], start: dict[str, Any], score: Callable,
     progress: Callable[[str], None] | None = None, max_rows: int | None = SEARCH_ROWS,
 ) -> list[dict[str, Any]]:
     """A coordinate search for one lengthscale per feature (x, and y when it has several features),
@@ -377,7 +474,8 @@ def search_lengthscales(
     tolerance. The first sweep steps by 4, the second by 2, and a third by 2 if the second moved
     something. The y factorisation is shared while x moves (and the other way
     round); ``kernel_x``, ``kernel_y``: the kernels of the grid (their families and scalings). Last,
-    every reg of ``regs`` is scored at the lengthscales found. Returns the rows of every candidate
+    the regs of ``regs`` (``as_regs``; a walk starting at the start's reg) are scored at the
+    lengthscales found. Returns the rows of every candidate
     scored (``score_grid``'s columns, lengthscales as lists, plus ``step``: "x:k" / "y:k" for the
     feature moved, "start", or "reg"); the best is ``search_best`` of them (the start is among them).
 
@@ -389,6 +487,7 @@ def search_lengthscales(
     ``search_best`` compares them with the grid's best on equal terms.
     """
     X_all, Y_all = X_train, Y_train
+    regs = as_regs(regs)
     factorisation = Factorisation.of(base)
     at_cap = max(start.get("rank_x", 0), start.get("rank_y", 0)) >= _rank_cap(len(X_all), factorisation)
     subsample = at_cap and max_rows is not None and len(X_all) > max_rows
@@ -474,13 +573,14 @@ def search_lengthscales(
                 progress(f"searched {side} feature {k}: lengthscale {current[side][k]:.4g}")
     if subsample:  # the lengthscales found, on all the training rows
         kernels = kernels_at(kernel_x, kernel_y, {f"lengthscale_{side}": current[side] for side in ("x", "y")})
-        return rows + score_regs((X_all, Y_all, X_val, Y_val), base, *kernels, regs, score)
+        return rows + score_regs((X_all, Y_all, X_val, Y_val), base, *kernels, regs, score, start=reg)
     problem, failed, kx, ky, seconds = problem_of(current["x"], current["y"])
-    for value in regs:
-        row = (_failed(kx, ky, value, failed, seconds / len(regs)) if problem is None else
-               _candidate(problem, params, kx, ky, value, Y_train, X_val, Y_val, score, seconds / len(regs)))
-        rows.append({**row, "step": "reg"})
-    return rows
+    if problem is None:
+        final = [_failed(kx, ky, value, failed, 0.0) for value in regs.values]
+    else:
+        final, _ = regs.scored(lambda value: _candidate(problem, params, kx, ky, value, Y_train, X_val, Y_val, score,
+                                                        0.0), reg)
+    return rows + [{**row, "seconds": row["seconds"] + seconds / len(final), "step": "reg"} for row in final]
 
 
 def kernels_at(kernel_x: Kernel, kernel_y: Kernel, row: dict[str, Any]) -> tuple[Kernel, Kernel]:
@@ -491,16 +591,18 @@ def kernels_at(kernel_x: Kernel, kernel_y: Kernel, row: dict[str, Any]) -> tuple
                  for side, kernel in (("x", kernel_x), ("y", kernel_y)))
 
 
-def score_regs(parts: tuple[np.ndarray, ...], base: JDL, kernel_x: Kernel, kernel_y: Kernel, regs: Sequence[float],
-               score: Callable, step: str = "reg", factor_x: PivotedCholesky | None = None) -> list[dict[str, Any]]:
-    """``score_grid``'s rows of every reg at the kernels ``kernel_x``, ``kernel_y``, fitted on the
-    training rows of ``parts`` (X_train, Y_train, X_val, Y_val) and scored on its validation rows, with
-    ``step``; ``factor_x``: the x factorisation there, if already made."""
-    return [{**row, "step": step}
-            for row in score_grid(*parts, base, [kernel_x], [kernel_y], regs, score, factors_x=[factor_x])]
+def score_regs(parts: tuple[np.ndarray, ...], base: JDL, kernel_x: Kernel, kernel_y: Kernel,
+               regs: Regs | Sequence[float], score: Callable, step: str = "reg",
+               factor_x: PivotedCholesky | None = None, start: float | None = None) -> list[dict[str, Any]]:
+    """``score_grid``'s rows of the regs (every one, or a walk's from ``start``) at the kernels
+    ``kernel_x``, ``kernel_y``, fitted on the training rows of ``parts`` (X_train, Y_train, X_val, Y_val)
+    and scored on its validation rows, with ``step``; ``factor_x``: the x factorisation there, if
+    already made."""
+    return [{**row, "step": step} for row in score_grid(*parts, base, [kernel_x], [kernel_y], regs, score,
+                                                        factors_x=[factor_x], reg_start=start)]
 
 
-def refine(parts: tuple[np.ndarray, ...], base: JDL, kernel_x: Kernel, kernel_y: Kernel, regs: Sequence[float],
+def refine(parts: tuple[np.ndarray, ...], base: JDL, kernel_x: Kernel, kernel_y: Kernel, regs: Regs | Sequence[float],
            best: dict[str, Any], score: Callable, search: bool = True,
            progress: Callable[[str], None] | None = None, screen: Screen | None = None,
            ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
@@ -509,8 +611,8 @@ def refine(parts: tuple[np.ndarray, ...], base: JDL, kernel_x: Kernel, kernel_y:
 
     With ``search`` and several features in x or y, ``search_lengthscales`` from the grid's ``best`` on
     the same training rows. On all of them the best is its ``search_best``; without a search it is
-    ``best`` itself, and there are no rows. On a screen every reg is then scored, fitted on all the
-    training rows, at the best lengthscales the search found there (step "reg"; without a search the
+    ``best`` itself, and there are no rows. On a screen the regs (all, or a walk's from the screen's
+    best reg) are then scored, fitted on all the training rows, at the best lengthscales the search found there (step "reg"; without a search the
     grid's), and where they differ at the grid's best too (step "start": the screen may favour fewer
     features than all the rows resolve); the best of those is the result. The rows scored on the
     screen carry ``subsample`` (its row count)."""
@@ -522,24 +624,25 @@ def refine(parts: tuple[np.ndarray, ...], base: JDL, kernel_x: Kernel, kernel_y:
         searched = search_lengthscales(*parts, base, kernel_x, kernel_y, regs, best, score, progress)
         return searched, search_best(searched)
     if not searching:
-        final = score_regs(parts, base, *kernels_at(kernel_x, kernel_y, best), regs, score)
+        final = score_regs(parts, base, *kernels_at(kernel_x, kernel_y, best), regs, score, start=best["reg"])
         return final, best_row(final)
     searched = [{**row, "subsample": rows.size} for row in
                 search_lengthscales(*screened(parts, rows), base, kernel_x, kernel_y, regs, best, score, progress)]
     result = best_row(searched)
-    final = score_regs(parts, base, *kernels_at(kernel_x, kernel_y, result), regs, score)
+    final = score_regs(parts, base, *kernels_at(kernel_x, kernel_y, result), regs, score, start=result["reg"])
     if any(result[name] != best[name] for name in ("lengthscale_x", "lengthscale_y")):
         # the grid's best as well: what all the rows resolve, the screen may not (it can favour fewer
-        # features); every reg, as the best reg of all the rows can differ from the screen's
+        # features); the regs again, as the best reg of all the rows can differ from the screen's
         kernels = kernels_at(kernel_x, kernel_y, best)
         given = screen.factor_x if kernels[0] == screen.kernel_x else None
-        final = score_regs(parts, base, *kernels, regs, score, "start", given) + final
+        final = score_regs(parts, base, *kernels, regs, score, "start", given, start=best["reg"]) + final
     return searched + final, best_row(final)
 
 
 def search_grid(
     parts: tuple[np.ndarray, ...], base: JDL, kernel_x: Kernel, kernel_y: Kernel, grid_x: Sequence[float],
-    grid_y: Sequence[float], regs: Sequence[float], score: Callable, *, search: bool = True, stop_early: bool = False,
+    grid_y: Sequence[float], regs: Regs | Sequence[float], score: Callable, *, search: bool = True,
+    stop_early: bool = False,
     progress: Callable[[str], None] | None = None, grid: Callable | None = None,
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]], dict[str, Any], Screen]:
     """The whole tuning search on ``parts`` (X_train, Y_train, X_val, Y_val): the screen (``screen_rows``
@@ -584,7 +687,7 @@ def tune(
     estimator: JDL | None = None,
     lengthscales_x: Sequence[float] | None = None,
     lengthscales_y: Sequence[float] | None = None,
-    regs: Sequence[float] = DEFAULT_REGS,
+    regs: Sequence[float] | None = None,
     criterion: str | Callable = "auto",
     threshold: float | None = None,
     validation: tuple[Any, Any] | None = None,
@@ -599,8 +702,9 @@ def tune(
     "robust" (the default) standardises the kernels' inputs by the median and interquartile range of
     X and of Y (``jdlcore.scaling``; a kernel given with a scaling keeps it), so lengthscales are in
     standard units; "none" leaves the columns as they are. Lengthscales default to
-    ``LENGTHSCALE_FACTORS`` times the median heuristic of the (standardised) X and Y, regs to
-    ``DEFAULT_REGS``: the grid ``jdl tune`` searches. The default x lengthscales are scored from the
+    ``LENGTHSCALE_FACTORS`` times the median heuristic of the (standardised) X and Y; regs (None, the
+    default) to ``DEFAULT_REGS``, ``REG_LADDER`` walked from ``REG_START`` by each pair (``walk_ladder``),
+    while regs given are all scored: the grid ``jdl tune`` searches. The default x lengthscales are scored from the
     longest down, and the shorter ones are left out of the table once one scores worse than the
     longer (``score_grid``'s ``stop_early``); given ones are all scored. ``criterion``: see ``resolve_criterion``.
     ``validation``: held-out rows (X_val, Y_val) to score on, the candidates training on all of X, Y;
@@ -611,7 +715,7 @@ def tune(
 
     Where even the grid's longest x lengthscale needs a factorisation at the rank cap on the training
     rows, the grid and the search are scored on a seeded screen of ``SEARCH_ROWS`` of them
-    (``screen_rows``), and the lengthscales found there are scored with every reg on all the training
+    (``screen_rows``), and the lengthscales found there are scored with the regs on all the training
     rows, which choose the best (``refine``)."""
     X = as_samples(X, "X", min_rows=5)
     Y = as_samples(Y, "Y", min_rows=5)
@@ -622,7 +726,7 @@ def tune(
         for name, part, whole in (("X_val", X_val, X), ("Y_val", Y_val, Y)):
             if part.shape[1] != whole.shape[1]:
                 raise ValueError(f"{name}: has {part.shape[1]} features, the training rows have {whole.shape[1]}")
-    regs = check_grid(regs, "regs")
+    regs = as_regs(regs)
     score = resolve_criterion(criterion, threshold, Y.shape[1])
     base = estimator if estimator is not None else JDL()
     base._check_params()

@@ -27,7 +27,7 @@ from data_schemas.tuning import SCHEMA_NAME, SCHEMA_VERSION, validate_tuning_dat
 from jdlcore import JDL, GaussianKernel
 from jdlcore.scaling import check_scaling_choice
 from jdlcore.tuning import (
-    DEFAULT_REGS, LENGTHSCALE_FACTORS, check_grid, default_lengthscales, resolve_criterion, score_grid, search_grid,
+    LENGTHSCALE_FACTORS, Regs, as_regs, check_grid, default_lengthscales, resolve_criterion, score_grid, search_grid,
     split_rows, standardised_grid,
 )
 
@@ -53,7 +53,7 @@ def tune_store(
     *,
     lengthscales_x: Sequence[float] | None = None,
     lengthscales_y: Sequence[float] | None = None,
-    regs: Sequence[float] = DEFAULT_REGS,
+    regs: Sequence[float] | None = None,
     tol: float = 1e-3,
     constraints: str = "positivity",
     criterion: str = "auto",
@@ -75,7 +75,9 @@ def tune_store(
     ``scaling``: "robust" (the default) standardises the kernels' inputs by the median and interquartile
     range of each feature of the subsample, "none" leaves the columns as they are; the lengthscales are
     in the resulting units. Lengthscales default to ``LENGTHSCALE_FACTORS`` times the median heuristic
-    of the (standardised) subsample. ``search`` (the default): where x (or y) has several features, the
+    of the (standardised) subsample. ``regs`` given are all scored; None (the default) walks
+    ``jdlcore.tuning.REG_LADDER`` per pair of lengthscales (``jdlcore.tuning.walk_ladder``), the rungs
+    not visited left NaN in the store. ``search`` (the default): where x (or y) has several features, the
     grid's best is refined to one lengthscale per feature (``jdlcore.tuning.search_lengthscales``, in
     this process); the store keeps every candidate of that search (``search_*``) and its best is the
     store's best. Where the grid's longest x lengthscale reaches the rank cap on the training rows,
@@ -96,7 +98,7 @@ def tune_store(
     group = open_staged(data)
     score = resolve_criterion(criterion, threshold, group["y"].shape[1])
     held_out = None if validation is None else _validation_group(validation, group)
-    regs = check_grid(regs, "regs")
+    regs = as_regs(regs)
     for name, values in (("lengthscales_x", lengthscales_x), ("lengthscales_y", lengthscales_y)):
         if values is not None:
             check_grid(values, name)
@@ -154,7 +156,7 @@ def tune_store(
     return target
 
 
-def _fan_out(where: str, base: JDL, regs: list[float], score: Callable,
+def _fan_out(where: str, base: JDL, regs: Regs, score: Callable,
              progress: Callable[[str], None] | None) -> Callable:
     """A grid (parts, kernels_x, kernels_y) -> rows scored on the Dask scheduler ``where``, one task per
     pair of lengthscales (``score_grid`` on each), the parts scattered once to every worker."""
@@ -194,19 +196,20 @@ def _validation_group(validation: str | os.PathLike, group: zarr.Group) -> zarr.
 
 
 def _tuning_dataset(table: list[dict[str, Any]], grid_x: list[float], grid_y: list[float],
-                    regs: list[float]) -> xr.Dataset:
-    shape = (len(grid_x), len(grid_y), len(regs))
+                    regs: Regs) -> xr.Dataset:
+    values = list(regs.values)
+    shape = (len(grid_x), len(grid_y), len(values))
     loss, seconds = np.full(shape, np.nan), np.full(shape, np.nan)
     rank_x, rank_y = np.full(shape[:2], np.nan), np.full(shape[:2], np.nan)  # NaN: a pair not scored
     for row in table:
-        i, j, k = grid_x.index(row["lengthscale_x"]), grid_y.index(row["lengthscale_y"]), regs.index(row["reg"])
+        i, j, k = grid_x.index(row["lengthscale_x"]), grid_y.index(row["lengthscale_y"]), values.index(row["reg"])
         loss[i, j, k], seconds[i, j, k] = row["score"], row["seconds"]
         rank_x[i, j], rank_y[i, j] = row["rank_x"], row["rank_y"]
     grid = ("lengthscale_x", "lengthscale_y", "reg")
     return xr.Dataset(
         {"validation_loss": (grid, loss), "seconds": (grid, seconds),
          "rank_x": (grid[:2], rank_x), "rank_y": (grid[:2], rank_y)},
-        coords={"lengthscale_x": grid_x, "lengthscale_y": grid_y, "reg": regs},
+        coords={"lengthscale_x": grid_x, "lengthscale_y": grid_y, "reg": values},
     )
 
 

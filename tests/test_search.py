@@ -7,7 +7,7 @@ import pytest
 
 from jdlcore import JDL, GaussianKernel
 from jdlcore.conditional.losses import CRPSLoss
-from jdlcore.tuning import SEARCH_LONGEST, SEARCH_TOLERANCE, split_rows, tune
+from jdlcore.tuning import SEARCH_LONGEST, SEARCH_TOLERANCE, default_lengthscales, split_rows, tune
 
 
 def relevant_and_noise(n: int, seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -21,8 +21,13 @@ def relevant_and_noise(n: int, seed: int) -> tuple[np.ndarray, np.ndarray, np.nd
 
 @pytest.fixture(scope="module")
 def tuned():
+    """The default tuning with and without the noise column, on one grid of lengthscales (the default
+    grid of the relevant columns): the default grid follows the median distance, which a further
+    column moves, and the search's steps of 2 from another grid end at other lengthscales, whose
+    CRPS differs by about 2% on these 1,500 rows with or without a noise column."""
     X, Y, noise = relevant_and_noise(1500, 1)
-    return X, Y, noise, tune(X, Y), tune(np.c_[X, noise], Y)
+    grid = default_lengthscales(X, 0, GaussianKernel(1.0).standardised(X))
+    return X, Y, noise, tune(X, Y, lengthscales_x=grid), tune(np.c_[X, noise], Y, lengthscales_x=grid)
 
 
 def test_each_search_score_is_an_independent_refit_scored_by_crps(tuned):

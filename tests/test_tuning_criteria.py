@@ -7,7 +7,7 @@ import pytest
 from jdl.cli import main
 from jdlcore import JDL, GaussianKernel
 from jdlcore.conditional.losses import CRPSLoss, PinballLoss
-from jdlcore.tuning import resolve_criterion, tune
+from jdlcore.tuning import DEFAULT_REGS, REG_LADDER, as_regs, resolve_criterion, tune, walk_ladder
 
 
 @pytest.fixture(scope="module")
@@ -162,3 +162,44 @@ def test_jdl_tune_takes_a_criterion_and_a_validation_store(tmp_path, skewed, cap
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and message in err[0], (argv, err)
         assert not (tmp_path / "bad.zarr").exists()
+
+
+def test_the_reg_walk_finds_the_ladders_minimum_with_few_scores():
+    """``walk_ladder`` against brute force: on every unimodal sequence (random minima, plateaus
+    excluded) it returns the argmin, scores each rung at most once and at most 3 + |argmin - start| of
+    them; a non-finite score counts as +inf."""
+    rng = np.random.default_rng(5)
+    for _ in range(300):
+        count = int(rng.integers(1, 10))
+        low, start = int(rng.integers(count)), int(rng.integers(count))
+        values = np.abs(np.arange(count) - low) * rng.uniform(0.5, 2.0) + rng.uniform(0, 1e-3, count) * (
+            np.arange(count) != low)
+        calls = []
+        best = walk_ladder(count, lambda k: calls.append(k) or values[k], start)
+        assert best == int(np.argmin(values))
+        assert len(calls) == len(set(calls)) <= min(count, 3 + abs(low - start))
+    assert walk_ladder(4, lambda k: [np.nan, 2.0, 1.0, np.inf][k], 1) == 2
+    with pytest.raises(ValueError, match="start"):
+        walk_ladder(3, lambda k: 0.0, 3)
+
+
+def test_the_default_tuning_walks_the_reg_ladder_to_the_full_ladders_best(skewed):
+    """The default regs (``DEFAULT_REGS``: ``REG_LADDER`` walked per pair) and the same ladder given
+    (every rung scored): the walk's best reg is the brute-force best of each pair it scored, its
+    scores are the full ladder's, and it scores fewer candidates."""
+    X, Y = skewed
+    common = dict(lengthscales_x=(0.3, 0.6), lengthscales_y=(0.3,), search=False, refit=False)
+    walked = tune(X, Y, **common)
+    full = tune(X, Y, regs=REG_LADDER, **common)
+    assert as_regs(None) is DEFAULT_REGS and DEFAULT_REGS.walk and DEFAULT_REGS.values == REG_LADDER
+    scores = {(row["lengthscale_x"], row["reg"]): row["score"] for row in full.table}
+    assert 0 < len(walked.table) < len(full.table)
+    for row in walked.table:
+        assert row["score"] == pytest.approx(scores[row["lengthscale_x"], row["reg"]], rel=1e-12)
+    for lx in (0.3, 0.6):
+        ladder = [scores[lx, reg] for reg in REG_LADDER]
+        visited = [row for row in walked.table if row["lengthscale_x"] == lx]
+        assert min(row["score"] for row in visited) == pytest.approx(min(ladder), rel=1e-12)
+    assert walked.best["reg"] == full.best["reg"]
+    with pytest.raises(ValueError, match="regs"):
+        tune(X, Y, regs=[1e-5, -1.0], **common)
