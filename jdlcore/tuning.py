@@ -174,7 +174,6 @@ def walk_ladder(count: int, score_at: Callable[[int], float], start: int) -> int
             scores[k] = value if np.isfinite(value) else np.inf
         return scores[k]
 
-    best = start
     neighbours = [k for k in (start - 1, start + 1) if 0 <= k < count]
     if not neighbours or min(at(k) for k in neighbours) >= at(start):
         return start
@@ -196,9 +195,6 @@ class Regs:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "values", tuple(check_grid(self.values, "regs")))
-
-    def __len__(self) -> int:
-        return len(self.values)
 
     def scored(self, candidate: Callable[[float], dict[str, Any]], start: float | None = None
                ) -> tuple[list[dict[str, Any]], float]:

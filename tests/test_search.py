@@ -23,8 +23,9 @@ def relevant_and_noise(n: int, seed: int) -> tuple[np.ndarray, np.ndarray, np.nd
 def tuned():
     """The default tuning with and without the noise column, on one grid of lengthscales (the default
     grid of the relevant columns): the default grid follows the median distance, which a further
-    column moves, and the search's steps of 2 from another grid end at other lengthscales, whose
-    CRPS differs by about 2% on these 1,500 rows with or without a noise column."""
+    column moves, and the search's steps of 2 from another grid end at other lengthscales, whose test
+    CRPS differed by up to 2.5% either way (six seeds, 1,500 and 3,000 rows) with or without a noise
+    column."""
     X, Y, noise = relevant_and_noise(1500, 1)
     grid = default_lengthscales(X, 0, GaussianKernel(1.0).standardised(X))
     return X, Y, noise, tune(X, Y, lengthscales_x=grid), tune(np.c_[X, noise], Y, lengthscales_x=grid)
