@@ -41,7 +41,9 @@ __all__ = ["TuneResult", "tune", "split_rows", "score_grid", "best_row", "resolv
 LENGTHSCALE_FACTORS = (1 / 8, 1 / 4, 1 / 2)  # times the median heuristic, when no lengthscales are given
 # the per-feature search (search_lengthscales): steps, the longest lengthscale (standard units: the
 # kernel then hardly varies along the feature), the score tolerance and the sweeps
-SEARCH_STEPS = (4.0, 2.0, 2.0)  # one sweep per step; the last only if the one before it moved something
+# (a third sweep by 2, run where the second moved something, changed the test CRPS of the peer tables by
+# -1.7% to +0.6%, within their run-to-run noise, and cost up to a third of the tuning time: docs/peers.md)
+SEARCH_STEPS = (4.0, 2.0)  # one sweep per step
 SEARCH_LONGEST = 100.0
 SEARCH_TOLERANCE = 2e-3
 SEARCH_KEPT_FACTORS = 3  # factorisations kept per side (the current lengthscales' among them: each move pairs them)
@@ -465,15 +467,14 @@ def search_lengthscales(
     feature left out, in effect: the kernel is flat along it) and, unless that is kept, ``step`` times
     longer; the first whose validation score is within ``SEARCH_TOLERANCE`` (relative) of the best
     score before them is kept (the longer of the two, as if both were scored), so a feature that does
-    not help ends up long and the model cheaper. If neither is kept, the
-    lengthscale is made ``step`` times shorter as long as that lowers the score by more than the
-    tolerance. The first sweep steps by 4, the second by 2, and a third by 2 if the second moved
-    something. The y factorisation is shared while x moves (and the other way
-    round); ``kernel_x``, ``kernel_y``: the kernels of the grid (their families and scalings). Last,
-    the regs of ``regs`` (``as_regs``; a walk starting at the start's reg) are scored at the
-    lengthscales found. Returns the rows of every candidate
-    scored (``score_grid``'s columns, lengthscales as lists, plus ``step``: "x:k" / "y:k" for the
-    feature moved, "start", or "reg"); the best is ``search_best`` of them (the start is among them).
+    not help ends up long and the model cheaper. If neither is kept, the lengthscale is made ``step``
+    times shorter as long as that lowers the score by more than the tolerance. The first sweep steps
+    by 4, the second by 2. The y factorisation is shared while x moves (and the other way round);
+    ``kernel_x``, ``kernel_y``: the kernels of the grid (their families and scalings). Last, the regs
+    of ``regs`` (``as_regs``; a walk starting at the start's reg) are scored at the lengthscales
+    found. Returns the rows of every candidate scored (``score_grid``'s columns, lengthscales as
+    lists, plus ``step``: "x:k" / "y:k" for the feature moved, "start", or "reg"); the best is
+    ``search_best`` of them (the start is among them).
 
     Where the start's factorisation reached its rank cap (the default rank budget, or ``base``'s
     max_rank), every candidate would cost a factorisation at that cap. With more than ``max_rows``
@@ -538,11 +539,7 @@ def search_lengthscales(
         best = scored[(*current["x"].tolist(), "|", *current["y"].tolist())] = (
             start["score"] if np.isfinite(start["score"]) else np.inf)
     sides = [side for side in ("x", "y") if widths[side] > 1]
-    moved = True
-    for sweep, factor_step in enumerate(SEARCH_STEPS):
-        if sweep == len(SEARCH_STEPS) - 1 and not moved:
-            break
-        moved = False
+    for factor_step in SEARCH_STEPS:
         for side, k in ((side, k) for side in sides for k in range(widths[side])):
             def trial(multiplier: float) -> tuple[np.ndarray, float]:
                 value = current[side].copy()
@@ -558,13 +555,13 @@ def search_lengthscales(
             for multiplier in (np.inf, factor_step) if current[side][k] < SEARCH_LONGEST else ():
                 value, result = trial(multiplier)
                 if result <= best + SEARCH_TOLERANCE * abs(best):
-                    current[side], best, moved, kept = value, min(best, result), True, True
+                    current[side], best, kept = value, min(best, result), True
                     break
             while not kept:  # shorter, as long as that helps by more than the tolerance
                 value, result = trial(1.0 / factor_step)
                 if not result < best - SEARCH_TOLERANCE * abs(best):
                     break
-                current[side], best, moved = value, result, True
+                current[side], best = value, result
             if progress is not None:
                 progress(f"searched {side} feature {k}: lengthscale {current[side][k]:.4g}")
     if subsample:  # the lengthscales found, on all the training rows
@@ -608,10 +605,10 @@ def refine(parts: tuple[np.ndarray, ...], base: JDL, kernel_x: Kernel, kernel_y:
     With ``search`` and several features in x or y, ``search_lengthscales`` from the grid's ``best`` on
     the same training rows. On all of them the best is its ``search_best``; without a search it is
     ``best`` itself, and there are no rows. On a screen the regs (all, or a walk's from the screen's
-    best reg) are then scored, fitted on all the training rows, at the best lengthscales the search found there (step "reg"; without a search the
-    grid's), and where they differ at the grid's best too (step "start": the screen may favour fewer
-    features than all the rows resolve); the best of those is the result. The rows scored on the
-    screen carry ``subsample`` (its row count)."""
+    best reg) are then scored, fitted on all the training rows, at the best lengthscales the search
+    found there (step "reg"; without a search the grid's), and where they differ at the grid's best
+    too (step "start": the screen may favour fewer features than all the rows resolve); the best of
+    those is the result. The rows scored on the screen carry ``subsample`` (its row count)."""
     searching = search and max(parts[0].shape[1], parts[1].shape[1]) > 1
     rows = None if screen is None else screen.rows
     if rows is None:
