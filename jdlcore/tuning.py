@@ -368,13 +368,8 @@ def score_grid(
             problem, failed = _pair_problem(factor_x, factor_y, kernel_x, kernel_y, X_train, Y_train, base,
                                             budget, usable)
             shared = seconds_x / len(kernels_y) + shared_y + time.perf_counter() - started
-            if problem is None:
-                pair_rows = [_failed(kernel_x, kernel_y, reg, failed, 0.0) for reg in regs.values]
-            else:
-                pair_rows, reg_start = regs.scored(lambda reg: _candidate(
-                    problem, params, kernel_x, kernel_y, reg, Y_train, X_val, Y_val, score, 0.0), reg_start)
-            for row in pair_rows:
-                row["seconds"] += shared / len(pair_rows)
+            pair_rows, reg_start = _pair_rows(problem, failed, params, kernel_x, kernel_y, regs, reg_start,
+                                              (Y_train, X_val, Y_val), score, shared)
             rows_x += pair_rows
             done += 1
             if progress is not None:
@@ -405,6 +400,22 @@ def _pair_problem(factor_x: ProblemSide | Exception, factor_y: ProblemSide | Exc
                                     values_x=base.reads_x_values), None
     except _CANDIDATE_ERRORS as error:
         return None, error
+
+
+def _pair_rows(problem: Any, failed: Exception | None, params: dict[str, Any], kernel_x: Kernel, kernel_y: Kernel,
+               regs: Regs, start: float | None, data: tuple[np.ndarray, np.ndarray, np.ndarray], score: Callable,
+               shared_seconds: float) -> tuple[list[dict[str, Any]], float | None]:
+    """(the rows of a pair's regs, in ascending reg: each scored (``Regs.scored`` from ``start``), or
+    every one failed with ``failed`` where the pair has no problem; the best reg, ``start`` where there
+    is none). ``data``: (Y_train, X_val, Y_val); the pair's ``shared_seconds`` are spread over its rows."""
+    if problem is None:
+        rows = [_failed(kernel_x, kernel_y, reg, failed, 0.0) for reg in regs.values]
+    else:
+        rows, start = regs.scored(lambda reg: _candidate(problem, params, kernel_x, kernel_y, reg, *data, score, 0.0),
+                                  start)
+    for row in rows:
+        row["seconds"] += shared_seconds / len(rows)
+    return rows, start
 
 
 class _LeftOut(Exception):
@@ -568,12 +579,8 @@ def search_lengthscales(
         kernels = kernels_at(kernel_x, kernel_y, {f"lengthscale_{side}": current[side] for side in ("x", "y")})
         return rows + score_regs((X_all, Y_all, X_val, Y_val), base, *kernels, regs, score, start=reg)
     problem, failed, kx, ky, seconds = problem_of(current["x"], current["y"])
-    if problem is None:
-        final = [_failed(kx, ky, value, failed, 0.0) for value in regs.values]
-    else:
-        final, _ = regs.scored(lambda value: _candidate(problem, params, kx, ky, value, Y_train, X_val, Y_val, score,
-                                                        0.0), reg)
-    return rows + [{**row, "seconds": row["seconds"] + seconds / len(final), "step": "reg"} for row in final]
+    final, _ = _pair_rows(problem, failed, params, kx, ky, regs, reg, (Y_train, X_val, Y_val), score, seconds)
+    return rows + [{**row, "step": "reg"} for row in final]
 
 
 def kernels_at(kernel_x: Kernel, kernel_y: Kernel, row: dict[str, Any]) -> tuple[Kernel, Kernel]:
