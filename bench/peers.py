@@ -50,6 +50,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
+import jdlcore  # noqa: F401  (first, as the jdl command loads it: it sets OpenBLAS's idle-thread wait)
 import numpy as np
 import pandas as pd
 

@@ -544,9 +544,9 @@ def _terminate_as_interrupt():
 def main(argv: list[str] | None = None) -> int:
     """Run one ``jdl`` command; returns 0, 2 for bad input or a failed run (one line on stderr), or 130
     when stopped by Ctrl-C or SIGTERM (the output is left absent, or as the previous run wrote it)."""
+    args = build_parser().parse_args(argv)  # before the numerical stack loads: --help stays quick
     from pipeline.locks import LockTimeout
 
-    args = build_parser().parse_args(argv)
     with _terminate_as_interrupt():
         try:
             return args.run(args)

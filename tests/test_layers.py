@@ -34,3 +34,36 @@ def test_each_layer_imports_only_the_layers_below_it(position, package):
 def test_the_layers_are_every_python_package_of_the_product():
     packages = {path.parent.name for path in ROOT.glob("*/__init__.py")} - {"tests"}
     assert packages == set(LAYERS)
+
+
+_NUMPY_WATCH = """
+import os, sys
+seen = []
+class Watch:  # records the environment's OPENBLAS_THREAD_TIMEOUT when NumPy is first imported
+    def find_spec(self, name, path=None, target=None):
+        if name == "numpy" and not seen:
+            seen.append(os.environ.get("OPENBLAS_THREAD_TIMEOUT", "unset"))
+sys.meta_path.insert(0, Watch())
+{entry}
+print(seen[0] if seen else "numpy not imported")
+"""
+
+
+@pytest.mark.parametrize("entry", [
+    "import jdlcore", "import pipeline.tuning", "import flows.pipelines",
+    "from jdl.cli import main; main(['inspect', 'absent.zarr'])",
+])
+@pytest.mark.parametrize("given", [None, "12"])
+def test_every_entry_sets_openblas_idle_wait_before_numpy_loads(entry, given):
+    """OpenBLAS reads OPENBLAS_THREAD_TIMEOUT when it loads, with NumPy: each way into the product sets it
+    (to 4) first, and a value the environment gives is kept."""
+    import os
+    import subprocess
+    import sys
+
+    env = {key: value for key, value in os.environ.items() if key != "OPENBLAS_THREAD_TIMEOUT"}
+    if given is not None:
+        env["OPENBLAS_THREAD_TIMEOUT"] = given
+    result = subprocess.run([sys.executable, "-c", _NUMPY_WATCH.format(entry=entry)], cwd=ROOT, env=env,
+                            capture_output=True, text=True, timeout=300)
+    assert result.stdout.strip().splitlines()[-1] == (given or "4"), result.stdout + result.stderr
