@@ -146,3 +146,25 @@ def test_the_factor_is_the_same_whether_its_reservation_is_granted_or_refused(mo
     np.testing.assert_array_equal(granted.L, refused.L)
     early = pivoted_cholesky(GaussianKernel(2.0), X, tol=1e-3, max_rank=300)
     assert early.rank < 300 and early.L.shape == (400, early.rank) and early.L.base.shape == (early.rank, 400)
+
+
+def test_the_factor_shrinks_in_place_and_copies_where_a_view_of_its_buffer_is_alive(rng):
+    """``factor()`` releases the reservation past the rank: in place (the same buffer, no copy) when
+    nothing else refers to it, else by copying the first rank rows; both give the same L."""
+    from jdlcore.lowrank.cholesky import InMemoryFactorStorage, run_pivoted_cholesky
+
+    X = rng.standard_normal((500, 2))
+    kernel = GaussianKernel(1.5)
+    factors = []
+    for hold_a_view in (False, True):
+        storage = InMemoryFactorStorage(kernel, X, capacity=300)
+        run_pivoted_cholesky(storage, kernel, tol=1e-6, max_rank=300)
+        buffer = id(storage._Lt)
+        view = storage._Lt[:1] if hold_a_view else None
+        L = storage.factor()
+        assert 0 < storage.rank < 300 and L.shape == (500, storage.rank) and L.base.shape == (storage.rank, 500)
+        assert (id(L.base) == buffer) is not hold_a_view  # the same array resized in place, or a copy
+        if view is not None:
+            np.testing.assert_array_equal(view[0], L[:, 0])  # the view still reads the old buffer's first row
+        factors.append(L)
+    np.testing.assert_array_equal(*factors)

@@ -276,10 +276,14 @@ class InMemoryFactorStorage:
         return float(self.diag.sum())
 
     def factor(self) -> np.ndarray:
-        """L as an (n, rank) view; the storage's buffer is shrunk to fit first (a copy of its first
-        ``rank`` rows, so the rest of the reservation is released, not kept alive by the view)."""
+        """L as an (n, rank) view; the storage's buffer is shrunk to fit first, so the rest of the
+        reservation is released, not kept alive by the view: in place where nothing else refers to it
+        (its first ``rank`` rows are a contiguous prefix; no copy), else as a copy of those rows."""
         if self._capacity != self.rank:
-            self._Lt = self._Lt[: self.rank].copy()
+            try:
+                self._Lt.resize((self.rank, self.n), refcheck=True)
+            except ValueError:  # a view of the buffer is alive elsewhere
+                self._Lt = self._Lt[: self.rank].copy()
             self._capacity = self.rank
         return self._Lt.T
 
