@@ -25,7 +25,7 @@ rows each candidate was fitted on: the search moves on a subsample of large tuni
 the candidates fitted on all the training rows, with a list of lengthscales.
 
 Screen (optional attribute ``grid_rows``): the training rows the grid was fitted on. Fewer than the
-training rows where the grid's longest x lengthscale reached the rank cap on all of them
+training rows where the grid's longest x lengthscale reached the rank cap on that many of them
 (``jdlcore.tuning.screen_rows``); the search then moved on the same rows, and ``best`` is the best reg at
 its lengthscales fitted on all the training rows.
 

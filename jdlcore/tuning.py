@@ -12,8 +12,8 @@ by a criterion (model, X_val, Y_val) -> float. By default both kernels standardi
 rows), so the lengthscales are in standard units and columns in different units weigh alike. Unset
 lengthscales are ``LENGTHSCALE_FACTORS`` times the median heuristic of the (standardised) rows; the
 best setting is refitted on all the data. Where the grid's cheapest x factorisation already reaches
-its rank cap on the training rows, the grid and the per-feature search run on a seeded screen of
-``SEARCH_ROWS`` of them, and the best lengthscales found there are scored on all of them.
+its rank cap on a seeded screen of ``SEARCH_ROWS`` training rows, the grid and the per-feature search
+run on that screen, and the best lengthscales found there are scored on all of them.
 """
 from __future__ import annotations
 
@@ -48,8 +48,8 @@ SEARCH_LONGEST = 100.0
 SEARCH_TOLERANCE = 2e-3
 SEARCH_KEPT_FACTORS = 3  # factorisations kept per side (the current lengthscales' among them: each move pairs them)
 # the training rows of the screen (screen_rows) and of the search's subsample, used where the grid's longest
-# (or best) factorisation reached its rank cap (each candidate then costs O(n cap^2)); their results are
-# scored on all the rows
+# factorisation reaches its rank cap on them (each candidate on all n rows would then cost O(n cap^2) at
+# least); their results are scored on all the rows
 SEARCH_ROWS = 4_000
 # the default regs: a ladder of decades, walked (``walk_ladder``) from REG_START by each pair of lengthscales
 # (from the previous pair's best after the first); regs given by the caller are all scored
@@ -278,33 +278,34 @@ def _subsample(n: int, max_rows: int, seed: int | None) -> np.ndarray:
 @dataclass
 class Screen:
     """Where a tuning grid is scored (``screen_rows``): ``rows``, indices into the training rows (None: all
-    of them), and the factorisation on all the training rows of ``kernel_x`` (the grid's longest x
-    lengthscale) that decided it, reused where that kernel is the grid's best (``refine``)."""
+    of them), and the factorisation on those rows of the grid's longest x lengthscale that decided it
+    (None without a screen), the grid's own for that lengthscale."""
 
     rows: np.ndarray | None
-    kernel_x: Kernel | None = None
     factor_x: PivotedCholesky | None = None
 
 
 def screen_rows(X_train: np.ndarray, base: JDL, kernel_x: Kernel, max_rows: int | None = None) -> Screen:
     """The training rows the grid and the search are scored on: all of them, or a seeded subsample of
     ``max_rows`` (None: ``SEARCH_ROWS``, read when called) of them where the x factorisation of
-    ``kernel_x`` (the grid's longest lengthscale, the lowest rank of the grid) on all the rows reaches
-    its rank cap (the default budget, or ``base``'s max_rank). Every candidate would then cost a
-    factorisation at the cap, and its fit would be limited by the cap, not by the data; on the subsample
-    the budget is smaller and each candidate cheaper. ``refine`` scores the result on all the rows."""
+    ``kernel_x`` (the grid's longest lengthscale, the lowest rank of the grid) on that subsample reaches
+    its rank cap there (the default budget of ``max_rows`` rows, or ``base``'s max_rank). The rank a
+    factorisation needs for its tolerance hardly falls as rows are added (once they outnumber it, the
+    residual trace per row at a given rank follows the kernel's spectrum, not the row count), so every
+    candidate on all the n rows would cost a factorisation of at least about that rank, O(n cap^2), and its
+    fit would be limited by the cap rather than by the data; on the subsample each candidate is cheaper.
+    ``refine`` scores the result on all the rows."""
     max_rows = SEARCH_ROWS if max_rows is None else max_rows
     if len(X_train) <= max_rows:
         return Screen(None)
     factorisation = Factorisation.of(base)
-    cap = _rank_cap(len(X_train), factorisation)
+    rows = _subsample(len(X_train), max_rows, base.seed)
+    cap = _rank_cap(max_rows, factorisation)
     try:
-        factor = pivoted_cholesky(kernel_x, X_train, **factorisation.options(max_rank=cap))
+        factor = pivoted_cholesky(kernel_x, X_train[rows], **factorisation.options(max_rank=cap))
     except _CANDIDATE_ERRORS:
         return Screen(None)
-    if factor.rank < cap:
-        return Screen(None)
-    return Screen(_subsample(len(X_train), max_rows, base.seed), kernel_x, factor)
+    return Screen(rows, factor) if factor.rank >= cap else Screen(None)
 
 
 def screened(parts: tuple[np.ndarray, ...], rows: np.ndarray | None) -> tuple[np.ndarray, ...]:
@@ -592,14 +593,12 @@ def kernels_at(kernel_x: Kernel, kernel_y: Kernel, row: dict[str, Any]) -> tuple
 
 
 def score_regs(parts: tuple[np.ndarray, ...], base: JDL, kernel_x: Kernel, kernel_y: Kernel,
-               regs: Regs | Sequence[float], score: Callable, step: str = "reg",
-               factor_x: PivotedCholesky | None = None, start: float | None = None) -> list[dict[str, Any]]:
+               regs: Regs | Sequence[float], score: Callable, start: float | None = None) -> list[dict[str, Any]]:
     """``score_grid``'s rows of the regs (every one, or a walk's from ``start``) at the kernels
     ``kernel_x``, ``kernel_y``, fitted on the training rows of ``parts`` (X_train, Y_train, X_val, Y_val)
-    and scored on its validation rows, with ``step``; ``factor_x``: the x factorisation there, if
-    already made."""
-    return [{**row, "step": step} for row in score_grid(*parts, base, [kernel_x], [kernel_y], regs, score,
-                                                        factors_x=[factor_x], reg_start=start)]
+    and scored on its validation rows, with step "reg"."""
+    return [{**row, "step": "reg"} for row in score_grid(*parts, base, [kernel_x], [kernel_y], regs, score,
+                                                        reg_start=start)]
 
 
 def refine(parts: tuple[np.ndarray, ...], base: JDL, kernel_x: Kernel, kernel_y: Kernel, regs: Regs | Sequence[float],
@@ -613,9 +612,11 @@ def refine(parts: tuple[np.ndarray, ...], base: JDL, kernel_x: Kernel, kernel_y:
     the same training rows. On all of them the best is its ``search_best``; without a search it is
     ``best`` itself, and there are no rows. On a screen the regs (all, or a walk's from the screen's
     best reg) are then scored, fitted on all the training rows, at the best lengthscales the search
-    found there (step "reg"; without a search the grid's), and where they differ at the grid's best
-    too (step "start": the screen may favour fewer features than all the rows resolve); the best of
-    those is the result. The rows scored on the screen carry ``subsample`` (its row count)."""
+    found there (step "reg"; without a search the grid's), and the best of those is the result. (The
+    grid's best is not scored on all the rows: on a screen it is at (or near) the rank cap, a model the screen is
+    there to avoid; on the screened peer tables it scored 4-31% worse there than the search's result,
+    and took a third of the tuning time.) The rows scored on the screen carry ``subsample`` (its row
+    count)."""
     searching = search and max(parts[0].shape[1], parts[1].shape[1]) > 1
     rows = None if screen is None else screen.rows
     if rows is None:
@@ -630,12 +631,6 @@ def refine(parts: tuple[np.ndarray, ...], base: JDL, kernel_x: Kernel, kernel_y:
                 search_lengthscales(*screened(parts, rows), base, kernel_x, kernel_y, regs, best, score, progress)]
     result = best_row(searched)
     final = score_regs(parts, base, *kernels_at(kernel_x, kernel_y, result), regs, score, start=result["reg"])
-    if any(result[name] != best[name] for name in ("lengthscale_x", "lengthscale_y")):
-        # the grid's best as well: what all the rows resolve, the screen may not (it can favour fewer
-        # features); the regs again, as the best reg of all the rows can differ from the screen's
-        kernels = kernels_at(kernel_x, kernel_y, best)
-        given = screen.factor_x if kernels[0] == screen.kernel_x else None
-        final = score_regs(parts, base, *kernels, regs, score, "start", given, start=best["reg"]) + final
     return searched + final, best_row(final)
 
 
@@ -653,10 +648,12 @@ def search_grid(
     kernels_x, kernels_y = [kernel_x.with_lengthscale(v) for v in grid_x], [kernel_y.with_lengthscale(v) for v in grid_y]
     screen = screen_rows(parts[0], base, kernels_x[-1])
     if screen.rows is not None and progress is not None:
-        progress(f"the grid's longest x lengthscale reaches the rank cap on {len(parts[0]):,} training rows: "
-                 f"the grid and the search run on {screen.rows.size:,} of them, the result on all")
+        progress(f"the grid's longest x lengthscale reaches the rank cap on {screen.rows.size:,} of the "
+                 f"{len(parts[0]):,} training rows: the grid and the search run on those, the result on all")
     grid_parts = screened(parts, screen.rows)
-    table = (score_grid(*grid_parts, base, kernels_x, kernels_y, regs, score, progress, stop_early=stop_early)
+    factors_x = [None] * (len(kernels_x) - 1) + [screen.factor_x]
+    table = (score_grid(*grid_parts, base, kernels_x, kernels_y, regs, score, progress, factors_x=factors_x,
+                        stop_early=stop_early)
              if grid is None else grid(grid_parts, kernels_x, kernels_y))
     if screen.rows is not None:
         table = [{**row, "subsample": screen.rows.size} for row in table]

@@ -80,9 +80,9 @@ def tune_store(
     not visited left NaN in the store. ``search`` (the default): where x (or y) has several features, the
     grid's best is refined to one lengthscale per feature (``jdlcore.tuning.search_lengthscales``, in
     this process); the store keeps every candidate of that search (``search_*``) and its best is the
-    store's best. Where the grid's longest x lengthscale reaches the rank cap on the training rows,
-    the grid and the search run on a screen of them (``jdlcore.tuning.screen_rows``; the store's
-    ``grid_rows``) and the best found there is scored on all of them.
+    store's best. Where the grid's longest x lengthscale reaches the rank cap on a screen of the
+    training rows (``jdlcore.tuning.screen_rows``; the store's ``grid_rows``), the grid and the search
+    run on that screen and the best found there is scored on all of them.
     ``criterion``: "auto" (crps for a scalar y, else second_moment), "second_moment", "crps",
     "pinball:LEVELS" or "logistic" (``jdlcore.tuning.resolve_criterion``); the store records the one used.
     ``validation``: a staged store of held-out rows (the same features) to score on, the candidates

@@ -179,9 +179,8 @@ def test_where_the_grid_reaches_the_rank_cap_it_and_the_search_run_on_a_screen_a
     on_screen = [row for row in result.search if "subsample" in row]
     final = [row for row in result.search if "subsample" not in row]
     assert on_screen[0]["step"] == "start" and len(on_screen) > 3
-    # on all the training rows: the grid's best, then the search's, each at every reg; the best wins
-    assert [row["step"] for row in final] == ["start", "start", "reg", "reg"]
-    assert all(final[0][name] == best_row(result.table)[name] for name in ("lengthscale_x", "lengthscale_y"))
+    # on all the training rows: the search's result at every reg (not the grid's best, at the cap); the best wins
+    assert [row["step"] for row in final] == ["reg", "reg"]
     assert result.best == min(final, key=lambda row: row["score"])
     kernel_x, kernel_y = result.model.kernel_x, result.model.kernel_y
 
@@ -194,11 +193,12 @@ def test_where_the_grid_reaches_the_rank_cap_it_and_the_search_run_on_a_screen_a
         assert row["score"] == pytest.approx(refit(row, screen), rel=1e-9)
     for row in final:  # the result: fitted on all the training rows
         assert row["score"] == pytest.approx(refit(row, slice(None)), rel=1e-9)
-    assert final[2]["lengthscale_x"] == best_row(on_screen)["lengthscale_x"]
-    # the factorisation that decided the screen (the grid's longest x lengthscale on all the rows) is reused
+    assert final[0]["lengthscale_x"] == best_row(on_screen)["lengthscale_x"]
+    # the factorisation that decided the screen is the one of the screen's rows (the grid's, reused by it)
     from jdlcore.tuning import screen_rows
-    screen = screen_rows(features[train], JDL(max_rank=30), kernel_x.with_lengthscale(best_row(result.table)["lengthscale_x"]))
-    assert screen.factor_x.rank == 30 and np.array_equal(screen.rows, np.sort(screen.rows))
+    decided = screen_rows(features[train], JDL(max_rank=30), kernel_x.with_lengthscale(best_row(result.table)["lengthscale_x"]))
+    assert decided.factor_x.rank == 30 and np.array_equal(decided.rows, screen)
+    assert decided.factor_x.L.shape == (250, 30)
     # below the cap there is no screen, whatever the number of rows
     plain = tune(features, Y, regs=[1e-5], search=False)
     assert not any("subsample" in row for row in plain.table) and plain.search == []
