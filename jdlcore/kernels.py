@@ -54,6 +54,11 @@ def _pool() -> ThreadPoolExecutor:
     return _POOL
 
 
+def pool_threads() -> int:
+    """The kernel pool's thread count (JDL_KERNEL_THREADS, else one per core up to 4)."""
+    return _THREADS
+
+
 def pool_map(work: Callable[[Any], Any], items: list, *, one_blas_thread: bool = False) -> list:
     """``work(item)`` for each item, results in order: on the kernel thread pool when there are several
     items and threads, else in this thread (also when this thread is one of the pool's: a pool

@@ -198,6 +198,8 @@ def test_crps_equals_the_exact_integral_of_the_step_cdf():
     exact = [step_crps(lambda t, p=p: (p[None, :] * (values[None, :] <= t[:, None])).sum(axis=1), y_i, values)
              for p, y_i in zip(P, y)]
     np.testing.assert_allclose(crps(P, values, y), exact, rtol=0, atol=1e-12)
+    # one law for every row, as a broadcast view (the marginal's loss): the same as the rows spelled out
+    np.testing.assert_array_equal(crps(np.broadcast_to(P[0], (6, 50)), values, y), crps(np.tile(P[0], (6, 1)), values, y))
 
 
 def test_map_rows_covers_every_row_once_on_the_pool_with_single_threaded_blas(monkeypatch):
@@ -231,6 +233,9 @@ def test_map_rows_covers_every_row_once_on_the_pool_with_single_threaded_blas(mo
         assert name.startswith("jdl-kernel") and inner == [name] * 3
         assert all(t == 1 for t in threads)
     assert blas_threads() == before
+    # fewer rows than a block: split evenly over the pool's threads, not left to one of them
+    monkeypatch.setattr(laws, "ROW_ELEMENTS", 1 << 20)
+    assert [(r.start, r.stop) for r in laws.map_rows(11, 10, lambda rows: rows)] == [(0, 6), (6, 11)]
 
 
 @pytest.mark.parametrize("d", [3, 4])

@@ -1,4 +1,5 @@
-"""Compiled per-row kernels of ``jdlcore.conditional.laws`` (Numba, no GIL): the projection and the quantile merge.
+"""Compiled per-row kernels of ``jdlcore.conditional.laws`` (Numba, no GIL): the projection, the quantile merge
+and the CRPS.
 
 Each kernel walks the M support atoms of one row a few times and writes its row of the output, so a
 block of rows costs O(rows M) memory traffic and no (rows x M x K) temporaries. ``jdlcore.conditional.laws``
@@ -12,7 +13,7 @@ import numpy as np
 from numba import types
 from numba.extending import overload
 
-__all__ = ["project_scalar", "project_vector", "running_quantiles"]
+__all__ = ["project_scalar", "project_vector", "running_quantiles", "crps_rows"]
 
 _ITERATIONS = 60
 _HALVINGS = 40
@@ -579,3 +580,22 @@ def running_quantiles(P, order, values, levels, out):
             while k < M and peak[k] < reach[l]:
                 k += 1
             out[r, l] = values[k] if k < M else np.nan
+
+
+@nb.njit(cache=True, nogil=True)
+def crps_rows(P, order, values, observed, out):
+    """CRPS of each row of P (q, M) at observed[r], its atoms visited in ``order`` (their values ascending
+    in ``values``): out[r] = sum_k p_k (|z_k - y| - z_k (2 F_{k-1} + p_k - 1)), one pass per row, F the
+    running sum of the row's weights."""
+    q = P.shape[0]
+    M = order.shape[0]
+    for r in range(q):
+        y = observed[r]
+        before = 0.0
+        total = 0.0
+        for k in range(M):
+            p = P[r, order[k]]
+            z = values[k]
+            total += p * (abs(z - y) - z * (2.0 * before + p - 1.0))
+            before += p
+        out[r] = total

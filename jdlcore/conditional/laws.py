@@ -29,6 +29,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from .. import kernels
 from ..kernels import pool_map
 from .support import Support
 
@@ -137,18 +138,16 @@ def crps(P: np.ndarray, values: np.ndarray, observed: np.ndarray) -> np.ndarray:
     weighted atoms: sum_k p_k |z_k - y| - sum_k p_k z_k (2 F_{k-1} + p_k - 1) over atoms in ascending order.
     """
     order = np.argsort(values, kind="stable")
-    z, p = values[order], P[:, order]
-    spread = np.abs(z[None, :] - observed[:, None])
-    first = np.einsum("qk,qk->q", p, spread)
-    before = np.cumsum(p, axis=1) - p
-    second = np.einsum("qk,qk->q", p * (2.0 * before + p - 1.0), np.broadcast_to(z, p.shape))
-    return first - second
+    out = np.empty(P.shape[0])
+    _kernels().crps_rows(P, order, values[order], np.ascontiguousarray(observed, dtype=np.float64), out)
+    return out
 
 
 def map_rows(q: int, width: int, work: Callable[[slice], Any]) -> list:
-    """``work(rows)`` over row blocks of about ``ROW_ELEMENTS`` / width rows, on the kernel thread pool
-    with BLAS at one thread; results in row order. Each block does all of its work in its thread, the
-    BLAS products that make its R included: the pool's threads then keep every core busy, with no
-    serial step between blocks."""
-    step = max(1, ROW_ELEMENTS // max(width, 1))
+    """``work(rows)`` over row blocks of about ``ROW_ELEMENTS`` / width rows, and at most q / (the pool's
+    threads) rows, on the kernel thread pool with BLAS at one thread; results in row order. Each block
+    does all of its work in its thread, the BLAS products that make its R included: the pool's threads
+    then keep every core busy, with no serial step between blocks (a query of fewer rows than one
+    block is split evenly over the threads, not left to one of them)."""
+    step = max(1, min(ROW_ELEMENTS // max(width, 1), -(-q // kernels.pool_threads())))
     return pool_map(work, [slice(first, min(first + step, q)) for first in range(0, q, step)], one_blas_thread=True)
