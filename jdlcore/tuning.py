@@ -613,10 +613,10 @@ def refine(parts: tuple[np.ndarray, ...], base: JDL, kernel_x: Kernel, kernel_y:
     ``best`` itself, and there are no rows. On a screen the regs (all, or a walk's from the screen's
     best reg) are then scored, fitted on all the training rows, at the best lengthscales the search
     found there (step "reg"; without a search the grid's), and the best of those is the result. (The
-    grid's best is not scored on all the rows: on a screen it is at (or near) the rank cap, a model the screen is
-    there to avoid; on the screened peer tables it scored 4-31% worse there than the search's result,
-    and took a third of the tuning time.) The rows scored on the screen carry ``subsample`` (its row
-    count)."""
+    grid's best is not scored on all the rows: on a screen it is at or near the rank cap, a model the
+    screen is there to avoid; on the screened peer tables it scored 4-31% worse there than the
+    search's result, and took a third of the tuning time.) The rows scored on the screen carry
+    ``subsample`` (its row count)."""
     searching = search and max(parts[0].shape[1], parts[1].shape[1]) > 1
     rows = None if screen is None else screen.rows
     if rows is None:

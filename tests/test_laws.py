@@ -199,7 +199,8 @@ def test_crps_equals_the_exact_integral_of_the_step_cdf():
              for p, y_i in zip(P, y)]
     np.testing.assert_allclose(crps(P, values, y), exact, rtol=0, atol=1e-12)
     # one law for every row, as a broadcast view (the marginal's loss): the same as the rows spelled out
-    np.testing.assert_array_equal(crps(np.broadcast_to(P[0], (6, 50)), values, y), crps(np.tile(P[0], (6, 1)), values, y))
+    one_law = crps(np.broadcast_to(P[0], (6, 50)), values, y)
+    np.testing.assert_array_equal(one_law, crps(np.tile(P[0], (6, 1)), values, y))
 
 
 def test_map_rows_covers_every_row_once_on_the_pool_with_single_threaded_blas(monkeypatch):

@@ -196,7 +196,8 @@ def test_where_the_grid_reaches_the_rank_cap_it_and_the_search_run_on_a_screen_a
     assert final[0]["lengthscale_x"] == best_row(on_screen)["lengthscale_x"]
     # the factorisation that decided the screen is the one of the screen's rows (the grid's, reused by it)
     from jdlcore.tuning import screen_rows
-    decided = screen_rows(features[train], JDL(max_rank=30), kernel_x.with_lengthscale(best_row(result.table)["lengthscale_x"]))
+    longest = kernel_x.with_lengthscale(best_row(result.table)["lengthscale_x"])
+    decided = screen_rows(features[train], JDL(max_rank=30), longest)
     assert decided.factor_x.rank == 30 and np.array_equal(decided.rows, screen)
     assert decided.factor_x.L.shape == (250, 30)
     # below the cap there is no screen, whatever the number of rows
