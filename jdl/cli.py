@@ -170,15 +170,12 @@ def _staged(args: argparse.Namespace, result: dict) -> str:
 def _tuned(args: argparse.Namespace, result: dict) -> str:
     import json
 
-    from pipeline.tuning import load_tuning
+    from pipeline.tuning import load_tuning, scored_candidates
 
     table = load_tuning(result["path"])
     best = json.loads(table.attrs["best"])
     setting = ", ".join(f"{name} = {_numbers(best[name])}" for name in ("lengthscale_x", "lengthscale_y", "reg"))
-    import numpy as np
-
-    size = table["validation_loss"].size
-    scored = int(np.isfinite(table["seconds"].values).sum())  # the early stop and the reg walk leave some unscored
+    size, scored = table["validation_loss"].size, scored_candidates(table)
     count = f"{size}" if scored == size else f"{scored} of {size}"
     return (f"tuned {count} candidates on {table.attrs['rows_used']:,} rows: best {setting}, "
             f"validation {table.attrs['criterion']} {best['score']:.5g} -> {result['path']}")

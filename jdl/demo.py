@@ -91,7 +91,7 @@ def run_demo(n: int = 100_000, workdir: str | Path = "jdl-demo", seed: int = 0, 
     """Write the data as Parquet to ``workdir``, run the train-and-score flow on it and report;
     ``prefect``: as a recorded Prefect flow run."""
     from pipeline.model_store import load_model
-    from pipeline.tuning import load_tuning
+    from pipeline.tuning import load_tuning, scored_candidates
 
     from flows.runner import execute
 
@@ -123,7 +123,7 @@ def run_demo(n: int = 100_000, workdir: str | Path = "jdl-demo", seed: int = 0, 
     d = model.diagnostics_
     return DemoReport(
         n=n, workdir=root, best=json.loads(tuning.attrs["best"]), criterion=tuning.attrs["criterion"],
-        candidates=int(np.isfinite(tuning["seconds"].values).sum()),  # scored: the early stop and reg walk skip some
+        candidates=scored_candidates(tuning),
         tune_rows=int(tuning.attrs["rows_used"]), rank_x=d["rank_x"], rank_y=d["rank_y"], positivity=model.positivity,
         negative_mass_max=float(d.get("negative_mass_max", np.nan)),
         mean_rmse=_rmse(mean, mean_true), sd_rmse=_rmse(sd, sd_true),

@@ -710,10 +710,10 @@ def tune(
     has several features, the grid's best is refined to one lengthscale per feature
     (``search_lengthscales``: features that do not help end up with long lengthscales).
 
-    Where even the grid's longest x lengthscale needs a factorisation at the rank cap on the training
-    rows, the grid and the search are scored on a seeded screen of ``SEARCH_ROWS`` of them
-    (``screen_rows``), and the lengthscales found there are scored with the regs on all the training
-    rows, which choose the best (``refine``)."""
+    Where even the grid's longest x lengthscale needs a factorisation at the rank cap on a seeded screen
+    of ``SEARCH_ROWS`` training rows (``screen_rows``), the grid and the search are scored on that
+    screen, and the lengthscales found there are scored with the regs on all the training rows, which
+    choose the best (``refine``)."""
     X = as_samples(X, "X", min_rows=5)
     Y = as_samples(Y, "Y", min_rows=5)
     check_paired(X, Y)

@@ -35,8 +35,8 @@ from .atomic import atomic_store, refuse_existing
 from .cluster import dask_client, resolve_scheduler
 from .staging import categorical_indices, categorical_levels, data_fingerprint, level_recoding, open_staged, recode
 
-__all__ = ["tune_store", "load_tuning", "tuned_scaling", "default_lengthscales", "subsample_rows",
-           "LENGTHSCALE_FACTORS"]
+__all__ = ["tune_store", "load_tuning", "scored_candidates", "tuned_scaling", "default_lengthscales",
+           "subsample_rows", "LENGTHSCALE_FACTORS"]
 
 def subsample_rows(n: int, max_rows: int, seed: int) -> np.ndarray:
     """Sorted indices of a seeded random subset of min(n, max_rows) of n rows."""
@@ -246,3 +246,9 @@ def load_tuning(path: str | os.PathLike) -> xr.Dataset:
         raise ValueError(f"{where}: not a readable zarr v3 store ({type(error).__name__}: {error})") from None
     validate_tuning_dataset(ds, where)
     return ds
+
+
+def scored_candidates(tuning: xr.Dataset) -> int:
+    """How many of a tuning store's grid candidates were scored (the early stop of the x lengthscales
+    and the reg walk leave the others NaN)."""
+    return int(np.isfinite(tuning["seconds"].values).sum())

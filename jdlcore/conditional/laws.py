@@ -29,8 +29,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from .. import kernels
-from ..kernels import pool_map
+from ..kernels import pool_map, pool_threads
 from .support import Support
 
 __all__ = ["RULES", "LEVELS", "MomentBasis", "apply_rule", "quantiles", "crps", "map_rows", "ROW_ELEMENTS"]
@@ -149,5 +148,5 @@ def map_rows(q: int, width: int, work: Callable[[slice], Any]) -> list:
     does all of its work in its thread, the BLAS products that make its R included: the pool's threads
     then keep every core busy, with no serial step between blocks (a query of fewer rows than one
     block is split evenly over the threads, not left to one of them)."""
-    step = max(1, min(ROW_ELEMENTS // max(width, 1), -(-q // kernels.pool_threads())))
+    step = max(1, min(ROW_ELEMENTS // max(width, 1), -(-q // pool_threads())))
     return pool_map(work, [slice(first, min(first + step, q)) for first in range(0, q, step)], one_blas_thread=True)
