@@ -60,6 +60,37 @@ def test_a_noise_column_ends_long_and_leaves_the_crps_within_one_percent(tuned):
     assert noisy.search[first]["lengthscale_x"][2] == SEARCH_LONGEST and steps[first + 1] != "x:2"
 
 
+def test_a_feature_left_out_comes_back_at_its_start_once_the_others_have_moved():
+    """A designed validation score of the lengthscales (l0, l1) alone: feature 1 sets the fit (best at
+    0.25); feature 0 harms while l1 is long (so the first sweep leaves it out) and helps most at 1 once
+    l1 is short, which a step down from the longest (50, where the score is flat along it) cannot see."""
+    from jdlcore.tuning import search_lengthscales
+
+    def designed(l0: float, l1: float) -> float:
+        fit = 1.0 + 0.1 * np.log2(l1 / 0.25) ** 2
+        if l0 >= SEARCH_LONGEST:
+            return fit
+        return fit + (0.05 if l1 >= 1.0 else -0.1 * np.exp(-np.log2(l0) ** 2))
+
+    def score(model, X_val, Y_val):
+        return designed(*model.kernel_x.lengthscale)
+
+    rng = np.random.default_rng(5)
+    X, Y = rng.normal(size=(120, 2)), rng.normal(size=(120, 1))
+    kernel_x, kernel_y = GaussianKernel(1.0).standardised(X[:90]), GaussianKernel(0.5).standardised(Y[:90])
+    start = {"lengthscale_x": 1.0, "lengthscale_y": 0.5, "reg": 1e-5, "score": designed(1.0, 1.0), "rank_x": 1,
+             "rank_y": 1}
+    rows = search_lengthscales(X[:90], Y[:90], X[90:], Y[90:], JDL(seed=0), kernel_x, kernel_y, [1e-5], start, score)
+    path = [(row["step"], tuple(np.atleast_1d(row["lengthscale_x"]).tolist())) for row in rows]
+    # the first sweep: feature 0 left out at once; feature 1 down to 0.25
+    assert path[1] == ("x:0", (SEARCH_LONGEST, 1.0)) and ("x:1", (SEARCH_LONGEST, 0.25)) in path
+    # the second sweep tries feature 0 back at its start, keeps it (0.9 < 1.0), and a step shorter fails
+    back = path.index(("x:0", (1.0, 0.25)))
+    assert path[back + 1] == ("x:0", (0.5, 0.25))
+    assert rows[-1]["lengthscale_x"] == [1.0, 0.25] and rows[-1]["score"] == pytest.approx(0.9)
+    assert min(row["score"] for row in rows) == pytest.approx(designed(1.0, 0.25))
+
+
 @pytest.mark.filterwarnings("ignore::UserWarning")
 def test_the_search_finds_the_best_point_of_a_brute_force_grid():
     """Two features on a small case: every pair of lengthscales on the search's own lattice (steps of 2
