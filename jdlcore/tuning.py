@@ -574,7 +574,7 @@ def search_lengthscales(
                 if result <= best + SEARCH_TOLERANCE * abs(best):
                     current[side], best, kept = value, min(best, result), True
                     break
-            if not kept and current[side][k] >= SEARCH_LONGEST and origin[side][k] < SEARCH_LONGEST:  # back
+            if current[side][k] >= SEARCH_LONGEST > origin[side][k]:  # left out (so not kept): back at its start
                 value, result = trial(origin[side][k])
                 if result < best - SEARCH_TOLERANCE * abs(best):
                     current[side], best = value, result
