@@ -21,11 +21,9 @@ def relevant_and_noise(n: int, seed: int) -> tuple[np.ndarray, np.ndarray, np.nd
 
 @pytest.fixture(scope="module")
 def tuned():
-    """The default tuning with and without the noise column, on one grid of lengthscales (the default
-    grid of the relevant columns): the default grid follows the median distance, which a further
-    column moves, and the search's steps of 2 from another grid end at other lengthscales, whose test
-    CRPS differed by up to 2.5% either way (six seeds, 1,500 and 3,000 rows) with or without a noise
-    column."""
+    """The default tuning with and without the noise column on 1,500 rows, on one grid of lengthscales
+    (the default grid of the relevant columns), so that the two searches start alike: the search's
+    moves are checked here, each data set's own default grid at 10,000 rows below."""
     X, Y, noise = relevant_and_noise(1500, 1)
     grid = default_lengthscales(X, 0, GaussianKernel(1.0).standardised(X))
     return X, Y, noise, tune(X, Y, lengthscales_x=grid), tune(np.c_[X, noise], Y, lengthscales_x=grid)
@@ -58,6 +56,25 @@ def test_a_noise_column_ends_long_and_leaves_the_crps_within_one_percent(tuned):
     steps = [row["step"] for row in noisy.search]
     first = steps.index("x:2")
     assert noisy.search[first]["lengthscale_x"][2] == SEARCH_LONGEST and steps[first + 1] != "x:2"
+
+
+def test_a_noise_column_through_its_own_default_grid_changes_the_crps_by_under_one_percent():
+    """The whole default tuning (each data set's own grid, which the noise column moves: its median
+    distance is longer) with and without the column, 10,000 rows. Over seeds 1 to 14 the test CRPS
+    moved by -0.7% to +0.9% in 13, the column ending at 50 or 100, and by +2.9% in one, where the
+    column kept at 4.3 raised the x factorisation's rank; at 5,000 rows, where 1,000 validation rows
+    resolve less, by over 1% in three of six (up to 5.5%; docs/peers.md). On this seed the search
+    that kept y's lengthscale at the grid's, with a reg walk that a 0.1% bump stopped, moved it by
+    +3.7%."""
+    X, Y, noise = relevant_and_noise(10_000, 6)
+    clean, noisy = tune(X, Y), tune(np.c_[X, noise], Y)
+    Xt, Yt, noise_t = relevant_and_noise(4000, 99)
+    crps_clean = CRPSLoss()(clean.model, Xt, Yt)
+    crps_noisy = CRPSLoss()(noisy.model, np.c_[Xt, noise_t], Yt)
+    assert abs(crps_noisy / crps_clean - 1) < 0.01, (crps_clean, crps_noisy)
+    lengthscales = np.asarray(noisy.best["lengthscale_x"])
+    assert lengthscales[2] > 10 * lengthscales[:2].max()
+    assert noisy.table[0]["lengthscale_x"] != clean.table[0]["lengthscale_x"]  # the grids differ
 
 
 def test_a_feature_left_out_comes_back_at_its_start_once_the_others_have_moved():

@@ -165,9 +165,9 @@ def test_jdl_tune_takes_a_criterion_and_a_validation_store(tmp_path, skewed, cap
 
 
 def test_the_reg_walk_finds_the_ladders_minimum_with_few_scores():
-    """``walk_ladder`` against brute force: on every unimodal sequence (random minima, plateaus
-    excluded) it returns the argmin, scores each rung at most once and at most 3 + |argmin - start| of
-    them; a non-finite score counts as +inf."""
+    """``walk_ladder`` against brute force: on every unimodal sequence whose steps exceed its tolerance
+    (random minima, plateaus excluded) it returns the argmin, scores each rung at most once and at most
+    3 + |argmin - start| of them; a non-finite score counts as +inf."""
     rng = np.random.default_rng(5)
     for _ in range(300):
         count = int(rng.integers(1, 10))
@@ -181,6 +181,20 @@ def test_the_reg_walk_finds_the_ladders_minimum_with_few_scores():
     assert walk_ladder(4, lambda k: [np.nan, 2.0, 1.0, np.inf][k], 1) == 2
     with pytest.raises(ValueError, match="start"):
         walk_ladder(3, lambda k: 0.0, 3)
+
+
+def test_the_reg_walk_crosses_a_bump_within_its_tolerance_and_stops_at_a_larger_one():
+    """A rung that scores less than ``tolerance`` above the lowest score so far does not stop the walk
+    (validation noise makes such bumps); one above it does, and the lowest rung scored is returned."""
+    def walk(values: list[float], start: int, tolerance: float = 2e-3) -> tuple[int, list[int]]:
+        calls: list[int] = []
+        return walk_ladder(len(values), lambda k: calls.append(k) or values[k], start, tolerance), calls
+
+    assert walk([0.90, 0.95, 1.0015, 1.0, 1.2], 3) == (0, [3, 2, 4, 1, 0])  # 0.15% bump crossed
+    assert walk([0.90, 0.95, 1.0025, 1.0, 1.2], 3) == (3, [3, 2, 4])  # 0.25%: stopped
+    assert walk([0.90, 0.95, 1.0015, 1.0, 1.2], 3, tolerance=0.0) == (3, [3, 2, 4])  # the strict walk
+    # along a plateau within the tolerance it goes on to the ladder's end, and keeps the lowest
+    assert walk([0.9995, 1.0005, 1.001, 1.0, 1.1], 3) == (0, [3, 2, 4, 1, 0])
 
 
 def test_the_default_tuning_walks_the_reg_ladder_to_the_full_ladders_best(skewed):
