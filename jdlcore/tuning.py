@@ -724,7 +724,7 @@ def tune(
     ``validation``: held-out rows (X_val, Y_val) to score on, the candidates training on all of X, Y;
     without it a seeded ``validation_fraction`` of the rows is held out. The model's kernels carry
     the scaling, so it applies wherever the model is queried. ``search`` (the default): where x (or y)
-    has several features, the grid's best is refined to one lengthscale per feature
+    has several features, the grid's best is refined to one lengthscale per feature of x and of y
     (``search_lengthscales``: features that do not help end up with long lengthscales).
 
     Where even the grid's longest x lengthscale needs a factorisation at the rank cap on a seeded screen

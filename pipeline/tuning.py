@@ -54,7 +54,7 @@ def tune_store(
     lengthscales_x: Sequence[float] | None = None,
     lengthscales_y: Sequence[float] | None = None,
     regs: Sequence[float] | None = None,
-    tol: float = 1e-3,
+    tol: float = JDL.defaults()["tol"],
     constraints: str = "positivity",
     criterion: str = "auto",
     threshold: float | None = None,
@@ -78,7 +78,7 @@ def tune_store(
     of the (standardised) subsample. ``regs`` given are all scored; None (the default) walks
     ``jdlcore.tuning.REG_LADDER`` per pair of lengthscales (``jdlcore.tuning.walk_ladder``), the rungs
     not visited left NaN in the store. ``search`` (the default): where x (or y) has several features, the
-    grid's best is refined to one lengthscale per feature (``jdlcore.tuning.search_lengthscales``, in
+    grid's best is refined to one lengthscale per feature of x and y (``jdlcore.tuning.search_lengthscales``, in
     this process); the store keeps every candidate of that search (``search_*``) and its best is the
     store's best. Where the grid's longest x lengthscale reaches the rank cap on a screen of the
     training rows (``jdlcore.tuning.screen_rows``; the store's ``grid_rows``), the grid and the search

@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from jdlcore import METHODS
+from jdlcore import JDL, METHODS
 from jdlcore.models.registry import FIT_OPTIONS, method_options
 from jdlcore.params import Choice, Flag, Integer, Number, Param, ParameterError
 from jdlcore.validation import TOL_RULE
@@ -149,5 +149,6 @@ def test_a_default_given_explicitly_is_the_same_fit(tmp_path, rng):
     hyper = dict(data=data, out=str(tmp_path / "m.zarr"), lengthscale_x=0.5, lengthscale_y=0.5, reg=1e-4,
                  scheduler="memory")
     assert not pipelines.fit(**hyper)["reused"]
-    assert pipelines.fit(**hyper, tol=1e-3, positivity="auto", constraints="positivity", seed=0)["reused"]
+    assert pipelines.fit(**hyper, tol=JDL.defaults()["tol"], positivity="auto", constraints="positivity",
+                         seed=0)["reused"]
     assert not pipelines.fit(**hyper, tol=1e-2)["reused"]
