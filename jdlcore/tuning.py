@@ -487,8 +487,11 @@ def search_lengthscales(
     feature left out, in effect: the kernel is flat along it) and, unless that is kept, ``step`` times
     longer; the first whose validation score is within ``SEARCH_TOLERANCE`` (relative) of the best
     score before them is kept (the longer of the two, as if both were scored), so a feature that does
-    not help ends up long and the model cheaper (the only feature of a side is not left out: it is
-    tried one step longer alone). If neither is kept, the lengthscale is made ``step``
+    not help ends up long and the model cheaper. The only feature of a side is not left out: it is
+    tried one step longer, kept there only where that lowers the score by more than the tolerance (a
+    longer y lengthscale within the validation noise coarsens every law: on the noise column's
+    10,000-row cases, keeping it within the tolerance moved one seed's test CRPS by +2.9%). If
+    neither is kept, the lengthscale is made ``step``
     times shorter as long as that lowers the score by more than the tolerance. A feature left out
     earlier is first tried back at its start lengthscale, kept where that lowers the score by more than
     the tolerance, and then made shorter as above: near ``SEARCH_LONGEST`` the score is flat along it, so
@@ -576,11 +579,14 @@ def search_lengthscales(
             # the best score before them wins (a lucky score of the one step does not keep a feature:
             # leaving one out is preferred within the tolerance of where the move started, so the step
             # is not scored when the drop is kept)
+            # an only feature stays in, and moves longer only where that helps by more than the tolerance
+            # (keeping the longer within it is there to leave features out)
             kept = False
-            longer = (np.inf, factor_step) if widths[side] > 1 else (factor_step,)  # an only feature stays in
+            longer, slack = ((np.inf, factor_step), SEARCH_TOLERANCE) if widths[side] > 1 else (
+                (factor_step,), -SEARCH_TOLERANCE)
             for multiplier in longer if current[side][k] < SEARCH_LONGEST else ():
                 value, result = trial(current[side][k] * multiplier)
-                if result <= best + SEARCH_TOLERANCE * abs(best):
+                if result <= best + slack * abs(best):
                     current[side], best, kept = value, min(best, result), True
                     break
             if current[side][k] >= SEARCH_LONGEST > origin[side][k]:  # left out (so not kept): back at its start
