@@ -578,9 +578,8 @@ def search_lengthscales(
             # longer: the feature dropped (the longest), else one step; the first within the tolerance of
             # the best score before them wins (a lucky score of the one step does not keep a feature:
             # leaving one out is preferred within the tolerance of where the move started, so the step
-            # is not scored when the drop is kept)
-            # an only feature stays in, and moves longer only where that helps by more than the tolerance
-            # (keeping the longer within it is there to leave features out)
+            # is not scored when the drop is kept). An only feature stays in, and moves longer only where that
+            # helps by more than the tolerance: keeping the longer within it is there to leave features out
             kept = False
             longer, slack = ((np.inf, factor_step), SEARCH_TOLERANCE) if widths[side] > 1 else (
                 (factor_step,), -SEARCH_TOLERANCE)
