@@ -483,21 +483,20 @@ def search_lengthscales(
     Each sweep visits the features in turn, x's then y's. (An only feature of y is moved too: the grid
     chose its lengthscale at the grid's x lengthscale, and the best y lengthscale changes as x's move;
     at 40,000 rows this took diamonds' test CRPS from 222.4 to 215.6 and births' from 11.42 to 11.30.)
-    A feature's lengthscale is tried at ``SEARCH_LONGEST`` (the
-    feature left out, in effect: the kernel is flat along it) and, unless that is kept, ``step`` times
-    longer; the first whose validation score is within ``SEARCH_TOLERANCE`` (relative) of the best
-    score before them is kept (the longer of the two, as if both were scored), so a feature that does
-    not help ends up long and the model cheaper. The only feature of a side is not left out: it is
-    tried one step longer, kept there only where that lowers the score by more than the tolerance (a
-    longer y lengthscale within the validation noise coarsens every law: on the noise column's
-    10,000-row cases, keeping it within the tolerance moved one seed's test CRPS by +2.9%). If
-    neither is kept, the lengthscale is made ``step``
-    times shorter as long as that lowers the score by more than the tolerance. A feature left out
-    earlier is first tried back at its start lengthscale, kept where that lowers the score by more than
-    the tolerance, and then made shorter as above: near ``SEARCH_LONGEST`` the score is flat along it, so
-    steps down from there cannot tell that a feature left out when the others were at the start helps
-    once they have moved (on births at 40,000 rows, year comes back this way: test CRPS -2%). The first
-    sweep steps by 4, the second by 2. The y factorisation is shared while x moves (and the other way round);
+    A feature's lengthscale is tried at ``SEARCH_LONGEST`` (the feature left out, in effect: the kernel
+    is flat along it) and, unless that is kept, ``step`` times longer; the first whose validation score
+    is within ``SEARCH_TOLERANCE`` (relative) of the best score before them is kept (the longer of the
+    two, as if both were scored), so a feature that does not help ends up long and the model cheaper.
+    The only feature of a side is not left out: it is tried one step longer, kept there only where that
+    lowers the score by more than the tolerance (a longer y lengthscale within the validation noise
+    coarsens every law: on the noise column's 10,000-row cases, keeping it within the tolerance moved
+    one seed's test CRPS by +2.9%). If neither is kept, the lengthscale is made ``step`` times shorter
+    as long as that lowers the score by more than the tolerance. A feature left out earlier is first
+    tried back at its start lengthscale, kept where that lowers the score by more than the tolerance,
+    and then made shorter as above: near ``SEARCH_LONGEST`` the score is flat along it, so steps down
+    from there cannot tell that a feature left out when the others were at the start helps once they
+    have moved (on births at 40,000 rows, year comes back this way: test CRPS -2%). The first sweep
+    steps by 4, the second by 2. The y factorisation is shared while x moves (and the other way round);
     ``kernel_x``, ``kernel_y``: the kernels of the grid (their families and scalings). Last, the regs
     of ``regs`` (``as_regs``; a walk starting at the start's reg) are scored at the lengthscales
     found. Returns the rows of every candidate scored (``score_grid``'s columns, lengthscales as
@@ -549,8 +548,11 @@ def search_lengthscales(
         problem, failed = _pair_problem(fx, fy, kx, ky, X_train, Y_train, base, budget, None)
         return problem, failed, kx, ky, tx + ty + time.perf_counter() - started
 
+    def point(lx: np.ndarray, ly: np.ndarray) -> tuple:  # the key of a setting in ``scored``
+        return (*lx.tolist(), "|", *ly.tolist())
+
     def evaluate(lx: np.ndarray, ly: np.ndarray, step: str) -> float:
-        key = (*lx.tolist(), "|", *ly.tolist())
+        key = point(lx, ly)
         if key not in scored:
             problem, failed, kx, ky, seconds = problem_of(lx, ly)
             row = (_failed(kx, ky, reg, failed, seconds) if problem is None else
@@ -565,7 +567,7 @@ def search_lengthscales(
     if subsample:  # scored again on the subsample, where the moves are compared
         best = evaluate(current["x"], current["y"], "start")
     else:
-        best = scored[(*current["x"].tolist(), "|", *current["y"].tolist())] = (
+        best = scored[point(current["x"], current["y"])] = (
             start["score"] if np.isfinite(start["score"]) else np.inf)
     for factor_step in SEARCH_STEPS:
         for side, k in ((side, k) for side in ("x", "y") for k in range(widths[side])):

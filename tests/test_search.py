@@ -77,12 +77,24 @@ def test_a_noise_column_through_its_own_default_grid_changes_the_crps_by_under_o
     assert noisy.table[0]["lengthscale_x"] != clean.table[0]["lengthscale_x"]  # the grids differ
 
 
+def designed_search(score, start_score: float, seed: int) -> list[dict]:
+    """``search_lengthscales`` from x lengthscales (1.0, 1.0) and y's 0.5 (reg 1e-5) on 90 training and
+    30 validation rows of noise, every candidate scored by ``score`` (a designed function of the
+    model's lengthscales) instead of a validation loss."""
+    from jdlcore.tuning import search_lengthscales
+
+    rng = np.random.default_rng(seed)
+    X, Y = rng.normal(size=(120, 2)), rng.normal(size=(120, 1))
+    kernel_x, kernel_y = GaussianKernel(1.0).standardised(X[:90]), GaussianKernel(0.5).standardised(Y[:90])
+    start = {"lengthscale_x": 1.0, "lengthscale_y": 0.5, "reg": 1e-5, "score": start_score, "rank_x": 1,
+             "rank_y": 1}
+    return search_lengthscales(X[:90], Y[:90], X[90:], Y[90:], JDL(seed=0), kernel_x, kernel_y, [1e-5], start, score)
+
+
 def test_a_feature_left_out_comes_back_at_its_start_once_the_others_have_moved():
     """A designed validation score of the lengthscales (l0, l1) alone: feature 1 sets the fit (best at
     0.25); feature 0 harms while l1 is long (so the first sweep leaves it out) and helps most at 1 once
     l1 is short, which a step down from the longest (50, where the score is flat along it) cannot see."""
-    from jdlcore.tuning import search_lengthscales
-
     def designed(l0: float, l1: float) -> float:
         fit = 1.0 + 0.1 * np.log2(l1 / 0.25) ** 2
         if l0 >= SEARCH_LONGEST:
@@ -92,12 +104,7 @@ def test_a_feature_left_out_comes_back_at_its_start_once_the_others_have_moved()
     def score(model, X_val, Y_val):
         return designed(*model.kernel_x.lengthscale)
 
-    rng = np.random.default_rng(5)
-    X, Y = rng.normal(size=(120, 2)), rng.normal(size=(120, 1))
-    kernel_x, kernel_y = GaussianKernel(1.0).standardised(X[:90]), GaussianKernel(0.5).standardised(Y[:90])
-    start = {"lengthscale_x": 1.0, "lengthscale_y": 0.5, "reg": 1e-5, "score": designed(1.0, 1.0), "rank_x": 1,
-             "rank_y": 1}
-    rows = search_lengthscales(X[:90], Y[:90], X[90:], Y[90:], JDL(seed=0), kernel_x, kernel_y, [1e-5], start, score)
+    rows = designed_search(score, designed(1.0, 1.0), seed=5)
     path = [(row["step"], tuple(np.atleast_1d(row["lengthscale_x"]).tolist())) for row in rows]
     # the first sweep: feature 0 left out at once; feature 1 down to 0.25
     assert path[1] == ("x:0", (SEARCH_LONGEST, 1.0)) and ("x:1", (SEARCH_LONGEST, 0.25)) in path
@@ -113,8 +120,6 @@ def test_an_only_y_feature_moves_only_where_that_helps_by_more_than_the_toleranc
     scores 0.1% worse (within the tolerance) for each step longer than its start (0.5), and worse still
     shorter. y is tried longer in each sweep and kept where it starts: keeping the longer within the
     tolerance is there to leave features out, and an only feature is never left out."""
-    from jdlcore.tuning import search_lengthscales
-
     def designed(l0: float, l1: float, ly: float) -> float:
         return 1.0 + 0.1 * (np.log2(l0) ** 2 + np.log2(l1) ** 2) + 1e-3 * abs(np.log2(ly / 0.5)) * (
             1 if ly >= 0.5 else 50)
@@ -122,12 +127,7 @@ def test_an_only_y_feature_moves_only_where_that_helps_by_more_than_the_toleranc
     def score(model, X_val, Y_val):
         return designed(*model.kernel_x.lengthscale, model.kernel_y.lengthscale)
 
-    rng = np.random.default_rng(6)
-    X, Y = rng.normal(size=(120, 2)), rng.normal(size=(120, 1))
-    kernel_x, kernel_y = GaussianKernel(1.0).standardised(X[:90]), GaussianKernel(0.5).standardised(Y[:90])
-    start = {"lengthscale_x": 1.0, "lengthscale_y": 0.5, "reg": 1e-5, "score": designed(1.0, 1.0, 0.5),
-             "rank_x": 1, "rank_y": 1}
-    rows = search_lengthscales(X[:90], Y[:90], X[90:], Y[90:], JDL(seed=0), kernel_x, kernel_y, [1e-5], start, score)
+    rows = designed_search(score, designed(1.0, 1.0, 0.5), seed=6)
     tried_y = [row["lengthscale_y"] for row in rows if row["step"] == "y:0"]
     assert tried_y == [2.0, 0.125, 1.0, 0.25]  # one step longer and one shorter in each sweep (4, then 2)
     assert rows[-1]["lengthscale_y"] == 0.5 and rows[-1]["lengthscale_x"] == [1.0, 1.0]
