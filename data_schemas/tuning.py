@@ -10,7 +10,9 @@ Coordinates lengthscale_x, lengthscale_y, reg: strictly increasing, positive. At
 "jdl.tuning", ``schema_version``, ``data``, ``data_fingerprint``, ``criterion``, ``tol``,
 ``constraints``, ``rows_used``, ``n_samples``, ``validation_fraction``, ``seed``, ``best`` (JSON:
 lengthscale_x, lengthscale_y, reg, score, rank_x, rank_y), ``seconds``; optional ``failures`` (JSON: the
-candidates that raised, with lengthscale_x, lengthscale_y, reg and the error's message).
+candidates that raised, with lengthscale_x, lengthscale_y, reg and the error's message), ``folds`` (the
+train/validation splits each candidate was scored on, its loss their mean over every validated row:
+``jdlcore.tuning.fold_rows``; absent: 1) and ``validation_rows`` (the validated rows, over all folds).
 
 Scaling (version 2): attribute ``scaling`` ("robust" or "none"; absent: "none"). With "robust" the
 lengthscales are in standard units and the store holds the scaling: ``x_location``, ``x_scale``
@@ -102,6 +104,9 @@ def validate_tuning_dataset(ds, where: str = "tuning") -> None:
             if not np.all(np.isfinite(values)) or (name.endswith("scale") and not np.all(values > 0)):
                 raise ValueError(f"{where}: variable {name!r} must be finite"
                                  f"{' and > 0' if name.endswith('scale') else ''}")
+    folds = ds.attrs.get("folds", 1)
+    if isinstance(folds, bool) or not isinstance(folds, (int, np.integer)) or folds < 1:
+        raise ValueError(f"{where}: attribute 'folds' must be an integer >= 1, got {folds!r}")
     if "search_loss" in ds.data_vars:
         _require_variables(ds, SEARCH_DIMS, where)
     if not np.any(np.isfinite(ds["validation_loss"].values)):

@@ -79,7 +79,7 @@ def classification_cell(d: int, n: int, replicate: int, level: float,
 
     ky = GaussianKernel(median_heuristic(train[1]))
     kernels_x = [GaussianKernel(factor * median_heuristic(train[0])) for factor in settings.lengthscale_factors]
-    table = score_grid(*train, *validation, JDL(tol=settings.tol, constraints="none"), kernels_x, [ky], settings.regs,
+    table = score_grid([(*train, *validation)], JDL(tol=settings.tol, constraints="none"), kernels_x, [ky], settings.regs,
                        lambda model, X, Y: loss_of(model, (X, Y)))
     kx = GaussianKernel(best_row(table)["lengthscale_x"])
     problem, factor_time = timed(lambda: build_problem(*train, kx, ky, Factorisation(tol=settings.tol)))

@@ -98,7 +98,7 @@ def _choose_lengthscales(train: tuple, validation: tuple, settings: MomentSettin
     factors = settings.lengthscale_factors
     kernels = [[GaussianKernel(factor * median_heuristic(Z)) for factor in factors] for Z in (X, Y)]
     base = JDL(tol=tol, constraints="normalization", max_rank=settings.max_rank or X.shape[0])
-    table = score_grid(X, Y, Xv, Yv, base, *kernels, settings.regs, SecondMomentLoss(),
+    table = score_grid([(X, Y, Xv, Yv)], base, *kernels, settings.regs, SecondMomentLoss(),
                        usable=lambda factor: factor.stop_reason != "max_rank")
     if not any(np.isfinite(row["score"]) for row in table):
         widest = int(np.argmax(factors))

@@ -39,8 +39,8 @@ def tune_flow(
     data: str, out: str, lengthscales_x: list[float] | None = None, lengthscales_y: list[float] | None = None,
     regs: list[float] | None = None, tol: float | None = None, constraints: str | None = None,
     criterion: str | None = None, validation: str | None = None, max_rows: int = 20_000,
-    validation_fraction: float = 0.2, seed: int = 0, scaling: str | None = None, search: bool | None = None,
-    scheduler: str | None = None,
+    validation_fraction: float = 0.2, folds: int | str | None = None, seed: int = 0, scaling: str | None = None,
+    search: bool | None = None, scheduler: str | None = None,
 ) -> StageResult:
     """Score a hyperparameter grid on (a subsample of) the staged store ``data`` into a tuning store."""
     return pipelines.tune(**given(locals()))

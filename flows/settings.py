@@ -26,7 +26,7 @@ from jdlcore.models.jdl import JDL
 from jdlcore.models.registry import FIT_OPTIONS, METHODS, estimator_class, method_options
 from jdlcore.params import ParameterError
 from jdlcore.scaling import SCALINGS
-from jdlcore.tuning import resolve_criterion
+from jdlcore.tuning import resolve_criterion, resolve_folds
 from pipeline.scoring import parse_function
 from pipeline.versions import DEFAULT_KEEP_VERSIONS, check_keep
 
@@ -149,6 +149,7 @@ class TuneSettings(_Settings):
     validation: Path_ | None = None
     max_rows: int = Field(20_000, ge=10)
     validation_fraction: float = Field(0.2, gt=0, lt=1)
+    folds: Literal["auto"] | Annotated[int, Field(ge=1)] = "auto"  # at most the data's blocks: checked by the tuning
     seed: int = 0
     scaling: Scaling = "robust"
     search: bool = True
@@ -169,6 +170,8 @@ class TuneSettings(_Settings):
     def check(self) -> None:
         if self.validation is not None and os.path.abspath(self.validation) == os.path.abspath(self.data):
             raise ValueError(f"parameter validation: must differ from data (got {self.validation!r})")
+        if self.validation is not None:
+            resolve_folds(self.folds, 0, self.validation_fraction, held_out=True)
 
 
 class _FitHyperparameters(_Settings):

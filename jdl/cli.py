@@ -177,7 +177,9 @@ def _tuned(args: argparse.Namespace, result: dict) -> str:
     setting = ", ".join(f"{name} = {_numbers(best[name])}" for name in ("lengthscale_x", "lengthscale_y", "reg"))
     size, scored = table["validation_loss"].size, scored_candidates(table)
     count = f"{size}" if scored == size else f"{scored} of {size}"
-    return (f"tuned {count} candidates on {table.attrs['rows_used']:,} rows: best {setting}, "
+    folds = int(table.attrs.get("folds", 1))
+    on = f"{table.attrs['rows_used']:,} rows" + (f" ({folds} folds)" if folds > 1 else "")
+    return (f"tuned {count} candidates on {on}: best {setting}, "
             f"validation {table.attrs['criterion']} {best['score']:.5g} -> {result['path']}")
 
 
@@ -395,7 +397,7 @@ def build_parser() -> argparse.ArgumentParser:
     stage.set_defaults(run=_stage)
 
     tune = commands.add_parser("tune", help="score a grid of lengthscales and reg on a staged store (a validation "
-                                            "criterion on a 4:1 split of a subsample, or on a validation store)", epilog=_REUSE_NOTE)
+                                            "criterion on 4:1 splits of a subsample, or on a validation store)", epilog=_REUSE_NOTE)
     tune.add_argument("data", help="staged data store (from jdl stage)")
     tune.add_argument("--out", required=True, help="the tuning store to write")
     tune.add_argument("--lengthscales-x", type=_floats, help="comma-separated (default: 1/8, 1/4, 1/2 of the median "
@@ -409,8 +411,11 @@ def build_parser() -> argparse.ArgumentParser:
                            "laws; scalar y) | pinball:L1,L2,... (the mean pinball loss at those levels; scalar y) | "
                            "log (the negative log density of the laws smoothed by the y kernel) | second_moment "
                            "(the paper's loss (40))")
-    tune.add_argument("--validation", help="a staged store of held-out rows to score on (default: a seeded fifth of "
-                                           "the subsample)")
+    tune.add_argument("--validation", help="a staged store of held-out rows to score on (default: seeded fifths of "
+                                           "the subsample, --folds)")
+    tune.add_argument("--folds", help="how many disjoint fifths of the subsample to validate on, each candidate fitted "
+                                      "on the other rows of each: 1 to 5, or auto (default: one from 10,000 rows of "
+                                      "subsample on, else 5, cross-validation)")
     tune.deferred.append(functools.partial(_add_scaling, default="robust"))
     tune.add_argument("--search", action=argparse.BooleanOptionalAction, default=True,
                       help="refine the grid's best to one lengthscale per feature where x (or y) has several; "

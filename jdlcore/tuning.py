@@ -1,5 +1,12 @@
-"""Hyperparameter selection on a train/validation split (4:1 as in the paper): the one grid search of
+"""Hyperparameter selection on train/validation splits (4:1 as in the paper): the one grid search of
 jdl, run in this process here and fanned out over Dask by ``pipeline.tuning``.
+
+The candidates are scored on folds (``fold_rows``): disjoint validation blocks of a seeded permutation,
+each a ``validation_fraction`` of the rows, the other rows training. A candidate is fitted on each
+fold's training rows, and its score is the mean of the criterion over every validated row. By
+default (``folds="auto"``) one split validates ``MIN_VALIDATED_ROWS`` rows or more (from 10,000 rows
+on), and below that every row is validated (5-fold cross-validation), so small tunings are not
+decided by the noise of a thousand validation rows.
 
 The grid is lengthscales_x x lengthscales_y x regs. By default the regs are a ladder of decades
 (``DEFAULT_REGS``) that each pair of lengthscales walks from its best neighbour on (``walk_ladder``)
@@ -20,7 +27,7 @@ from __future__ import annotations
 import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Sequence, Union
 
 import numpy as np
 
@@ -32,7 +39,8 @@ from .scaling import check_scaling_choice
 from .conditional.losses import ClippedLogisticLoss, CRPSLoss, LogLoss, PinballLoss, SecondMomentLoss
 from .validation import as_samples, check_paired
 
-__all__ = ["TuneResult", "tune", "split_rows", "score_grid", "best_row", "resolve_criterion", "screening_params",
+__all__ = ["TuneResult", "tune", "Fold", "split_rows", "fold_rows", "resolve_folds", "make_folds", "MIN_VALIDATED_ROWS",
+           "score_grid", "best_row", "resolve_criterion", "screening_params",
            "Regs", "as_regs", "walk_ladder", "REG_LADDER", "REG_START",
            "check_grid", "default_lengthscales", "scaled_kernel", "standardised_grid", "search_lengthscales", "search_best",
            "refine", "search_grid", "Screen", "screen_rows", "screened", "score_regs", "kernels_at",
@@ -57,18 +65,27 @@ REG_LADDER = (1e-10, 1e-9, 1e-8, 1e-7, 1e-6, 1e-5, 1e-4, 1e-3)
 REG_START = 1e-6
 CACHE_MEMORY_SHARE = 0.125  # of physical memory: y factorisations kept between pairs (else recomputed)
 _CANDIDATE_ERRORS = (ValueError, RuntimeError, np.linalg.LinAlgError, MemoryError, FloatingPointError)
+# the validation rows of one split below which ``folds="auto"`` cross-validates: with one split of 10,000
+# rows (2,000 validated) a noise column moved the test CRPS by -0.6%..+0.9% (14 seeds); at 5,000 rows
+# (1,000) by up to +4.1%, with all five folds by -1.1%..+0.6% (14 seeds; docs/peers.md)
+MIN_VALIDATED_ROWS = 2_000
+
+# one train/validation split of a tuning: (X_train, Y_train, X_val, Y_val), rows by features
+Fold = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
 
 
 @dataclass
 class TuneResult:
     """table: one dict per candidate of the grid (``score_grid``'s rows); search: the rows of the
     per-feature search that followed it (``search_lengthscales``; empty without one); best: the
-    winning row; model: the best setting refitted on all data."""
+    winning row; model: the best setting refitted on all data; folds: how many train/validation
+    splits each candidate was scored on (``fold_rows``)."""
 
     table: list[dict[str, Any]]
     best: dict[str, Any]
     model: JDL
     search: list[dict[str, Any]] = field(default_factory=list)
+    folds: int = 1
 
     def scores(self) -> np.ndarray:
         return np.array([row["score"] for row in self.table])
@@ -117,12 +134,60 @@ def resolve_criterion(criterion: str | Callable, threshold: float | None = None,
 
 def split_rows(n: int, validation_fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
     """(train, validation) row indices of a seeded random split; the validation part has
-    round(validation_fraction * n) >= 1 rows."""
+    round(validation_fraction * n) >= 1 rows. The first of ``fold_rows``'s folds."""
+    return fold_rows(n, validation_fraction, 1, seed)[0]
+
+
+def _block_bounds(n: int, validation_fraction: float) -> list[int]:
+    """The bounds of the disjoint validation blocks of n rows (positions in a permutation): block k is
+    [round(k s), round((k + 1) s)) with s = validation_fraction * n rows (at least 1), as many as fit in n
+    rows; the first has round(validation_fraction * n) >= 1 rows, and at a fraction 1 / K the K blocks
+    cover every row."""
     if not 0 < validation_fraction < 1:
         raise ValueError(f"validation_fraction: must be in (0, 1), got {validation_fraction}")
+    share = max(validation_fraction * n, 1.0)
+    bounds = [0]
+    while round(len(bounds) * share) <= n:
+        bounds.append(round(len(bounds) * share))
+    return bounds
+
+
+def resolve_folds(folds: int | str, n: int, validation_fraction: float, held_out: bool = False) -> int:
+    """The number of folds of n rows: ``folds`` itself (an int from 1 to the number of disjoint
+    validation blocks of ``validation_fraction`` that n rows hold, 5 at 0.2), or for "auto" one where a
+    block has ``MIN_VALIDATED_ROWS`` rows or more, else every block (cross-validation: 5 folds at 0.2).
+    ``held_out``: the candidates are scored on a validation set given, one fold ("auto" or 1).
+    ``ValueError`` naming folds."""
+    if held_out:
+        if not (folds == "auto" or (folds == 1 and not isinstance(folds, bool))):
+            raise ValueError(f"folds: the candidates are scored on the validation set given (one fold), got {folds!r}")
+        return 1
+    bounds = _block_bounds(n, validation_fraction)
+    most = len(bounds) - 1
+    if isinstance(folds, str) and folds == "auto":
+        return 1 if bounds[1] >= MIN_VALIDATED_ROWS else most
+    if isinstance(folds, (bool, np.bool_)) or not isinstance(folds, (int, np.integer)) or not 1 <= folds <= most:
+        raise ValueError(f"folds: must be 'auto' or an integer from 1 to {most} (the disjoint validation blocks of "
+                         f"validation_fraction {validation_fraction:g} in {n:,} rows), got {folds!r}")
+    return int(folds)
+
+
+def fold_rows(n: int, validation_fraction: float, folds: int | str, seed: int) -> list[tuple[np.ndarray, np.ndarray]]:
+    """(train, validation) row indices of seeded splits of n rows, as many as ``folds`` (``resolve_folds``:
+    a number, or "auto"): the validation blocks are consecutive blocks of about validation_fraction * n
+    rows of one seeded permutation (so disjoint; ``_block_bounds``), and each fold trains on the other
+    rows; the first fold is ``split_rows``'s split. With validation_fraction 0.2 and 5 folds, 5-fold
+    cross-validation: every row is validated once."""
+    bounds = _block_bounds(n, validation_fraction)
+    folds = resolve_folds(folds, n, validation_fraction)
     order = np.random.default_rng(seed).permutation(n)
-    n_val = max(1, int(round(validation_fraction * n)))
-    return order[n_val:], order[:n_val]
+    return [(np.concatenate([order[:start], order[stop:]]), order[start:stop])
+            for start, stop in zip(bounds[:folds], bounds[1:folds + 1])]
+
+
+def make_folds(X: np.ndarray, Y: np.ndarray, splits: Sequence[tuple[np.ndarray, np.ndarray]]) -> list[Fold]:
+    """The ``Fold`` of each (train, validation) split of the rows of X and Y (``fold_rows``)."""
+    return [(X[train], Y[train], X[val], Y[val]) for train, val in splits]
 
 
 def default_lengthscales(samples: np.ndarray, seed: int = 0, kernel: Kernel | None = None) -> list[float]:
@@ -250,23 +315,26 @@ def screening_params(base: JDL) -> dict[str, Any]:
     return params
 
 
-def _factoriser(Z: np.ndarray, factorisation: Factorisation) -> tuple[Callable, int | None]:
-    """A function (kernel, its factorisation if already made) -> (the ``ProblemSide`` of the pivoted
-    Cholesky of Z with that kernel, or the error it raised; seconds), under the default rank budget
-    where max_rank is None, and that budget."""
-    budget = rank_budget(len(Z)) if factorisation.max_rank is None else None
-    options = factorisation.options(max_rank=_rank_cap(len(Z), factorisation))
+def _factoriser(Zs: Sequence[np.ndarray], factorisation: Factorisation) -> tuple[Callable, list[int | None]]:
+    """A function (kernel, its factorisations if already made: one per fold, None where not) -> (the
+    ``ProblemSide`` of the pivoted Cholesky of each fold's rows ``Zs`` with that kernel, or the first
+    error one raised; seconds), each under the default rank budget of its rows where max_rank is None,
+    and those budgets."""
+    budgets = [rank_budget(len(Z)) if factorisation.max_rank is None else None for Z in Zs]
+    options = [factorisation.options(max_rank=_rank_cap(len(Z), factorisation)) for Z in Zs]
 
-    def factorise(kernel: Kernel, given: PivotedCholesky | None = None) -> tuple[ProblemSide | Exception, float]:
+    def factorise(kernel: Kernel, given: Sequence[PivotedCholesky | None] | None = None
+                  ) -> tuple[tuple[ProblemSide, ...] | Exception, float]:
         started = time.perf_counter()
         try:
-            factor = pivoted_cholesky(kernel, Z, **options) if given is None else given
-            side: ProblemSide | Exception = problem_side(factor, kernel)
+            sides: tuple[ProblemSide, ...] | Exception = tuple(
+                problem_side(pivoted_cholesky(kernel, Z, **option) if made is None else made, kernel)
+                for Z, option, made in zip(Zs, options, given or [None] * len(Zs)))
         except _CANDIDATE_ERRORS as error:
-            side = error
-        return side, time.perf_counter() - started
+            sides = error
+        return sides, time.perf_counter() - started
 
-    return factorise, budget
+    return factorise, budgets
 
 
 def _rank_cap(n: int, factorisation: Factorisation) -> int:
@@ -282,50 +350,60 @@ def _subsample(n: int, max_rows: int, seed: int | None) -> np.ndarray:
 
 @dataclass
 class Screen:
-    """Where a tuning grid is scored (``screen_rows``): ``rows``, indices into the training rows (None: all
-    of them), and the factorisation on those rows of the grid's longest x lengthscale that decided it
-    (None without a screen), the grid's own for that lengthscale."""
+    """Where a tuning grid is scored (``screen_rows``): ``rows``, indices into each fold's training rows
+    (None: all of them), and the factorisation on the first fold's of the grid's longest x lengthscale
+    that decided it (None without a screen), the grid's own for that lengthscale there."""
 
-    rows: np.ndarray | None
+    rows: tuple[np.ndarray, ...] | None
     factor_x: PivotedCholesky | None = None
 
+    @property
+    def size(self) -> int | None:
+        """The training rows of each fold on the screen (None: all of them)."""
+        return None if self.rows is None else int(self.rows[0].size)
 
-def screen_rows(X_train: np.ndarray, base: JDL, kernel_x: Kernel, max_rows: int | None = None) -> Screen:
+
+def screen_rows(folds: Sequence[Fold], base: JDL, kernel_x: Kernel, max_rows: int | None = None) -> Screen:
     """The training rows the grid and the search are scored on: all of them, or a seeded subsample of
-    ``max_rows`` (None: ``SEARCH_ROWS``, read when called) of them where the x factorisation of
-    ``kernel_x`` (the grid's longest lengthscale, the lowest rank of the grid) on that subsample reaches
-    its rank cap there (the default budget of ``max_rows`` rows, or ``base``'s max_rank). The rank a
-    factorisation needs for its tolerance hardly falls as rows are added (once they outnumber it, the
-    residual trace per row at a given rank follows the kernel's spectrum, not the row count), so every
-    candidate on all the n rows would cost a factorisation of at least about that rank, O(n cap^2), and its
-    fit would be limited by the cap rather than by the data; on the subsample each candidate is cheaper.
-    ``refine`` scores the result on all the rows."""
+    ``max_rows`` (None: ``SEARCH_ROWS``, read when called) of each fold's where the x factorisation of
+    ``kernel_x`` (the grid's longest lengthscale, the lowest rank of the grid) on the first fold's
+    subsample reaches its rank cap there (the default budget of ``max_rows`` rows, or ``base``'s
+    max_rank). The rank a factorisation needs for its tolerance hardly falls as rows are added (once they
+    outnumber it, the residual trace per row at a given rank follows the kernel's spectrum, not the row
+    count), so every candidate on all the n rows would cost a factorisation of at least about that rank,
+    O(n cap^2), and its fit would be limited by the cap rather than by the data; on the subsample each
+    candidate is cheaper. ``refine`` scores the result on all the rows."""
     max_rows = SEARCH_ROWS if max_rows is None else max_rows
-    if len(X_train) <= max_rows:
+    if min(len(fold[0]) for fold in folds) <= max_rows:
         return Screen(None)
     factorisation = Factorisation.of(base)
-    rows = _subsample(len(X_train), max_rows, base.seed)
+    rows = tuple(_subsample(len(fold[0]), max_rows, base.seed) for fold in folds)
     cap = _rank_cap(max_rows, factorisation)
     try:
-        factor = pivoted_cholesky(kernel_x, X_train[rows], **factorisation.options(max_rank=cap))
+        factor = pivoted_cholesky(kernel_x, folds[0][0][rows[0]], **factorisation.options(max_rank=cap))
     except _CANDIDATE_ERRORS:
         return Screen(None)
     return Screen(rows, factor) if factor.rank >= cap else Screen(None)
 
 
-def screened(parts: tuple[np.ndarray, ...], rows: np.ndarray | None) -> tuple[np.ndarray, ...]:
-    """(X_train, Y_train, X_val, Y_val) with the training rows cut to the screen ``rows`` (None: all)."""
-    return parts if rows is None else (parts[0][rows], parts[1][rows], parts[2], parts[3])
+def screened(folds: Sequence[Fold], rows: Sequence[np.ndarray] | None) -> list[Fold]:
+    """The folds (X_train, Y_train, X_val, Y_val) with each one's training rows cut to its screen
+    ``rows`` (None: all)."""
+    if rows is None:
+        return list(folds)
+    return [(X_train[kept], Y_train[kept], X_val, Y_val) for (X_train, Y_train, X_val, Y_val), kept in zip(folds, rows)]
 
 
 def score_grid(
-    X_train: np.ndarray, Y_train: np.ndarray, X_val: np.ndarray, Y_val: np.ndarray, base: JDL,
+    folds: Sequence[Fold], base: JDL,
     kernels_x: Sequence[Kernel], kernels_y: Sequence[Kernel], regs: Regs | Sequence[float], score: Callable,
     progress: Callable[[str], None] | None = None, usable: Callable[[PivotedCholesky], bool] | None = None,
-    factors_x: Sequence[PivotedCholesky | None] | None = None, stop_early: bool = False,
+    factors_x: Sequence[Sequence[PivotedCholesky | None] | None] | None = None, stop_early: bool = False,
     reg_start: float | None = None,
 ) -> list[dict[str, Any]]:
-    """Validation scores of every (k_x, k_y, reg), in that order: each x factorisation is computed once
+    """Validation scores of every (k_x, k_y, reg), in that order, on ``folds`` (each (X_train, Y_train,
+    X_val, Y_val); a candidate's score is the mean of its folds' weighted by their validation rows:
+    ``_candidate``): each x factorisation of each fold is computed once
     and each y factorisation once as long as the kept ones fit ``CACHE_MEMORY_SHARE`` of the machine's
     memory (else again for each pair), with ``base``'s factorisation settings; each pair's problem
     (bases, reductions, support) is built once and shared by the regs, and each candidate is ``base``
@@ -334,12 +412,13 @@ def score_grid(
     (None: ``REG_START``) and each later one at the best reg of the pair before it.
 
     Returns one row per candidate: lengthscale_x, lengthscale_y, reg, score, rank_x, rank_y, stop_x,
-    stop_y (the factorisations' stop reasons), seconds (its share of the factorisations and of its
-    pair's problem, plus its own solve and scoring), and ``error`` (the message) for a candidate that
-    failed, whose score is NaN: the search goes on. ``progress`` is called with a line per finished
-    pair. ``usable``: a test of each factorisation; the candidates of a pair with a factorisation that
-    fails it are left out unscored (score NaN, ``error`` says why). ``factors_x``: factorisations of
-    ``kernels_x`` on X_train already made, in their order (None where there is none).
+    stop_y (the factorisations' stop reasons; the highest rank of the folds), seconds (its share of the
+    factorisations and of its pair's problem, plus its own solves and scoring), and ``error`` (the
+    message) for a candidate that failed, whose score is NaN: the search goes on. ``progress`` is called
+    with a line per finished pair. ``usable``: a test of each factorisation; the candidates of a pair
+    with a factorisation that fails it are left out unscored (score NaN, ``error`` says why).
+    ``factors_x``: factorisations of ``kernels_x`` already made, in their order, each one per fold (None
+    where there is none).
 
     ``stop_early``: ``kernels_x`` (in increasing lengthscale, one number each) are scored from the
     longest down, and once one's best score is worse than the longer one's, the shorter ones are left
@@ -348,9 +427,9 @@ def score_grid(
     """
     factorisation = Factorisation.of(base)
     params = screening_params(base)
-    factorise_x, budget = _factoriser(X_train, factorisation)
-    factorise_y, _ = _factoriser(Y_train, factorisation)
-    kept_y: dict[int, tuple[ProblemSide | Exception, float]] = {}
+    factorise_x, budgets = _factoriser([fold[0] for fold in folds], factorisation)
+    factorise_y, _ = _factoriser([fold[1] for fold in folds], factorisation)
+    kept_y: dict[int, tuple[tuple[ProblemSide, ...] | Exception, float]] = {}
     room = CACHE_MEMORY_SHARE * physical_memory()
     regs = as_regs(regs)
     rows: list[dict[str, Any]] = []
@@ -367,15 +446,14 @@ def score_grid(
                 shared_y = seconds_y / len(kernels_x)
             else:
                 factor_y, seconds_y = factorise_y(kernel_y)
-                size = getattr(factor_y, "nbytes", 0)
+                size = 0 if isinstance(factor_y, Exception) else sum(side.nbytes for side in factor_y)
                 shared_y = seconds_y
                 if size <= room:
                     kept_y[j], room, shared_y = (factor_y, seconds_y), room - size, seconds_y / len(kernels_x)
-            problem, failed = _pair_problem(factor_x, factor_y, kernel_x, kernel_y, X_train, Y_train, base,
-                                            budget, usable)
+            problem, failed = _pair_problem(factor_x, factor_y, kernel_x, kernel_y, folds, base, budgets, usable)
             shared = seconds_x / len(kernels_y) + shared_y + time.perf_counter() - started
-            pair_rows, reg_start = _pair_rows(problem, failed, params, kernel_x, kernel_y, regs, reg_start,
-                                              (Y_train, X_val, Y_val), score, shared)
+            pair_rows, reg_start = _pair_rows(problem, failed, params, kernel_x, kernel_y, regs, reg_start, folds,
+                                              score, shared)
             rows_x += pair_rows
             done += 1
             if progress is not None:
@@ -389,35 +467,37 @@ def score_grid(
     return rows
 
 
-def _pair_problem(factor_x: ProblemSide | Exception, factor_y: ProblemSide | Exception, kernel_x: Kernel,
-                  kernel_y: Kernel, X: np.ndarray, Y: np.ndarray, base: JDL, budget: int | None,
-                  usable: Callable[[PivotedCholesky], bool] | None) -> tuple[Any, Exception | None]:
-    """(the JDL problem of a pair of factorisations (their ``ProblemSide``), None) or (None, why the pair
-    has none)."""
-    failed = next((f for f in (factor_x, factor_y) if isinstance(f, Exception)), None)
+def _pair_problem(factors_x: tuple[ProblemSide, ...] | Exception, factors_y: tuple[ProblemSide, ...] | Exception,
+                  kernel_x: Kernel, kernel_y: Kernel, folds: Sequence[Fold], base: JDL, budgets: Sequence[int | None],
+                  usable: Callable[[PivotedCholesky], bool] | None) -> tuple[tuple[Any, ...] | None, Exception | None]:
+    """(the JDL problem of each fold from its pair of factorisations (their ``ProblemSide``), None) or
+    (None, why the pair has none)."""
+    failed = next((f for f in (factors_x, factors_y) if isinstance(f, Exception)), None)
     if failed is None and usable is not None:
         failed = next((_LeftOut(side, f.factor.stop_reason, f.factor.rank)
-                       for side, f in (("x", factor_x), ("y", factor_y)) if not usable(f.factor)), None)
+                       for side, sides in (("x", factors_x), ("y", factors_y)) for f in sides if not usable(f.factor)),
+                      None)
     if failed is not None:
         return None, failed
     try:
-        return problem_from_factors(factor_x, factor_y, kernel_x, kernel_y, X, Y, support_size=base.support_size,
-                                    seed=base.seed, grid_points=base.grid_points, rank_budget=budget,
-                                    values_x=base.reads_x_values), None
+        return tuple(problem_from_factors(fx, fy, kernel_x, kernel_y, X, Y, support_size=base.support_size,
+                                          seed=base.seed, grid_points=base.grid_points, rank_budget=budget,
+                                          values_x=base.reads_x_values)
+                     for fx, fy, (X, Y, _, _), budget in zip(factors_x, factors_y, folds, budgets)), None
     except _CANDIDATE_ERRORS as error:
         return None, error
 
 
-def _pair_rows(problem: Any, failed: Exception | None, params: dict[str, Any], kernel_x: Kernel, kernel_y: Kernel,
-               regs: Regs, start: float | None, data: tuple[np.ndarray, np.ndarray, np.ndarray], score: Callable,
+def _pair_rows(problems: tuple[Any, ...] | None, failed: Exception | None, params: dict[str, Any], kernel_x: Kernel,
+               kernel_y: Kernel, regs: Regs, start: float | None, folds: Sequence[Fold], score: Callable,
                shared_seconds: float) -> tuple[list[dict[str, Any]], float | None]:
     """(the rows of a pair's regs, in ascending reg: each scored (``Regs.scored`` from ``start``), or
-    every one failed with ``failed`` where the pair has no problem; the best reg, ``start`` where there
-    is none). ``data``: (Y_train, X_val, Y_val); the pair's ``shared_seconds`` are spread over its rows."""
-    if problem is None:
+    every one failed with ``failed`` where the pair has no problems (one per fold); the best reg,
+    ``start`` where there is none). The pair's ``shared_seconds`` are spread over its rows."""
+    if problems is None:
         rows = [_failed(kernel_x, kernel_y, reg, failed, 0.0) for reg in regs.values]
     else:
-        rows, start = regs.scored(lambda reg: _candidate(problem, params, kernel_x, kernel_y, reg, *data, score, 0.0),
+        rows, start = regs.scored(lambda reg: _candidate(problems, params, kernel_x, kernel_y, reg, folds, score, 0.0),
                                   start)
     for row in rows:
         row["seconds"] += shared_seconds / len(rows)
@@ -431,34 +511,43 @@ class _LeftOut(Exception):
         super().__init__(f"left out: the {side} factorisation stopped ({stop_reason}) at rank {rank}")
 
 
-def _candidate(problem: Any, params: dict[str, Any], kernel_x: Kernel, kernel_y: Kernel, reg: float,
-               Y_train: np.ndarray, X_val: np.ndarray, Y_val: np.ndarray, score: Callable,
-               shared_seconds: float) -> dict[str, Any]:
-    """The table row of one candidate: the estimator fitted on the pair's problem and scored."""
+def _candidate(problems: tuple[Any, ...], params: dict[str, Any], kernel_x: Kernel, kernel_y: Kernel, reg: float,
+               folds: Sequence[Fold], score: Callable, shared_seconds: float) -> dict[str, Any]:
+    """The table row of one candidate: the estimator fitted on each fold's problem and scored on its
+    validation rows; the score is the mean of the folds' weighted by their validation rows (the
+    criteria being means over rows, the mean over every validated row)."""
     started = time.perf_counter()
     try:
-        model = JDL(**{**params, "kernel_x": kernel_x, "kernel_y": kernel_y, "reg": float(reg)})
-        model.fit_problem(problem, Y_train)
-        value = float(score(model, X_val, Y_val))
+        values = []
+        for problem, (_, Y_train, X_val, Y_val) in zip(problems, folds):
+            model = JDL(**{**params, "kernel_x": kernel_x, "kernel_y": kernel_y, "reg": float(reg)})
+            model.fit_problem(problem, Y_train)
+            values.append(float(score(model, X_val, Y_val)))
+        value = values[0] if len(values) == 1 else float(np.average(values, weights=[len(fold[2]) for fold in folds]))
     except _CANDIDATE_ERRORS as error:
-        return _failed(kernel_x, kernel_y, reg, error, shared_seconds + time.perf_counter() - started, problem.factors)
+        return _failed(kernel_x, kernel_y, reg, error, shared_seconds + time.perf_counter() - started, problems)
     return {
         "lengthscale_x": _plain(kernel_x.lengthscale), "lengthscale_y": _plain(kernel_y.lengthscale),
-        "reg": float(reg), "score": value,
-        "rank_x": int(problem.factors["rank_x"]), "rank_y": int(problem.factors["rank_y"]),
-        "stop_x": problem.factors["stop_reason_x"], "stop_y": problem.factors["stop_reason_y"],
+        "reg": float(reg), "score": value, **_fold_ranks(problems),
         "seconds": shared_seconds + time.perf_counter() - started,
     }
 
 
+def _fold_ranks(problems: Sequence[Any]) -> dict[str, Any]:
+    """rank_x, rank_y, stop_x, stop_y of a candidate's problems (one per fold): per side, the highest
+    rank of the folds and that factorisation's stop reason."""
+    highest = {side: max((problem.factors for problem in problems), key=lambda factors: factors[f"rank_{side}"])
+               for side in ("x", "y")}
+    return {**{f"rank_{side}": int(factors[f"rank_{side}"]) for side, factors in highest.items()},
+            **{f"stop_{side}": factors[f"stop_reason_{side}"] for side, factors in highest.items()}}
+
+
 def _failed(kernel_x: Kernel, kernel_y: Kernel, reg: float, error: Exception, seconds: float,
-            factors: dict | None = None) -> dict[str, Any]:
+            problems: Sequence[Any] = ()) -> dict[str, Any]:
     """The table row of a candidate that raised: score NaN, the error's message kept."""
-    factors = factors or {}
+    ranks = _fold_ranks(problems) if problems else {"rank_x": 0, "rank_y": 0, "stop_x": None, "stop_y": None}
     return {"lengthscale_x": _plain(kernel_x.lengthscale), "lengthscale_y": _plain(kernel_y.lengthscale),
-            "reg": float(reg),
-            "score": float("nan"), "rank_x": int(factors.get("rank_x", 0)), "rank_y": int(factors.get("rank_y", 0)),
-            "stop_x": factors.get("stop_reason_x"), "stop_y": factors.get("stop_reason_y"), "seconds": seconds,
+            "reg": float(reg), "score": float("nan"), **ranks, "seconds": seconds,
             "error": f"{type(error).__name__}: {error}"}
 
 
@@ -473,12 +562,12 @@ def _one_or_each(lengthscale: np.ndarray) -> float | np.ndarray:
 
 
 def search_lengthscales(
-    X_train: np.ndarray, Y_train: np.ndarray, X_val: np.ndarray, Y_val: np.ndarray, base: JDL,
-    kernel_x: Kernel, kernel_y: Kernel, regs: Regs | Sequence[float], start: dict[str, Any], score: Callable,
+    folds: Sequence[Fold], base: JDL, kernel_x: Kernel, kernel_y: Kernel, regs: Regs | Sequence[float], start: dict[str, Any], score: Callable,
     progress: Callable[[str], None] | None = None, max_rows: int | None = SEARCH_ROWS,
 ) -> list[dict[str, Any]]:
     """A coordinate search for one lengthscale per feature of x and of y, from the grid's best row
-    ``start`` (its scalar lengthscales on every feature, its reg).
+    ``start`` (its scalar lengthscales on every feature, its reg), each candidate scored on ``folds`` as
+    ``score_grid`` scores them.
 
     Each sweep visits the features in turn, x's then y's. (An only feature of y is moved too: the grid
     chose its lengthscale at the grid's x lengthscale, and the best y lengthscale changes as x's move;
@@ -506,23 +595,23 @@ def search_lengthscales(
     Where the start's factorisation reached its rank cap (the default rank budget, or ``base``'s
     max_rank), every candidate would cost a factorisation at that cap. With more than ``max_rows``
     training rows (None: no limit) the moves are then made on a seeded subsample of ``max_rows`` of
-    them, whose budget is smaller: those rows carry ``subsample`` (their row count), the start is
+    each fold's, whose budget is smaller: those rows carry ``subsample`` (their row count), the start is
     scored there too, and the regs at the lengthscales found are scored on all the training rows, so
     ``search_best`` compares them with the grid's best on equal terms.
     """
-    X_all, Y_all = X_train, Y_train
+    all_folds = folds
     regs = as_regs(regs)
     factorisation = Factorisation.of(base)
-    at_cap = max(start.get("rank_x", 0), start.get("rank_y", 0)) >= _rank_cap(len(X_all), factorisation)
-    subsample = at_cap and max_rows is not None and len(X_all) > max_rows
+    train_rows = min(len(fold[0]) for fold in folds)
+    at_cap = max(start.get("rank_x", 0), start.get("rank_y", 0)) >= _rank_cap(train_rows, factorisation)
+    subsample = at_cap and max_rows is not None and train_rows > max_rows
     if subsample:
-        chosen = _subsample(len(X_all), max_rows, base.seed)
-        X_train, Y_train = X_train[chosen], Y_train[chosen]
+        folds = screened(folds, [_subsample(len(fold[0]), max_rows, base.seed) for fold in folds])
     params = screening_params(base)
-    factorisers = {"x": _factoriser(X_train, factorisation), "y": _factoriser(Y_train, factorisation)}
-    budget = factorisers["x"][1]
+    factorisers = {side: _factoriser([fold[k] for fold in folds], factorisation) for k, side in enumerate("xy")}
+    budgets = factorisers["x"][1]
     families = {"x": kernel_x, "y": kernel_y}
-    widths = {"x": X_train.shape[1], "y": Y_train.shape[1]}
+    widths = {"x": folds[0][0].shape[1], "y": folds[0][1].shape[1]}
     current = {side: np.broadcast_to(np.asarray(start[f"lengthscale_{side}"], dtype=np.float64), (widths[side],)).copy()
                for side in ("x", "y")}
     reg = float(start["reg"])
@@ -545,7 +634,7 @@ def search_lengthscales(
     def problem_of(lx: np.ndarray, ly: np.ndarray) -> tuple[Any, Exception | None, Kernel, Kernel, float]:
         (kx, fx, tx), (ky, fy, ty) = factor("x", lx), factor("y", ly)
         started = time.perf_counter()
-        problem, failed = _pair_problem(fx, fy, kx, ky, X_train, Y_train, base, budget, None)
+        problem, failed = _pair_problem(fx, fy, kx, ky, folds, base, budgets, None)
         return problem, failed, kx, ky, tx + ty + time.perf_counter() - started
 
     def point(lx: np.ndarray, ly: np.ndarray) -> tuple:  # the key of a setting in ``scored``
@@ -556,7 +645,7 @@ def search_lengthscales(
         if key not in scored:
             problem, failed, kx, ky, seconds = problem_of(lx, ly)
             row = (_failed(kx, ky, reg, failed, seconds) if problem is None else
-                   _candidate(problem, params, kx, ky, reg, Y_train, X_val, Y_val, score, seconds))
+                   _candidate(problem, params, kx, ky, reg, folds, score, seconds))
             rows.append({**row, "step": step, **({"subsample": max_rows} if subsample else {})})
             scored[key] = row["score"] if np.isfinite(row["score"]) else np.inf
         return scored[key]
@@ -603,9 +692,9 @@ def search_lengthscales(
                 progress(f"searched {side} feature {k}: lengthscale {current[side][k]:.4g}")
     if subsample:  # the lengthscales found, on all the training rows
         kernels = kernels_at(kernel_x, kernel_y, {f"lengthscale_{side}": current[side] for side in ("x", "y")})
-        return rows + score_regs((X_all, Y_all, X_val, Y_val), base, *kernels, regs, score, start=reg)
+        return rows + score_regs(all_folds, base, *kernels, regs, score, start=reg)
     problem, failed, kx, ky, seconds = problem_of(current["x"], current["y"])
-    final, _ = _pair_rows(problem, failed, params, kx, ky, regs, reg, (Y_train, X_val, Y_val), score, seconds)
+    final, _ = _pair_rows(problem, failed, params, kx, ky, regs, reg, folds, score, seconds)
     return rows + [{**row, "step": "reg"} for row in final]
 
 
@@ -617,20 +706,20 @@ def kernels_at(kernel_x: Kernel, kernel_y: Kernel, row: dict[str, Any]) -> tuple
                  for side, kernel in (("x", kernel_x), ("y", kernel_y)))
 
 
-def score_regs(parts: tuple[np.ndarray, ...], base: JDL, kernel_x: Kernel, kernel_y: Kernel,
+def score_regs(folds: Sequence[Fold], base: JDL, kernel_x: Kernel, kernel_y: Kernel,
                regs: Regs | Sequence[float], score: Callable, start: float | None = None) -> list[dict[str, Any]]:
     """``score_grid``'s rows of the regs (every one, or a walk's from ``start``) at the kernels
-    ``kernel_x``, ``kernel_y``, fitted on the training rows of ``parts`` (X_train, Y_train, X_val, Y_val)
-    and scored on its validation rows, with step "reg"."""
-    return [{**row, "step": "reg"} for row in score_grid(*parts, base, [kernel_x], [kernel_y], regs, score,
+    ``kernel_x``, ``kernel_y``, fitted on the training rows of ``folds`` (each X_train, Y_train, X_val,
+    Y_val) and scored on their validation rows, with step "reg"."""
+    return [{**row, "step": "reg"} for row in score_grid(folds, base, [kernel_x], [kernel_y], regs, score,
                                                         reg_start=start)]
 
 
-def refine(parts: tuple[np.ndarray, ...], base: JDL, kernel_x: Kernel, kernel_y: Kernel, regs: Regs | Sequence[float],
+def refine(folds: Sequence[Fold], base: JDL, kernel_x: Kernel, kernel_y: Kernel, regs: Regs | Sequence[float],
            best: dict[str, Any], score: Callable, search: bool = True,
            progress: Callable[[str], None] | None = None, screen: Screen | None = None,
            ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    """(the rows that refined the grid, the best row). ``parts``: X_train, Y_train, X_val, Y_val;
+    """(the rows that refined the grid, the best row). ``folds``: each X_train, Y_train, X_val, Y_val;
     ``screen``: where the grid was scored (``screen_rows``; None: on all the training rows).
 
     With ``search`` and several features in x or y, ``search_lengthscales`` from the grid's ``best`` on
@@ -642,47 +731,48 @@ def refine(parts: tuple[np.ndarray, ...], base: JDL, kernel_x: Kernel, kernel_y:
     screen is there to avoid; on the screened peer tables it scored 4-31% worse there than the
     search's result, and took a third of the tuning time.) The rows scored on the screen carry
     ``subsample`` (its row count)."""
-    searching = search and max(parts[0].shape[1], parts[1].shape[1]) > 1
-    rows = None if screen is None else screen.rows
-    if rows is None:
+    searching = search and max(folds[0][0].shape[1], folds[0][1].shape[1]) > 1
+    screen = screen or Screen(None)
+    if screen.rows is None:
         if not searching:
             return [], best
-        searched = search_lengthscales(*parts, base, kernel_x, kernel_y, regs, best, score, progress)
+        searched = search_lengthscales(folds, base, kernel_x, kernel_y, regs, best, score, progress)
         return searched, search_best(searched)
     if not searching:
-        final = score_regs(parts, base, *kernels_at(kernel_x, kernel_y, best), regs, score, start=best["reg"])
+        final = score_regs(folds, base, *kernels_at(kernel_x, kernel_y, best), regs, score, start=best["reg"])
         return final, best_row(final)
-    searched = [{**row, "subsample": rows.size} for row in
-                search_lengthscales(*screened(parts, rows), base, kernel_x, kernel_y, regs, best, score, progress)]
+    searched = [{**row, "subsample": screen.size} for row in
+                search_lengthscales(screened(folds, screen.rows), base, kernel_x, kernel_y, regs, best, score,
+                                    progress)]
     result = best_row(searched)
-    final = score_regs(parts, base, *kernels_at(kernel_x, kernel_y, result), regs, score, start=result["reg"])
+    final = score_regs(folds, base, *kernels_at(kernel_x, kernel_y, result), regs, score, start=result["reg"])
     return searched + final, best_row(final)
 
 
 def search_grid(
-    parts: tuple[np.ndarray, ...], base: JDL, kernel_x: Kernel, kernel_y: Kernel, grid_x: Sequence[float],
+    folds: Sequence[Fold], base: JDL, kernel_x: Kernel, kernel_y: Kernel, grid_x: Sequence[float],
     grid_y: Sequence[float], regs: Regs | Sequence[float], score: Callable, *, search: bool = True,
     stop_early: bool = False,
     progress: Callable[[str], None] | None = None, grid: Callable | None = None,
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]], dict[str, Any], Screen]:
-    """The whole tuning search on ``parts`` (X_train, Y_train, X_val, Y_val): the screen (``screen_rows``
-    at the grid's longest x lengthscale), the grid grid_x x grid_y x regs of ``kernel_x``, ``kernel_y``
-    scored on it (``score_grid`` with ``stop_early``; or ``grid(parts, kernels_x, kernels_y)`` -> its
+    """The whole tuning search on ``folds`` (each X_train, Y_train, X_val, Y_val): the screen
+    (``screen_rows`` at the grid's longest x lengthscale), the grid grid_x x grid_y x regs of ``kernel_x``,
+    ``kernel_y`` scored on it (``score_grid`` with ``stop_early``; or ``grid(folds, kernels_x, kernels_y)`` -> its
     rows, e.g. fanned out over Dask), then ``refine``. Returns (the grid's rows, rows scored on a
     screen carrying ``subsample``; the refining rows; the best row; the screen)."""
     kernels_x, kernels_y = [kernel_x.with_lengthscale(v) for v in grid_x], [kernel_y.with_lengthscale(v) for v in grid_y]
-    screen = screen_rows(parts[0], base, kernels_x[-1])
+    screen = screen_rows(folds, base, kernels_x[-1])
     if screen.rows is not None and progress is not None:
-        progress(f"the grid's longest x lengthscale reaches the rank cap on {screen.rows.size:,} of the "
-                 f"{len(parts[0]):,} training rows: the grid and the search run on those, the result on all")
-    grid_parts = screened(parts, screen.rows)
-    factors_x = [None] * (len(kernels_x) - 1) + [screen.factor_x]
-    table = (score_grid(*grid_parts, base, kernels_x, kernels_y, regs, score, progress, factors_x=factors_x,
+        progress(f"the grid's longest x lengthscale reaches the rank cap on {screen.size:,} of the "
+                 f"{len(folds[0][0]):,} training rows: the grid and the search run on those, the result on all")
+    grid_folds = screened(folds, screen.rows)
+    factors_x = [None] * (len(kernels_x) - 1) + [[screen.factor_x] + [None] * (len(folds) - 1)]
+    table = (score_grid(grid_folds, base, kernels_x, kernels_y, regs, score, progress, factors_x=factors_x,
                         stop_early=stop_early)
-             if grid is None else grid(grid_parts, kernels_x, kernels_y))
+             if grid is None else grid(grid_folds, kernels_x, kernels_y))
     if screen.rows is not None:
-        table = [{**row, "subsample": screen.rows.size} for row in table]
-    searched, best = refine(parts, base, kernel_x, kernel_y, regs, best_row(table), score, search, progress, screen)
+        table = [{**row, "subsample": screen.size} for row in table]
+    searched, best = refine(folds, base, kernel_x, kernel_y, regs, best_row(table), score, search, progress, screen)
     return table, searched, best, screen
 
 
@@ -714,6 +804,7 @@ def tune(
     threshold: float | None = None,
     validation: tuple[Any, Any] | None = None,
     validation_fraction: float = 0.2,
+    folds: int | str = "auto",
     seed: int = 0,
     scaling: str = "robust",
     search: bool = True,
@@ -729,8 +820,10 @@ def tune(
     while regs given are all scored: the grid ``jdl tune`` searches. The default x lengthscales are scored from the
     longest down, and the shorter ones are left out of the table once one scores worse than the
     longer (``score_grid``'s ``stop_early``); given ones are all scored. ``criterion``: see ``resolve_criterion``.
-    ``validation``: held-out rows (X_val, Y_val) to score on, the candidates training on all of X, Y;
-    without it a seeded ``validation_fraction`` of the rows is held out. The model's kernels carry
+    ``validation``: held-out rows (X_val, Y_val) to score on, the candidates training on all of X, Y
+    (one fold); without it the candidates are scored on ``folds`` (``fold_rows``) of the rows, each
+    holding out a seeded ``validation_fraction`` of them: "auto" (the default) is one where that
+    validates ``MIN_VALIDATED_ROWS`` rows (from 10,000 rows on), else cross-validation (5 folds). The model's kernels carry
     the scaling, so it applies wherever the model is queried. ``search`` (the default): where x (or y)
     has several features, the grid's best is refined to one lengthscale per feature of x and of y
     (``search_lengthscales``: features that do not help end up with long lengthscales).
@@ -748,6 +841,7 @@ def tune(
         for name, part, whole in (("X_val", X_val, X), ("Y_val", Y_val, Y)):
             if part.shape[1] != whole.shape[1]:
                 raise ValueError(f"{name}: has {part.shape[1]} features, the training rows have {whole.shape[1]}")
+    resolve_folds(folds, X.shape[0], validation_fraction, held_out=validation is not None)
     regs = as_regs(regs)
     score = resolve_criterion(criterion, threshold, Y.shape[1])
     base = estimator if estimator is not None else JDL()
@@ -757,11 +851,10 @@ def tune(
     kernel_y, grid_y = standardised_grid(Y, base._kernel("kernel_y"), scaling, lengthscales_y, seed, "lengthscales_y",
                                          role="Y")
     if validation is None:
-        train, val = split_rows(X.shape[0], validation_fraction, seed)
-        parts = (X[train], Y[train], X[val], Y[val])
+        folds_scored = make_folds(X, Y, fold_rows(X.shape[0], validation_fraction, folds, seed))
     else:
-        parts = (X, Y, X_val, Y_val)
-    table, searched, best, _ = search_grid(parts, base, kernel_x, kernel_y, grid_x, grid_y, regs, score, search=search,
+        folds_scored = [(X, Y, X_val, Y_val)]
+    table, searched, best, _ = search_grid(folds_scored, base, kernel_x, kernel_y, grid_x, grid_y, regs, score, search=search,
                                            stop_early=lengthscales_x is None)
     params = {
         **base.get_params(),
@@ -770,4 +863,4 @@ def tune(
         "reg": best["reg"],
     }
     model = JDL(**params).fit(X, Y) if refit else JDL(**params)
-    return TuneResult(table=table, best=best, model=model, search=searched)
+    return TuneResult(table=table, best=best, model=model, search=searched, folds=len(folds_scored))

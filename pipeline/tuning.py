@@ -27,8 +27,8 @@ from data_schemas.tuning import SCHEMA_NAME, SCHEMA_VERSION, validate_tuning_dat
 from jdlcore import JDL, GaussianKernel
 from jdlcore.scaling import check_scaling_choice
 from jdlcore.tuning import (
-    LENGTHSCALE_FACTORS, Regs, as_regs, check_grid, default_lengthscales, resolve_criterion, score_grid, search_grid,
-    split_rows, standardised_grid,
+    LENGTHSCALE_FACTORS, Fold, Regs, as_regs, check_grid, default_lengthscales, fold_rows, make_folds, resolve_criterion,
+    resolve_folds, score_grid, search_grid, standardised_grid,
 )
 
 from .atomic import atomic_store, refuse_existing
@@ -61,6 +61,7 @@ def tune_store(
     validation: str | os.PathLike | None = None,
     max_rows: int = 20_000,
     validation_fraction: float = 0.2,
+    folds: int | str = "auto",
     seed: int = 0,
     scaling: str = "robust",
     search: bool = True,
@@ -86,8 +87,10 @@ def tune_store(
     ``criterion``: "auto" (crps for a scalar y, else second_moment), "second_moment", "crps",
     "pinball:LEVELS" or "logistic" (``jdlcore.tuning.resolve_criterion``); the store records the one used.
     ``validation``: a staged store of held-out rows (the same features) to score on, the candidates
-    training on the subsample of ``data``; without it a seeded ``validation_fraction`` of the subsample
-    is held out. ``scheduler`` (see ``pipeline.cluster``; "auto" means this process, the subsample
+    training on the subsample of ``data`` (one fold); without it the candidates are scored on ``folds`` of
+    the subsample (``jdlcore.tuning.fold_rows``), each holding out a seeded ``validation_fraction`` of it:
+    "auto" (the default) is one where that validates ``jdlcore.tuning.MIN_VALIDATED_ROWS`` rows (from
+    10,000 rows of subsample on), else cross-validation (5 folds). ``scheduler`` (see ``pipeline.cluster``; "auto" means this process, the subsample
     being small) decides where the pairs run. In this process the default x lengthscales are scored
     from the longest down and the shorter ones left out (NaN) once one scores worse than the longer
     (``score_grid``'s ``stop_early``); on Dask every pair is scored at once.
@@ -106,6 +109,7 @@ def tune_store(
     base._check_params()
     n = int(group.attrs["n_samples"])
     rows = subsample_rows(n, max_rows, seed)
+    resolve_folds(folds, rows.size, validation_fraction, held_out=held_out is not None)
     X = group["x"].get_orthogonal_selection((rows, slice(None)))
     Y = group["y"].get_orthogonal_selection((rows, slice(None)))
     kernel_x, grid_x = standardised_grid(X, GaussianKernel(1.0, categorical=categorical_indices(group)), scaling,
@@ -113,24 +117,23 @@ def tune_store(
     kernel_y, grid_y = standardised_grid(Y, GaussianKernel(1.0), scaling, lengthscales_y or None, seed,
                                          "lengthscales_y", group.attrs["y_features"], "y")
     if held_out is None:
-        train, val = split_rows(rows.size, validation_fraction, seed)
-        parts = (X[train], Y[train], X[val], Y[val])
+        folds_scored = make_folds(X, Y, fold_rows(rows.size, validation_fraction, folds, seed))
     else:
         val = subsample_rows(int(held_out.attrs["n_samples"]), max_rows, seed)
         # its category codes read as the training data's; a level the training data lacks matches none
         recoding = level_recoding(categorical_levels(held_out), categorical_levels(group),
                                   list(group.attrs["x_features"]), "other", f"validation {validation}")
-        parts = (X, Y, recode(held_out["x"].get_orthogonal_selection((val, slice(None))), recoding),
-                 held_out["y"].get_orthogonal_selection((val, slice(None))))
+        folds_scored = [(X, Y, recode(held_out["x"].get_orthogonal_selection((val, slice(None))), recoding),
+                         held_out["y"].get_orthogonal_selection((val, slice(None))))]
     started = time.perf_counter()
     where = resolve_scheduler(scheduler, rows.size)
     grid = None if where is None else _fan_out(where, base, regs, score, progress)
-    table, searched, best, screen = search_grid(parts, base, kernel_x, kernel_y, grid_x, grid_y, regs, score,
+    table, searched, best, screen = search_grid(folds_scored, base, kernel_x, kernel_y, grid_x, grid_y, regs, score,
                                                 search=search, stop_early=not lengthscales_x, progress=progress,
                                                 grid=grid)
     ds = _tuning_dataset(table, grid_x, grid_y, regs)
     if searched:
-        ds = ds.merge(_search_dataset(searched, X.shape[1], Y.shape[1], len(parts[0])))
+        ds = ds.merge(_search_dataset(searched, X.shape[1], Y.shape[1], len(folds_scored[0][0])))
     if scaling == "robust":
         for role, kernel in (("x", kernel_x), ("y", kernel_y)):  # in the staged store's feature order
             ds[f"{role}_location"] = xr.DataArray(kernel.location, dims=f"{role}_feature")
@@ -142,13 +145,13 @@ def tune_store(
         "constraints": constraints, "rows_used": int(rows.size), "n_samples": n,
         "validation_fraction": float(validation_fraction), "seed": int(seed),
         "validation": "" if held_out is None else str(Path(validation).resolve()),
-        "validation_rows": int(val.size),
+        "folds": len(folds_scored), "validation_rows": sum(len(fold[2]) for fold in folds_scored),
         "best": json.dumps({k: best[k] for k in ("lengthscale_x", "lengthscale_y", "reg", "score", "rank_x", "rank_y")}),
         "seconds": time.perf_counter() - started, **({"run_key": run_key} if run_key else {}),
         "failures": json.dumps([{k: row[k] for k in ("lengthscale_x", "lengthscale_y", "reg", "error")}
                                 for row in table + searched if "error" in row]),
         "search_steps": json.dumps([row["step"] for row in searched]),
-        "grid_rows": int(len(parts[0]) if screen.rows is None else screen.rows.size),
+        "grid_rows": int(len(folds_scored[0][0]) if screen.rows is None else screen.size),
     })
     validate_tuning_dataset(ds, f"tuning {target}")
     with atomic_store(target, overwrite=overwrite) as staging:
@@ -158,15 +161,15 @@ def tune_store(
 
 def _fan_out(where: str, base: JDL, regs: Regs, score: Callable,
              progress: Callable[[str], None] | None) -> Callable:
-    """A grid (parts, kernels_x, kernels_y) -> rows scored on the Dask scheduler ``where``, one task per
-    pair of lengthscales (``score_grid`` on each), the parts scattered once to every worker."""
-    def grid(parts: tuple[np.ndarray, ...], kernels_x: list, kernels_y: list) -> list[dict[str, Any]]:
+    """A grid (folds, kernels_x, kernels_y) -> rows scored on the Dask scheduler ``where``, one task per
+    pair of lengthscales (``score_grid`` on each), the folds' rows scattered once to every worker."""
+    def grid(folds: list[Fold], kernels_x: list, kernels_y: list) -> list[dict[str, Any]]:
         from distributed import as_completed
 
         pairs = list(itertools.product(kernels_x, kernels_y))
         with dask_client(where) as client:
-            shared = [client.scatter(part, broadcast=True) for part in parts]
-            futures = [client.submit(score_grid, *shared, base, [kx], [ky], regs, score, pure=False) for kx, ky in pairs]
+            shared = [[client.scatter(part, broadcast=True) for part in fold] for fold in folds]
+            futures = [client.submit(score_grid, shared, base, [kx], [ky], regs, score, pure=False) for kx, ky in pairs]
             for k, _ in enumerate(as_completed(futures), 1):
                 if progress is not None:
                     progress(f"tuned {k}/{len(pairs)} lengthscale pairs")

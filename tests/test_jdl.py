@@ -329,15 +329,16 @@ def test_tune_reuses_factors_picks_the_best_and_records_failures(data, monkeypat
     monkeypatch.setattr(tuning_module, "problem_from_factors",
                         lambda *a, **k: paired.append((a[2].lengthscale, a[3].lengthscale)) or real_pair(*a, **k))
     result = tune(X, Y, estimator=JDL(tol=1e-4, constraints="normalization"),
-                  lengthscales_x=(0.3, 1.0), lengthscales_y=(0.5,), regs=(1e-5, 1e-2))
-    assert len(result.table) == 4
-    assert factorised == [0.3, 0.5, 1.0]  # each side once per lengthscale, then paired: one problem per pair
-    assert paired == [(0.3, 0.5), (1.0, 0.5)]
+                  lengthscales_x=(0.3, 1.0), lengthscales_y=(0.5,), regs=(1e-5, 1e-2), folds=2)
+    assert len(result.table) == 4 and result.folds == 2
+    # each side once per lengthscale and fold, then paired: one problem per pair and fold
+    assert factorised == [0.3, 0.3, 0.5, 0.5, 1.0, 1.0]
+    assert paired == [(0.3, 0.5)] * 2 + [(1.0, 0.5)] * 2
     factorised.clear()
     monkeypatch.setattr(tuning_module, "CACHE_MEMORY_SHARE", 0.0)  # no room to keep y factorisations
     again = tune(X, Y, estimator=JDL(tol=1e-4, constraints="normalization"),
-                 lengthscales_x=(0.3, 1.0), lengthscales_y=(0.5,), regs=(1e-5, 1e-2))
-    assert factorised == [0.3, 0.5, 1.0, 0.5]  # y factorised again for each pair, with the same results
+                 lengthscales_x=(0.3, 1.0), lengthscales_y=(0.5,), regs=(1e-5, 1e-2), folds=2)
+    assert factorised == [0.3] * 2 + [0.5] * 2 + [1.0] * 2 + [0.5] * 2  # y again for each pair, the same results
     assert [row["score"] for row in again.table] == [row["score"] for row in result.table]
     scores = result.scores()
     assert result.best["score"] == scores.min()
@@ -367,7 +368,7 @@ def test_grid_search_scores_equal_fits_on_the_training_rows(data):
     X, Y = data
     train, val = split_rows(X.shape[0], 0.2, 0)
     loss = SecondMomentLoss()
-    rows = score_grid(X[train], Y[train], X[val], Y[val], JDL(tol=1e-4, constraints="normalization"),
+    rows = score_grid([(X[train], Y[train], X[val], Y[val])], JDL(tol=1e-4, constraints="normalization"),
                       [GaussianKernel(0.3), GaussianKernel(1.0)], [GaussianKernel(0.5), GaussianKernel(2.0)],
                       [1e-5, 1e-3], loss)
     assert len(rows) == 8

@@ -7,7 +7,7 @@ import pytest
 
 from jdlcore import JDL, GaussianKernel
 from jdlcore.conditional.losses import CRPSLoss
-from jdlcore.tuning import SEARCH_LONGEST, SEARCH_TOLERANCE, default_lengthscales, split_rows, tune
+from jdlcore.tuning import SEARCH_LONGEST, SEARCH_TOLERANCE, default_lengthscales, fold_rows, split_rows, tune
 
 
 def relevant_and_noise(n: int, seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -29,17 +29,22 @@ def tuned():
     return X, Y, noise, tune(X, Y, lengthscales_x=grid), tune(np.c_[X, noise], Y, lengthscales_x=grid)
 
 
-def test_each_search_score_is_an_independent_refit_scored_by_crps(tuned):
+def test_each_search_score_is_the_mean_of_independent_refits_on_five_folds_scored_by_crps(tuned):
+    """1,500 rows: ``folds="auto"`` validates every row, five folds of 300; each score is the mean of the
+    five folds' CRPS, each an independent fit on the other 1,200 rows."""
     X, Y, noise, _, result = tuned
     features = np.c_[X, noise]
-    train, val = split_rows(len(X), 0.2, 0)
+    assert result.folds == 5
+    splits = fold_rows(len(X), 0.2, 5, 0)
     location, scale = result.model.kernel_x.location, result.model.kernel_x.scale
     y_kernel = result.model.kernel_y
     for row in result.search[::4]:
         kernel_x = GaussianKernel(np.asarray(row["lengthscale_x"]), location=location, scale=scale)
-        model = JDL(kernel_x, y_kernel.with_lengthscale(row["lengthscale_y"]), reg=row["reg"], positivity="project")
-        model.fit(features[train], Y[train])
-        assert row["score"] == pytest.approx(CRPSLoss()(model, features[val], Y[val]), rel=1e-9)
+        folds = []
+        for train, val in splits:
+            model = JDL(kernel_x, y_kernel.with_lengthscale(row["lengthscale_y"]), reg=row["reg"], positivity="project")
+            folds.append(CRPSLoss()(model.fit(features[train], Y[train]), features[val], Y[val]))
+        assert row["score"] == pytest.approx(np.mean(folds), rel=1e-9)
 
 
 def test_a_noise_column_ends_long_and_leaves_the_crps_within_one_percent(tuned):
@@ -58,16 +63,19 @@ def test_a_noise_column_ends_long_and_leaves_the_crps_within_one_percent(tuned):
     assert noisy.search[first]["lengthscale_x"][2] == SEARCH_LONGEST and steps[first + 1] != "x:2"
 
 
-@pytest.mark.parametrize("seed", [5, 6])
-def test_a_noise_column_through_its_own_default_grid_changes_the_crps_by_under_one_percent(seed):
+@pytest.mark.parametrize("rows, seed", [(10_000, 5), (10_000, 6), (5_000, 4), (5_000, 5)])
+def test_a_noise_column_through_its_own_default_grid_changes_the_crps_by_under_one_percent(rows, seed):
     """The whole default tuning (each data set's own grid, which the noise column moves: its median
-    distance is longer) with and without the column, 10,000 rows. Over seeds 1 to 14 the test CRPS
-    moved by -0.6% to +0.9%, the column ending at 50 or 100; at 5,000 rows, where 1,000 validation
-    rows resolve less, by over 1% in three of six seeds (up to 4.1%; docs/peers.md). Before y's
-    lengthscale moved in the search and the reg walk crossed small bumps, seed 6 moved by +3.7%;
-    with y's lengthscale kept one step longer within the tolerance, seed 5 moved by +2.9%."""
-    X, Y, noise = relevant_and_noise(10_000, seed)
+    distance is longer) with and without the column. At 10,000 rows (one split, 2,000 validation rows)
+    over seeds 1 to 14 the test CRPS moved by -0.6% to +0.9%, the column ending at 50 or 100. At 5,000
+    rows the default cross-validates on five folds: over seeds 1 to 14 by -1.1% to +0.6% (one seed
+    beyond 1%, where the clean search ended between two steps of its lattice); on one split of
+    1,000 validation rows seeds 4 and 5 moved by +4.1%. Before y's lengthscale moved in the search and
+    the reg walk crossed small bumps, seed 6 at 10,000 rows moved by +3.7%; with y's lengthscale kept
+    one step longer within the tolerance, seed 5 by +2.9%."""
+    X, Y, noise = relevant_and_noise(rows, seed)
     clean, noisy = tune(X, Y), tune(np.c_[X, noise], Y)
+    assert clean.folds == noisy.folds == (1 if rows == 10_000 else 5)
     Xt, Yt, noise_t = relevant_and_noise(4000, 99)
     crps_clean = CRPSLoss()(clean.model, Xt, Yt)
     crps_noisy = CRPSLoss()(noisy.model, np.c_[Xt, noise_t], Yt)
@@ -88,7 +96,7 @@ def designed_search(score, start_score: float, seed: int) -> list[dict]:
     kernel_x, kernel_y = GaussianKernel(1.0).standardised(X[:90]), GaussianKernel(0.5).standardised(Y[:90])
     start = {"lengthscale_x": 1.0, "lengthscale_y": 0.5, "reg": 1e-5, "score": start_score, "rank_x": 1,
              "rank_y": 1}
-    return search_lengthscales(X[:90], Y[:90], X[90:], Y[90:], JDL(seed=0), kernel_x, kernel_y, [1e-5], start, score)
+    return search_lengthscales([(X[:90], Y[:90], X[90:], Y[90:])], JDL(seed=0), kernel_x, kernel_y, [1e-5], start, score)
 
 
 def test_a_feature_left_out_comes_back_at_its_start_once_the_others_have_moved():
@@ -141,7 +149,7 @@ def test_the_search_finds_the_best_point_of_a_brute_force_grid():
     rng = np.random.default_rng(7)
     X = rng.normal(size=(600, 2))
     Y = (np.sin(2 * X[:, 0]) + 0.3 * X[:, 1] + 0.3 * rng.normal(size=600))[:, None]
-    result = tune(X, Y, regs=[1e-5])
+    result = tune(X, Y, regs=[1e-5], folds=1)  # one split: the brute force fits each pair once
     start = float(result.search[0]["lengthscale_x"][0])
     lattice = sorted({min(start * 2.0 ** k, SEARCH_LONGEST) for k in range(-4, 9)})
     train, val = split_rows(len(X), 0.2, 0)
@@ -166,10 +174,10 @@ def test_at_the_rank_cap_the_search_moves_on_a_subsample_and_its_result_is_score
     kernel_x = GaussianKernel(1.0).standardised(features[train])
     kernel_y = GaussianKernel(1.0).standardised(Y[train])
     parts = (features[train], Y[train], features[val], Y[val])
-    grid = score_grid(*parts, base, [kernel_x.with_lengthscale(0.4)], [kernel_y.with_lengthscale(0.3)], [1e-5],
+    grid = score_grid([parts], base, [kernel_x.with_lengthscale(0.4)], [kernel_y.with_lengthscale(0.3)], [1e-5],
                       CRPSLoss())
     assert best_row(grid)["rank_x"] == 40
-    rows = search_lengthscales(*parts, base, kernel_x, kernel_y, [1e-5, 1e-4], best_row(grid), CRPSLoss(),
+    rows = search_lengthscales([parts], base, kernel_x, kernel_y, [1e-5, 1e-4], best_row(grid), CRPSLoss(),
                                max_rows=300)
     chosen = np.sort(np.random.default_rng(0).choice(len(train), 300, replace=False))
     moved = [row for row in rows if "subsample" in row]
@@ -190,11 +198,11 @@ def test_at_the_rank_cap_the_search_moves_on_a_subsample_and_its_result_is_score
     assert "subsample" not in best and best["score"] == min(row["score"] for row in full)
     assert best["score"] <= grid[0]["score"]
     # below the cap (the default budget, 512 on these rows) the search moves on all the rows
-    plain = score_grid(*parts, JDL(seed=0), [kernel_x.with_lengthscale(2.0)], [kernel_y.with_lengthscale(0.3)],
+    plain = score_grid([parts], JDL(seed=0), [kernel_x.with_lengthscale(2.0)], [kernel_y.with_lengthscale(0.3)],
                        [1e-5], CRPSLoss())
     assert best_row(plain)["rank_x"] < 512
     assert not any("subsample" in row for row in search_lengthscales(
-        *parts, JDL(seed=0), kernel_x, kernel_y, [1e-5], best_row(plain), CRPSLoss(), max_rows=300))
+        [parts], JDL(seed=0), kernel_x, kernel_y, [1e-5], best_row(plain), CRPSLoss(), max_rows=300))
 
 
 def test_the_pipeline_keeps_the_search_and_fits_its_lengthscales(tmp_path, capsys):
@@ -238,16 +246,19 @@ def test_the_pipeline_keeps_the_search_and_fits_its_lengthscales(tmp_path, capsy
 
 
 @pytest.mark.filterwarnings("ignore::jdlcore.models.degeneracy.DegeneracyWarning")  # a rank cap of 30
-def test_where_the_grid_reaches_the_rank_cap_it_and_the_search_run_on_a_screen_and_all_rows_choose(monkeypatch):
+@pytest.mark.parametrize("folds", [1, 2])
+def test_where_the_grid_reaches_the_rank_cap_it_and_the_search_run_on_a_screen_and_all_rows_choose(monkeypatch, folds):
+    """With two folds the screen is the same seeded positions of each fold's training rows, and each
+    score the mean of the folds'."""
     import jdlcore.tuning as tuning
     from jdlcore.tuning import best_row
 
     X, Y, noise = relevant_and_noise(900, 4)
     features = np.c_[X, noise]
     monkeypatch.setattr(tuning, "SEARCH_ROWS", 250)
-    result = tune(features, Y, estimator=JDL(max_rank=30), regs=[1e-5, 1e-4])  # even the longest lengthscale needs 30
-    train, val = split_rows(len(X), 0.2, 0)
-    screen = np.sort(np.random.default_rng(0).choice(len(train), 250, replace=False))  # the seeded screen
+    result = tune(features, Y, estimator=JDL(max_rank=30), regs=[1e-5, 1e-4], folds=folds)  # the longest needs 30
+    splits = fold_rows(len(X), 0.2, folds, 0)
+    screen = np.sort(np.random.default_rng(0).choice(len(splits[0][0]), 250, replace=False))  # the seeded screen
     assert all(row["subsample"] == 250 for row in result.table) and max(row["rank_x"] for row in result.table) == 30
     on_screen = [row for row in result.search if "subsample" in row]
     final = [row for row in result.search if "subsample" not in row]
@@ -258,23 +269,27 @@ def test_where_the_grid_reaches_the_rank_cap_it_and_the_search_run_on_a_screen_a
     kernel_x, kernel_y = result.model.kernel_x, result.model.kernel_y
 
     def refit(row, rows):
-        model = JDL(kernel_x.with_lengthscale(np.asarray(row["lengthscale_x"])),
-                    kernel_y.with_lengthscale(row["lengthscale_y"]), reg=row["reg"], max_rank=30)
-        return CRPSLoss()(model.fit(features[train][rows], Y[train][rows]), features[val], Y[val])
+        scores = []
+        for train, val in splits:
+            model = JDL(kernel_x.with_lengthscale(np.asarray(row["lengthscale_x"])),
+                        kernel_y.with_lengthscale(row["lengthscale_y"]), reg=row["reg"], max_rank=30)
+            scores.append(CRPSLoss()(model.fit(features[train][rows], Y[train][rows]), features[val], Y[val]))
+        return np.mean(scores)
 
     for row in (result.table[0], result.table[-1], on_screen[1], on_screen[-1]):  # fitted on the screen
         assert row["score"] == pytest.approx(refit(row, screen), rel=1e-9)
     for row in final:  # the result: fitted on all the training rows
         assert row["score"] == pytest.approx(refit(row, slice(None)), rel=1e-9)
     assert final[0]["lengthscale_x"] == best_row(on_screen)["lengthscale_x"]
-    # the factorisation that decided the screen is the one of the screen's rows (the grid's, reused by it)
-    from jdlcore.tuning import screen_rows
+    # the factorisation that decided the screen is the one of the first fold's screen (the grid's, reused by it)
+    from jdlcore.tuning import make_folds, screen_rows
     longest = kernel_x.with_lengthscale(best_row(result.table)["lengthscale_x"])
-    decided = screen_rows(features[train], JDL(max_rank=30), longest)
-    assert decided.factor_x.rank == 30 and np.array_equal(decided.rows, screen)
+    decided = screen_rows(make_folds(features, Y, splits), JDL(max_rank=30), longest)
+    assert decided.factor_x.rank == 30 and len(decided.rows) == folds
+    assert all(np.array_equal(rows, screen) for rows in decided.rows)
     assert decided.factor_x.L.shape == (250, 30)
     # below the cap there is no screen, whatever the number of rows
-    plain = tune(features, Y, regs=[1e-5], search=False)
+    plain = tune(features, Y, regs=[1e-5], search=False, folds=folds)
     assert not any("subsample" in row for row in plain.table) and plain.search == []
 
 
