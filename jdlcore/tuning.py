@@ -27,7 +27,7 @@ from __future__ import annotations
 import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence, Union
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -138,18 +138,20 @@ def split_rows(n: int, validation_fraction: float, seed: int) -> tuple[np.ndarra
     return fold_rows(n, validation_fraction, 1, seed)[0]
 
 
-def _block_bounds(n: int, validation_fraction: float) -> list[int]:
-    """The bounds of the disjoint validation blocks of n rows (positions in a permutation): block k is
-    [round(k s), round((k + 1) s)) with s = validation_fraction * n rows (at least 1), as many as fit in n
-    rows; the first has round(validation_fraction * n) >= 1 rows, and at a fraction 1 / K the K blocks
-    cover every row."""
+def _blocks(n: int, validation_fraction: float) -> tuple[float, int]:
+    """(s, K): the disjoint validation blocks of n rows (positions in a permutation) are
+    [round(k s), round((k + 1) s)) for k < K, with s = validation_fraction * n rows (at least 1) and K
+    as many as fit in n rows. The first has round(validation_fraction * n) >= 1 rows; at a fraction
+    1 / K the K blocks cover every row."""
     if not 0 < validation_fraction < 1:
         raise ValueError(f"validation_fraction: must be in (0, 1), got {validation_fraction}")
     share = max(validation_fraction * n, 1.0)
-    bounds = [0]
-    while round(len(bounds) * share) <= n:
-        bounds.append(round(len(bounds) * share))
-    return bounds
+    count = int(n // share)
+    while round((count + 1) * share) <= n:
+        count += 1
+    while count > 1 and round(count * share) > n:
+        count -= 1
+    return share, count
 
 
 def resolve_folds(folds: int | str, n: int, validation_fraction: float, held_out: bool = False) -> int:
@@ -162,10 +164,9 @@ def resolve_folds(folds: int | str, n: int, validation_fraction: float, held_out
         if not (folds == "auto" or (folds == 1 and not isinstance(folds, bool))):
             raise ValueError(f"folds: the candidates are scored on the validation set given (one fold), got {folds!r}")
         return 1
-    bounds = _block_bounds(n, validation_fraction)
-    most = len(bounds) - 1
+    share, most = _blocks(n, validation_fraction)
     if isinstance(folds, str) and folds == "auto":
-        return 1 if bounds[1] >= MIN_VALIDATED_ROWS else most
+        return 1 if round(share) >= MIN_VALIDATED_ROWS else most
     if isinstance(folds, (bool, np.bool_)) or not isinstance(folds, (int, np.integer)) or not 1 <= folds <= most:
         raise ValueError(f"folds: must be 'auto' or an integer from 1 to {most} (the disjoint validation blocks of "
                          f"validation_fraction {validation_fraction:g} in {n:,} rows), got {folds!r}")
@@ -175,11 +176,12 @@ def resolve_folds(folds: int | str, n: int, validation_fraction: float, held_out
 def fold_rows(n: int, validation_fraction: float, folds: int | str, seed: int) -> list[tuple[np.ndarray, np.ndarray]]:
     """(train, validation) row indices of seeded splits of n rows, as many as ``folds`` (``resolve_folds``:
     a number, or "auto"): the validation blocks are consecutive blocks of about validation_fraction * n
-    rows of one seeded permutation (so disjoint; ``_block_bounds``), and each fold trains on the other
+    rows of one seeded permutation (so disjoint; ``_blocks``), and each fold trains on the other
     rows; the first fold is ``split_rows``'s split. With validation_fraction 0.2 and 5 folds, 5-fold
     cross-validation: every row is validated once."""
-    bounds = _block_bounds(n, validation_fraction)
     folds = resolve_folds(folds, n, validation_fraction)
+    share, _ = _blocks(n, validation_fraction)
+    bounds = [round(k * share) for k in range(folds + 1)]
     order = np.random.default_rng(seed).permutation(n)
     return [(np.concatenate([order[:start], order[stop:]]), order[start:stop])
             for start, stop in zip(bounds[:folds], bounds[1:folds + 1])]
