@@ -564,7 +564,8 @@ def _one_or_each(lengthscale: np.ndarray) -> float | np.ndarray:
 
 
 def search_lengthscales(
-    folds: Sequence[Fold], base: JDL, kernel_x: Kernel, kernel_y: Kernel, regs: Regs | Sequence[float], start: dict[str, Any], score: Callable,
+    folds: Sequence[Fold], base: JDL, kernel_x: Kernel, kernel_y: Kernel, regs: Regs | Sequence[float],
+    start: dict[str, Any], score: Callable,
     progress: Callable[[str], None] | None = None, max_rows: int | None = SEARCH_ROWS,
 ) -> list[dict[str, Any]]:
     """A coordinate search for one lengthscale per feature of x and of y, from the grid's best row
@@ -825,8 +826,8 @@ def tune(
     ``validation``: held-out rows (X_val, Y_val) to score on, the candidates training on all of X, Y
     (one fold); without it the candidates are scored on ``folds`` (``fold_rows``) of the rows, each
     holding out a seeded ``validation_fraction`` of them: "auto" (the default) is one where that
-    validates ``MIN_VALIDATED_ROWS`` rows (from 10,000 rows on), else cross-validation (5 folds). The model's kernels carry
-    the scaling, so it applies wherever the model is queried. ``search`` (the default): where x (or y)
+    validates ``MIN_VALIDATED_ROWS`` rows (from 10,000 rows on), else cross-validation (5 folds).
+    The model's kernels carry the scaling, so it applies wherever the model is queried. ``search`` (the default): where x (or y)
     has several features, the grid's best is refined to one lengthscale per feature of x and of y
     (``search_lengthscales``: features that do not help end up with long lengthscales).
 
@@ -856,8 +857,8 @@ def tune(
         folds_scored = make_folds(X, Y, fold_rows(X.shape[0], validation_fraction, folds, seed))
     else:
         folds_scored = [(X, Y, X_val, Y_val)]
-    table, searched, best, _ = search_grid(folds_scored, base, kernel_x, kernel_y, grid_x, grid_y, regs, score, search=search,
-                                           stop_early=lengthscales_x is None)
+    table, searched, best, _ = search_grid(folds_scored, base, kernel_x, kernel_y, grid_x, grid_y, regs, score,
+                                           search=search, stop_early=lengthscales_x is None)
     params = {
         **base.get_params(),
         "kernel_x": kernel_x.with_lengthscale(np.asarray(best["lengthscale_x"])),

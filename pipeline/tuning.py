@@ -27,8 +27,8 @@ from data_schemas.tuning import SCHEMA_NAME, SCHEMA_VERSION, validate_tuning_dat
 from jdlcore import JDL, GaussianKernel
 from jdlcore.scaling import check_scaling_choice
 from jdlcore.tuning import (
-    LENGTHSCALE_FACTORS, Fold, Regs, as_regs, check_grid, default_lengthscales, fold_rows, make_folds, resolve_criterion,
-    resolve_folds, score_grid, search_grid, standardised_grid,
+    LENGTHSCALE_FACTORS, Fold, Regs, as_regs, check_grid, default_lengthscales, fold_rows, make_folds,
+    resolve_criterion, resolve_folds, score_grid, search_grid, standardised_grid,
 )
 
 from .atomic import atomic_store, refuse_existing
@@ -90,8 +90,9 @@ def tune_store(
     training on the subsample of ``data`` (one fold); without it the candidates are scored on ``folds`` of
     the subsample (``jdlcore.tuning.fold_rows``), each holding out a seeded ``validation_fraction`` of it:
     "auto" (the default) is one where that validates ``jdlcore.tuning.MIN_VALIDATED_ROWS`` rows (from
-    10,000 rows of subsample on), else cross-validation (5 folds). ``scheduler`` (see ``pipeline.cluster``; "auto" means this process, the subsample
-    being small) decides where the pairs run. In this process the default x lengthscales are scored
+    10,000 rows of subsample on), else cross-validation (5 folds). ``scheduler`` (see
+    ``pipeline.cluster``; "auto" means this process, the subsample being small) decides where the
+    pairs run. In this process the default x lengthscales are scored
     from the longest down and the shorter ones left out (NaN) once one scores worse than the longer
     (``score_grid``'s ``stop_early``); on Dask every pair is scored at once.
     """
