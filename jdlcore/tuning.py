@@ -350,6 +350,11 @@ def _subsample(n: int, max_rows: int, seed: int | None) -> np.ndarray:
     return np.sort(np.random.default_rng(seed).choice(n, max_rows, replace=False))
 
 
+def _fold_subsamples(folds: Sequence[Fold], max_rows: int, seed: int | None) -> tuple[np.ndarray, ...]:
+    """``_subsample`` of ``max_rows`` of each fold's training rows (the screen's and the search's)."""
+    return tuple(_subsample(len(fold[0]), max_rows, seed) for fold in folds)
+
+
 @dataclass
 class Screen:
     """Where a tuning grid is scored (``screen_rows``): ``rows``, indices into each fold's training rows
@@ -379,7 +384,7 @@ def screen_rows(folds: Sequence[Fold], base: JDL, kernel_x: Kernel, max_rows: in
     if min(len(fold[0]) for fold in folds) <= max_rows:
         return Screen(None)
     factorisation = Factorisation.of(base)
-    rows = tuple(_subsample(len(fold[0]), max_rows, base.seed) for fold in folds)
+    rows = _fold_subsamples(folds, max_rows, base.seed)
     cap = _rank_cap(max_rows, factorisation)
     try:
         factor = pivoted_cholesky(kernel_x, folds[0][0][rows[0]], **factorisation.options(max_rank=cap))
@@ -609,7 +614,7 @@ def search_lengthscales(
     at_cap = max(start.get("rank_x", 0), start.get("rank_y", 0)) >= _rank_cap(train_rows, factorisation)
     subsample = at_cap and max_rows is not None and train_rows > max_rows
     if subsample:
-        folds = screened(folds, [_subsample(len(fold[0]), max_rows, base.seed) for fold in folds])
+        folds = screened(folds, _fold_subsamples(folds, max_rows, base.seed))
     params = screening_params(base)
     factorisers = {side: _factoriser([fold[k] for fold in folds], factorisation) for k, side in enumerate("xy")}
     budgets = factorisers["x"][1]
@@ -844,7 +849,10 @@ def tune(
         for name, part, whole in (("X_val", X_val, X), ("Y_val", Y_val, Y)):
             if part.shape[1] != whole.shape[1]:
                 raise ValueError(f"{name}: has {part.shape[1]} features, the training rows have {whole.shape[1]}")
-    resolve_folds(folds, X.shape[0], validation_fraction, held_out=validation is not None)
+    if validation is None:  # the folds, checked before any work
+        splits = fold_rows(X.shape[0], validation_fraction, folds, seed)
+    else:
+        resolve_folds(folds, X.shape[0], validation_fraction, held_out=True)  # the validation set is the one fold
     regs = as_regs(regs)
     score = resolve_criterion(criterion, threshold, Y.shape[1])
     base = estimator if estimator is not None else JDL()
@@ -853,10 +861,7 @@ def tune(
                                          role="X")
     kernel_y, grid_y = standardised_grid(Y, base._kernel("kernel_y"), scaling, lengthscales_y, seed, "lengthscales_y",
                                          role="Y")
-    if validation is None:
-        folds_scored = make_folds(X, Y, fold_rows(X.shape[0], validation_fraction, folds, seed))
-    else:
-        folds_scored = [(X, Y, X_val, Y_val)]
+    folds_scored = make_folds(X, Y, splits) if validation is None else [(X, Y, X_val, Y_val)]
     table, searched, best, _ = search_grid(folds_scored, base, kernel_x, kernel_y, grid_x, grid_y, regs, score,
                                            search=search, stop_early=lengthscales_x is None)
     params = {

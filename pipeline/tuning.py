@@ -110,7 +110,10 @@ def tune_store(
     base._check_params()
     n = int(group.attrs["n_samples"])
     rows = subsample_rows(n, max_rows, seed)
-    resolve_folds(folds, rows.size, validation_fraction, held_out=held_out is not None)
+    if held_out is None:  # the folds, checked before any row is read
+        splits = fold_rows(rows.size, validation_fraction, folds, seed)
+    else:
+        resolve_folds(folds, rows.size, validation_fraction, held_out=True)  # the validation store is the one fold
     X = group["x"].get_orthogonal_selection((rows, slice(None)))
     Y = group["y"].get_orthogonal_selection((rows, slice(None)))
     kernel_x, grid_x = standardised_grid(X, GaussianKernel(1.0, categorical=categorical_indices(group)), scaling,
@@ -118,7 +121,7 @@ def tune_store(
     kernel_y, grid_y = standardised_grid(Y, GaussianKernel(1.0), scaling, lengthscales_y or None, seed,
                                          "lengthscales_y", group.attrs["y_features"], "y")
     if held_out is None:
-        folds_scored = make_folds(X, Y, fold_rows(rows.size, validation_fraction, folds, seed))
+        folds_scored = make_folds(X, Y, splits)
     else:
         val = subsample_rows(int(held_out.attrs["n_samples"]), max_rows, seed)
         # its category codes read as the training data's; a level the training data lacks matches none
