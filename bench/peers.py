@@ -409,9 +409,15 @@ def main() -> None:
     if args.report:
         print(markdown_table(json.loads(Path(args.report).read_text())["results"]))
         return
+    tables = {name: {**TABLES, **MORE_TABLES}[name]() for name in args.tables}
+    for name, (frame, _) in tables.items():  # every size checked before any model runs
+        rows = len(frame.dropna())
+        for n in args.sizes:
+            if n + args.test_rows > rows:
+                parser.error(f"--sizes: table {name} has {rows:,} complete rows, fewer than {n:,} training "
+                             f"+ {args.test_rows:,} test rows (--test-rows)")
     results: list[dict[str, Any]] = []
-    for name in args.tables:
-        frame, target = {**TABLES, **MORE_TABLES}[name]()
+    for name, (frame, target) in tables.items():
         for n in args.sizes:
             train, test = split(frame, n, args.test_rows, args.seed)
             for model in args.models:
