@@ -130,6 +130,7 @@ TABLES: dict[str, Callable[[], tuple[pd.DataFrame, str]]] = {
 # smaller tables, run on request (``--tables``) at sizes they hold (docs/peers.md, "Three more tables")
 MORE_TABLES: dict[str, Callable[[], tuple[pd.DataFrame, str]]] = {
     "budgetfood": _budgetfood, "deliveries": _deliveries, "storms": _storms}
+ALL_TABLES = {**TABLES, **MORE_TABLES}
 
 
 def split(frame: pd.DataFrame, n_train: int, n_test: int, seed: int) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -396,7 +397,7 @@ PEERS = ("qrf", "lightgbm", "ngboost", "knn")
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--tables", nargs="+", default=list(TABLES), choices=[*TABLES, *MORE_TABLES])
+    parser.add_argument("--tables", nargs="+", default=list(TABLES), choices=list(ALL_TABLES))
     parser.add_argument("--sizes", type=int, nargs="+", default=[5_000, 40_000])
     parser.add_argument("--test-rows", type=int, default=10_000)
     parser.add_argument("--python-sizes", type=int, nargs="*", default=[5_000],
@@ -409,7 +410,7 @@ def main() -> None:
     if args.report:
         print(markdown_table(json.loads(Path(args.report).read_text())["results"]))
         return
-    tables = {name: {**TABLES, **MORE_TABLES}[name]() for name in args.tables}
+    tables = {name: ALL_TABLES[name]() for name in args.tables}
     for name, (frame, _) in tables.items():  # every size checked before any model runs
         rows = len(frame.dropna())
         for n in args.sizes:

@@ -39,7 +39,7 @@ from .scaling import check_scaling_choice
 from .conditional.losses import ClippedLogisticLoss, CRPSLoss, LogLoss, PinballLoss, SecondMomentLoss
 from .validation import as_samples, check_paired
 
-__all__ = ["TuneResult", "tune", "Fold", "split_rows", "fold_rows", "resolve_folds", "make_folds", "MIN_VALIDATED_ROWS",
+__all__ = ["TuneResult", "tune", "Fold", "split_rows", "fold_rows", "resolve_folds", "splits_for", "make_folds", "MIN_VALIDATED_ROWS",
            "score_grid", "best_row", "resolve_criterion", "screening_params",
            "Regs", "as_regs", "walk_ladder", "REG_LADDER", "REG_START",
            "check_grid", "default_lengthscales", "scaled_kernel", "standardised_grid", "search_lengthscales", "search_best",
@@ -146,12 +146,8 @@ def _blocks(n: int, validation_fraction: float) -> tuple[float, int]:
     if not 0 < validation_fraction < 1:
         raise ValueError(f"validation_fraction: must be in (0, 1), got {validation_fraction}")
     share = max(validation_fraction * n, 1.0)
-    count = int(n // share)
-    while round((count + 1) * share) <= n:
-        count += 1
-    while count > 1 and round(count * share) > n:
-        count -= 1
-    return share, count
+    count = int(n // share)  # count * share <= n; one more block fits where rounding takes its end down to n
+    return share, count + (round((count + 1) * share) <= n)
 
 
 def resolve_folds(folds: int | str, n: int, validation_fraction: float, held_out: bool = False) -> int:
@@ -185,6 +181,17 @@ def fold_rows(n: int, validation_fraction: float, folds: int | str, seed: int) -
     order = np.random.default_rng(seed).permutation(n)
     return [(np.concatenate([order[:start], order[stop:]]), order[start:stop])
             for start, stop in zip(bounds[:folds], bounds[1:folds + 1])]
+
+
+def splits_for(n: int, validation_fraction: float, folds: int | str, seed: int, held_out: bool = False
+               ) -> list[tuple[np.ndarray, np.ndarray]] | None:
+    """``fold_rows`` of n rows, or None where the candidates are scored on a validation set given
+    (``held_out``), ``folds`` then checked to be one fold (``resolve_folds``). Called before any work,
+    so a bad ``folds`` fails first."""
+    if held_out:
+        resolve_folds(folds, n, validation_fraction, held_out=True)
+        return None
+    return fold_rows(n, validation_fraction, folds, seed)
 
 
 def make_folds(X: np.ndarray, Y: np.ndarray, splits: Sequence[tuple[np.ndarray, np.ndarray]]) -> list[Fold]:
@@ -849,10 +856,7 @@ def tune(
         for name, part, whole in (("X_val", X_val, X), ("Y_val", Y_val, Y)):
             if part.shape[1] != whole.shape[1]:
                 raise ValueError(f"{name}: has {part.shape[1]} features, the training rows have {whole.shape[1]}")
-    if validation is None:  # the folds, checked before any work
-        splits = fold_rows(X.shape[0], validation_fraction, folds, seed)
-    else:
-        resolve_folds(folds, X.shape[0], validation_fraction, held_out=True)  # the validation set is the one fold
+    splits = splits_for(X.shape[0], validation_fraction, folds, seed, held_out=validation is not None)
     regs = as_regs(regs)
     score = resolve_criterion(criterion, threshold, Y.shape[1])
     base = estimator if estimator is not None else JDL()
@@ -861,7 +865,7 @@ def tune(
                                          role="X")
     kernel_y, grid_y = standardised_grid(Y, base._kernel("kernel_y"), scaling, lengthscales_y, seed, "lengthscales_y",
                                          role="Y")
-    folds_scored = make_folds(X, Y, splits) if validation is None else [(X, Y, X_val, Y_val)]
+    folds_scored = [(X, Y, X_val, Y_val)] if splits is None else make_folds(X, Y, splits)
     table, searched, best, _ = search_grid(folds_scored, base, kernel_x, kernel_y, grid_x, grid_y, regs, score,
                                            search=search, stop_early=lengthscales_x is None)
     params = {

@@ -27,8 +27,8 @@ from data_schemas.tuning import SCHEMA_NAME, SCHEMA_VERSION, validate_tuning_dat
 from jdlcore import JDL, GaussianKernel
 from jdlcore.scaling import check_scaling_choice
 from jdlcore.tuning import (
-    LENGTHSCALE_FACTORS, Fold, Regs, as_regs, check_grid, default_lengthscales, fold_rows, make_folds,
-    resolve_criterion, resolve_folds, score_grid, search_grid, standardised_grid,
+    LENGTHSCALE_FACTORS, Fold, Regs, as_regs, check_grid, default_lengthscales, make_folds, resolve_criterion,
+    score_grid, search_grid, splits_for, standardised_grid,
 )
 
 from .atomic import atomic_store, refuse_existing
@@ -110,17 +110,14 @@ def tune_store(
     base._check_params()
     n = int(group.attrs["n_samples"])
     rows = subsample_rows(n, max_rows, seed)
-    if held_out is None:  # the folds, checked before any row is read
-        splits = fold_rows(rows.size, validation_fraction, folds, seed)
-    else:
-        resolve_folds(folds, rows.size, validation_fraction, held_out=True)  # the validation store is the one fold
+    splits = splits_for(rows.size, validation_fraction, folds, seed, held_out=held_out is not None)
     X = group["x"].get_orthogonal_selection((rows, slice(None)))
     Y = group["y"].get_orthogonal_selection((rows, slice(None)))
     kernel_x, grid_x = standardised_grid(X, GaussianKernel(1.0, categorical=categorical_indices(group)), scaling,
                                          lengthscales_x or None, seed, "lengthscales_x", group.attrs["x_features"], "x")
     kernel_y, grid_y = standardised_grid(Y, GaussianKernel(1.0), scaling, lengthscales_y or None, seed,
                                          "lengthscales_y", group.attrs["y_features"], "y")
-    if held_out is None:
+    if splits is not None:
         folds_scored = make_folds(X, Y, splits)
     else:
         val = subsample_rows(int(held_out.attrs["n_samples"]), max_rows, seed)
