@@ -612,11 +612,12 @@ def search_lengthscales(
     fitted on, and a shear of every feature at once carried over worst (births at 40,000 rows: kept
     on the 4,000-row screen by 0.21%, its result scored 0.9% worse on all the training rows and 1.4%
     worse on the test rows). The first sweep steps by 4, the second by 2. The y factorisation is
-    shared while x moves (and the other way round); ``kernel_x``, ``kernel_y``: the kernels of the grid (their families and scalings). Last, the regs
-    of ``regs`` (``as_regs``; a walk starting at the start's reg) are scored at the lengthscales
-    found. Returns the rows of every candidate scored (``score_grid``'s columns, lengthscales as
-    lists, plus ``step``: "x:k" / "y:k" for the feature moved, "x:k:shear" / "y:k:shear", "start",
-    or "reg"); the best is ``search_best`` of them (the start is among them).
+    shared while x moves (and the other way round); ``kernel_x``, ``kernel_y``: the kernels of the
+    grid (their families and scalings). Last, the regs of ``regs`` (``as_regs``; a walk starting at
+    the start's reg) are scored at the lengthscales found. Returns the rows of every candidate scored
+    (``score_grid``'s columns, lengthscales as lists, plus ``step``: "x:k" / "y:k" for the feature
+    moved, "x:k:shear" / "y:k:shear", "start", or "reg"); the best is ``search_best`` of them (the
+    start is among them).
 
     Where the start's factorisation reached its rank cap (the default rank budget, or ``base``'s
     max_rank), every candidate would cost a factorisation at that cap. With more than ``max_rows``
