@@ -23,8 +23,10 @@ order along ``search_candidate``: ``search_lengthscale_x`` (search_candidate, x_
 ``search_lengthscale_y`` (search_candidate, y_feature), ``search_reg``, ``search_loss``,
 ``search_rank_x``, ``search_rank_y``, ``search_seconds`` and (optional) ``search_rows`` (the training
 rows each candidate was fitted on: the search moves on a subsample of large tuning sets); attribute
-``search_steps`` (JSON: the feature each candidate moved). ``best`` is then the search's best among
-the candidates fitted on all the training rows, with a list of lengthscales.
+``search_steps`` (JSON: the feature each candidate moved, "x:k" or "y:k"; "x:k:shear" or "y:k:shear"
+where feature k moved shorter and the side's other features in longer; "start"; "reg"). ``best`` is
+then the search's best among the candidates fitted on all the training rows, with a list of
+lengthscales.
 
 Screen (optional attribute ``grid_rows``): the training rows the grid was fitted on. Fewer than the
 training rows where the grid's longest x lengthscale reached the rank cap on that many of them

@@ -170,13 +170,14 @@ def test_a_stalled_feature_is_sheared_to_a_ridge_no_single_move_sees():
     single = [row["score"] for row in rows if row["step"] in ("x:0", "x:1") and 1.0 in row["lengthscale_x"]]
     assert min(single) >= 1.11 - 1e-12  # no move of one feature from the start helps
 
-    for unsheared in (designed_search(score, designed(1.0, 1.0), seed=8, shear=False),
-                      designed_search(score, designed(1.0, 1.0), seed=8, max_rows=60)):  # no shear on a subsample
+    switched_off = designed_search(score, designed(1.0, 1.0), seed=8, shear=False)
+    on_subsample = designed_search(score, designed(1.0, 1.0), seed=8, max_rows=60)  # never on a subsample
+    moved = [row for row in on_subsample if "subsample" in row]
+    assert len(moved) > 5 and all(row["subsample"] == 60 for row in moved)
+    for unsheared in (switched_off, on_subsample):
         assert not [row for row in unsheared if "shear" in row["step"]]
         assert min(row["score"] for row in unsheared) == pytest.approx(1.04)
         assert unsheared[-1]["lengthscale_x"] == [1.0, 1.0]
-    moved = [row for row in unsheared if "subsample" in row]  # the last one was on its subsample
-    assert len(moved) > 5 and all(row["subsample"] == 60 for row in moved)
 
 
 @pytest.mark.filterwarnings("ignore::UserWarning")
@@ -301,6 +302,7 @@ def test_where_the_grid_reaches_the_rank_cap_it_and_the_search_run_on_a_screen_a
     on_screen = [row for row in result.search if "subsample" in row]
     final = [row for row in result.search if "subsample" not in row]
     assert on_screen[0]["step"] == "start" and len(on_screen) > 3
+    assert not [row for row in on_screen if row["step"].endswith(":shear")]  # no shear on a screen
     # on all the training rows: the search's result at every reg (not the grid's best, at the cap); the best wins
     assert [row["step"] for row in final] == ["reg", "reg"]
     assert result.best == min(final, key=lambda row: row["score"])
