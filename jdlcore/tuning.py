@@ -586,12 +586,12 @@ def search_lengthscales(
 
     Each sweep visits the features in turn, x's then y's. (An only feature of y is moved too: the grid
     chose its lengthscale at the grid's x lengthscale, and the best y lengthscale changes as x's move;
-    at 40,000 rows this took diamonds' test CRPS from 222.4 to 215.6 and births' from 11.42 to 11.30.)
-    A feature's lengthscale is tried at ``SEARCH_LONGEST`` (the feature left out, in effect: the kernel
-    is flat along it) and, unless that is kept, ``step`` times longer; the first whose validation score
-    is within ``SEARCH_TOLERANCE`` (relative) of the best score before them is kept (the longer of the
-    two, as if both were scored), so a feature that does not help ends up long and the model cheaper.
-    The only feature of a side is not left out: it is tried one step longer, kept there only where that
+    at 40,000 rows this took diamonds' test CRPS from 222.4 to 215.6 and births' from 11.42 to 11.30.) A
+    feature's lengthscale is tried at ``SEARCH_LONGEST`` (the feature left out, in effect: the kernel is
+    flat along it) and, unless that is kept, ``step`` times longer; the first whose validation score is
+    within ``SEARCH_TOLERANCE`` (relative) of the best score before them is kept (the longer of the two,
+    as if both were scored), so a feature that does not help ends up long and the model cheaper. The
+    only feature of a side is not left out: it is tried one step longer, kept there only where that
     lowers the score by more than the tolerance (a longer y lengthscale within the validation noise
     coarsens every law: on the noise column's 10,000-row cases, keeping it within the tolerance moved
     one seed's test CRPS by +2.9%). If neither is kept, the lengthscale is made ``step`` times shorter
@@ -599,26 +599,27 @@ def search_lengthscales(
     tried back at its start lengthscale, kept where that lowers the score by more than the tolerance,
     and then made shorter as above: near ``SEARCH_LONGEST`` the score is flat along it, so steps down
     from there cannot tell that a feature left out when the others were at the start helps once they
-    have moved (on births at 40,000 rows, year comes back this way: test CRPS -2%). In the last
-    sweep, where none of these moves changed a feature that is in (shorter than ``SEARCH_LONGEST``)
-    and m other features of its side are in too, a shear is tried: the feature ``step`` times shorter
-    and each of the others ``step ** (1 / m)`` times longer (at most ``SEARCH_LONGEST``), so the
-    product of the side's lengthscales (the volume of the kernel's neighbourhood) is kept; the shear
-    is kept where it lowers the score by more than the tolerance. A move of one feature
-    changes the neighbourhood's shape and its size together, and where the size is already right, a
-    better shape can lie where no single move sees it (the noise column's 5,000-row cases: without the
-    column the search stayed at the grid's start, 0.81 on both features, while 0.4 and 1.6 scored
-    better; the shear reached it). Only ``shear`` (the default) tries it, and never on a subsample
-    (below, or ``refine``'s screen): the moves there are decided on fewer rows than the result is
-    fitted on, and a shear of every feature at once carried over worst (births at 40,000 rows: kept
-    on the 4,000-row screen by 0.21%, its result scored 0.9% worse on all the training rows and 1.4%
-    worse on the test rows). The first sweep steps by 4, the second by 2. The y factorisation is
-    shared while x moves (and the other way round); ``kernel_x``, ``kernel_y``: the kernels of the
-    grid (their families and scalings). Last, the regs of ``regs`` (``as_regs``; a walk starting at
-    the start's reg) are scored at the lengthscales found. Returns the rows of every candidate scored
-    (``score_grid``'s columns, lengthscales as lists, plus ``step``: "x:k" / "y:k" for the feature
-    moved, "x:k:shear" / "y:k:shear", "start", or "reg"); the best is ``search_best`` of them (the
-    start is among them).
+    have moved (on births at 40,000 rows, year comes back this way: test CRPS -2%). After the last
+    sweep, the features it did not change are moved again where another feature moved after their turn,
+    and each still unchanged that is in (shorter than ``SEARCH_LONGEST``), with m other features of its
+    side in, is sheared: ``step`` times shorter, each of the others ``step ** (1 / m)`` times longer (at
+    most ``SEARCH_LONGEST``), so the product of the side's lengthscales (the volume of the kernel's
+    neighbourhood) is kept. A shear is kept where it lowers the score by more than the tolerance, and
+    after one is kept every feature is swept again by the last step. A move of one feature changes the
+    neighbourhood's shape and its size together, and where the size is already right, a better shape can
+    lie where no single move sees it (the noise column's 5,000-row cases: without the column the search
+    stayed at the grid's start, 0.81 on both features, while 0.4 and 1.6 scored better; the shear
+    reached it; tried at each feature's turn instead, it pre-empted later features' own moves). Only
+    ``shear`` (the default) tries these, and never on a subsample (below, or ``refine``'s screen): the
+    moves there are decided on fewer rows than the result is fitted on, and a move of every feature at
+    once carried over worst (births at 40,000 rows: kept on the 4,000-row screen by 0.21%, its result
+    scored 0.9% worse on all the training rows and 1.4% worse on the test rows). The first sweep steps
+    by 4, the second by 2. The y factorisation is shared while x moves (and the other way round);
+    ``kernel_x``, ``kernel_y``: the kernels of the grid (their families and scalings). Last, the regs of
+    ``regs`` (``as_regs``; a walk starting at the start's reg) are scored at the lengthscales found.
+    Returns the rows of every candidate scored (``score_grid``'s columns, lengthscales as lists, plus
+    ``step``: "x:k" / "y:k" for the feature moved, "x:k:shear" / "y:k:shear", "start", or "reg"); the
+    best is ``search_best`` of them (the start is among them).
 
     Where the start's factorisation reached its rank cap (the default rank budget, or ``base``'s
     max_rank), every candidate would cost a factorisation at that cap. With more than ``max_rows``
@@ -687,19 +688,22 @@ def search_lengthscales(
     else:
         best = scored[point(current["x"], current["y"])] = (
             start["score"] if np.isfinite(start["score"]) else np.inf)
-    for factor_step in SEARCH_STEPS:
-        for side, k in ((side, k) for side in ("x", "y") for k in range(widths[side])):
-            def scored_with(value: np.ndarray, step: str = f"{side}:{k}") -> float:
-                other = {**current, side: value}
-                return evaluate(other["x"], other["y"], step)
+    def scored_with(side: str, value: np.ndarray, step: str) -> float:  # ``value``: the side's lengthscales
+        other = {**current, side: value}
+        return evaluate(other["x"], other["y"], step)
 
+    def sweep(factor_step: float, features: list[tuple[str, int]]) -> list[tuple[str, int]]:
+        """The moves of each of ``features`` (side, index) in turn by ``factor_step``; returns those that
+        none of them changed."""
+        nonlocal best
+        stalled = []
+        for side, k in features:
             def trial(lengthscale: float) -> tuple[np.ndarray, float]:
                 value = current[side].copy()
                 value[k] = min(lengthscale, SEARCH_LONGEST)
-                return value, scored_with(value)
+                return value, scored_with(side, value, f"{side}:{k}")
 
-            before = current[side].copy()
-
+            before = current[side][k]
             # longer: the feature dropped (the longest), else one step; the first within the tolerance of
             # the best score before them wins (a lucky score of the one step does not keep a feature:
             # leaving one out is preferred within the tolerance of where the move started, so the step
@@ -722,18 +726,37 @@ def search_lengthscales(
                 if not result < best - SEARCH_TOLERANCE * abs(best):
                     break
                 current[side], best = value, result
-            others = [j for j in range(widths[side]) if j != k and current[side][j] < SEARCH_LONGEST]
-            if (shear and factor_step == SEARCH_STEPS[-1] and np.array_equal(current[side], before) and others
-                    and current[side][k] < SEARCH_LONGEST):
-                # stalled: shorter with the others in longer, the product of the side's lengthscales kept
-                value = current[side].copy()
-                value[k] /= factor_step
-                value[others] = np.minimum(value[others] * factor_step ** (1 / len(others)), SEARCH_LONGEST)
-                result = scored_with(value, f"{side}:{k}:shear")
-                if result < best - SEARCH_TOLERANCE * abs(best):
-                    current[side], best = value, result
+            if current[side][k] == before:
+                stalled.append((side, k))
             if progress is not None:
                 progress(f"searched {side} feature {k}: lengthscale {current[side][k]:.4g}")
+        return stalled
+
+    def sheared(features: list[tuple[str, int]], factor_step: float) -> bool:
+        """The shear of each of ``features`` that is in, with other features of its side in; whether one
+        was kept."""
+        nonlocal best
+        kept = False
+        for side, k in features:
+            others = [j for j in range(widths[side]) if j != k and current[side][j] < SEARCH_LONGEST]
+            if current[side][k] >= SEARCH_LONGEST or not others:
+                continue
+            value = current[side].copy()
+            value[k] /= factor_step
+            value[others] = np.minimum(value[others] * factor_step ** (1 / len(others)), SEARCH_LONGEST)
+            result = scored_with(side, value, f"{side}:{k}:shear")
+            if result < best - SEARCH_TOLERANCE * abs(best):
+                current[side], best, kept = value, result, True
+        return kept
+
+    everyone = [(side, k) for side in ("x", "y") for k in range(widths[side])]
+    for factor_step in SEARCH_STEPS:
+        stalled = sweep(factor_step, everyone)
+    if shear:
+        if len(stalled) < len(everyone):  # others moved after them: their moves again first
+            stalled = sweep(SEARCH_STEPS[-1], stalled)
+        if sheared(stalled, SEARCH_STEPS[-1]):
+            sweep(SEARCH_STEPS[-1], everyone)  # the single moves again, from where the shears left them
     if subsample:  # the lengthscales found, on all the training rows
         kernels = kernels_at(kernel_x, kernel_y, {f"lengthscale_{side}": current[side] for side in ("x", "y")})
         return rows + score_regs(all_folds, base, *kernels, regs, score, start=reg)

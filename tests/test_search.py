@@ -47,12 +47,20 @@ def test_each_search_score_is_the_mean_of_independent_refits_on_five_folds_score
         assert row["score"] == pytest.approx(np.mean(folds), rel=1e-9)
 
 
-def test_a_noise_column_ends_long_and_leaves_the_crps_within_one_percent(tuned):
+def test_a_noise_column_ends_long_and_the_search_validates_as_well_as_without_it(tuned):
+    """1,500 rows, scored on the same five folds with and without the column: the column ends over 10x
+    the others, and the tuning with it validates within 1% of the tuning without it (0.1% here). On
+    fresh rows only within 5%: at 1,500 rows two tunings that validate alike can land several percent
+    apart (here the one with the column chose y's lengthscale 0.028 against 0.9 and scored 3.9%
+    worse on fresh rows, with the search before the shear too). The under-1% claim on fresh rows is
+    checked at 5,000 and 10,000 rows below; a column that is not left out costs far more (6.6% in
+    validation at the start here)."""
     X, Y, noise, clean, noisy = tuned
+    assert abs(noisy.best["score"] / clean.best["score"] - 1) < 0.01
     Xt, Yt, noise_t = relevant_and_noise(2000, 2)
     crps_clean = CRPSLoss()(clean.model, Xt, Yt)
     crps_noisy = CRPSLoss()(noisy.model, np.c_[Xt, noise_t], Yt)
-    assert abs(crps_noisy / crps_clean - 1) < 0.01
+    assert abs(crps_noisy / crps_clean - 1) < 0.05
     lengthscales = np.asarray(noisy.best["lengthscale_x"])
     assert lengthscales[2] > 10 * lengthscales[:2].max()
     # the search starts from the grid's best and never ends worse than it by more than the tolerance
@@ -67,7 +75,7 @@ def test_a_noise_column_ends_long_and_leaves_the_crps_within_one_percent(tuned):
 def test_a_noise_column_through_its_own_default_grid_changes_the_crps_by_under_one_percent(rows, seed):
     """The whole default tuning (each data set's own grid, which the noise column moves: its median
     distance is longer) with and without the column. At 10,000 rows (one split, 2,000 validation rows)
-    over seeds 1 to 14 the test CRPS moved by -0.4% to +0.5%, the column ending at 100. At 5,000 rows
+    over seeds 1 to 14 the test CRPS moved by -0.7% to +0.5%, the column ending at 100. At 5,000 rows
     the default cross-validates on five folds: over seeds 1 to 14 by -0.8% to +0.8%, the column
     ending at 50 or 100. Before the search's shear, the clean search stayed at the grid's start in
     four of those fourteen and seed 9 moved by -1.02% (now +0.03%); on one split of 1,000 validation
@@ -150,8 +158,8 @@ def test_a_stalled_feature_is_sheared_to_a_ridge_no_single_move_sees():
     """A designed validation score of u = log2 l0, v = log2 l1: 1 + 0.1 (u + v)^2 + 0.01 (u - v + 2)^2,
     lowest (1.0) at (0.5, 2.0), where the product of the lengthscales is the start's. From (1, 1)
     (1.04) each move of one feature scores worse (1.11 or more), so a coordinate search stays there;
-    the shear of the sweep by 2 (one feature halved, the other doubled) reaches the minimum of a brute
-    force over the search's lattice. Without the shear the search ends at the start."""
+    the shear after the sweep by 2 (one feature halved, the other doubled) reaches the minimum of a
+    brute force over the search's lattice. Without the shear the search ends at the start."""
     def designed(l0: float, l1: float) -> float:
         u, v = np.log2(l0), np.log2(l1)
         return 1.0 + 0.1 * (u + v) ** 2 + 0.01 * (u - v + 2) ** 2
@@ -166,7 +174,9 @@ def test_a_stalled_feature_is_sheared_to_a_ridge_no_single_move_sees():
     assert best["score"] == pytest.approx(1.0) and best["lengthscale_x"] == [0.5, 2.0]
     assert rows[-1]["lengthscale_x"] == [0.5, 2.0]
     shears = [row for row in rows if row["step"].endswith(":shear")]
-    assert shears[0] is best and best["step"] == "x:0:shear"  # the first shear, in the sweep by 2
+    assert shears[0] is best and best["step"] == "x:0:shear"  # the first shear, after the sweep by 2
+    assert rows[rows.index(best) - 1]["step"] == "y:0"  # every feature had its own moves first
+    assert [row["step"] for row in rows[rows.index(best) + 1:rows.index(best) + 3]] == ["x:0", "x:0"]  # then a sweep
     single = [row["score"] for row in rows if row["step"] in ("x:0", "x:1") and 1.0 in row["lengthscale_x"]]
     assert min(single) >= 1.11 - 1e-12  # no move of one feature from the start helps
 
