@@ -753,7 +753,7 @@ def search_lengthscales(
     for factor_step in SEARCH_STEPS:
         stalled = sweep(factor_step, everyone)
     if shear:
-        if len(stalled) < len(everyone):  # others moved after them: their moves again first
+        if len(stalled) < len(everyone):  # their moves again (new candidates only where others moved after them)
             stalled = sweep(SEARCH_STEPS[-1], stalled)
         if sheared(stalled, SEARCH_STEPS[-1]):
             sweep(SEARCH_STEPS[-1], everyone)  # the single moves again, from where the shears left them
