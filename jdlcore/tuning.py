@@ -636,7 +636,6 @@ def search_lengthscales(
     subsample = at_cap and max_rows is not None and train_rows > max_rows
     if subsample:
         folds = screened(folds, _fold_subsamples(folds, max_rows, base.seed))
-        shear = False
     params = screening_params(base)
     factorisers = {side: _factoriser([fold[k] for fold in folds], factorisation) for k, side in enumerate("xy")}
     budgets = factorisers["x"][1]
@@ -752,7 +751,7 @@ def search_lengthscales(
     everyone = [(side, k) for side in ("x", "y") for k in range(widths[side])]
     for factor_step in SEARCH_STEPS:
         stalled = sweep(factor_step, everyone)
-    if shear:
+    if shear and not subsample:
         if len(stalled) < len(everyone):  # their moves again (new candidates only where others moved after them)
             stalled = sweep(SEARCH_STEPS[-1], stalled)
         if sheared(stalled, SEARCH_STEPS[-1]):
