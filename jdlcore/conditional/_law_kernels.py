@@ -5,6 +5,24 @@ Each kernel walks the M support atoms of one row a few times and writes its row 
 block of rows costs O(rows M) memory traffic and no (rows x M x K) temporaries. ``jdlcore.conditional.laws``
 documents the mathematics; this module is imported on first use (compiling takes a few seconds
 once, then the machine code is cached next to this file).
+
+The projection solves, per row, the dual of min sum_k (p_k - pi_k u_k)^2 / pi_k subject to p >= 0 and
+sum_k p_k c(z_k) = b: minimise phi(theta) = 0.5 sum_k pi_k max(0, t_k)^2 - b . theta with
+t_k = u_k + theta . c(z_k); then p_k = pi_k max(0, t_k). Every p of that form is non-negative and
+complementary, so the moment residual F = sum_k p_k c(z_k) - b (the dual gradient) is the whole KKT
+residual: a row is *converged* when each |F_i| is below ``tol`` or within the rounding floor of the
+sums that make it (``_FLOOR`` times their magnitudes). The moment functions c are taken in the row's
+own coordinates (centred at its mean, scaled by its spread), where the multipliers stay of the size
+of u instead of growing with the inverse width of a narrow law.
+
+Two solvers share that test. The fast path is a regularised semi-smooth Newton method with Armijo
+steps on phi (``_ITERATIONS``); Armijo compares values of phi, whose rounding can exceed the decrease
+left near the boundary of the moment set, so a row can stall there. Such rows go on from where the
+fast path stopped with the exact path (``_exact_newton``): Newton steps on the current active set with
+an exact line search along each step (the root of the piecewise-linear directional derivative, found
+by walking its breakpoints), at the precision of the gradient. On a convex piecewise-quadratic dual,
+Newton's method with exact line search ends in finitely many steps (Li & Swetits, SIAM J. Optim. 3,
+1993); it also proves a row infeasible when the dual falls without bound along a step.
 """
 from __future__ import annotations
 
@@ -15,38 +33,51 @@ from numba.extending import overload
 
 __all__ = ["project_scalar", "project_vector", "running_quantiles", "crps_rows"]
 
-_ITERATIONS = 60
+_ITERATIONS = 40  # fast path
+_EXACT_STEPS = 60  # exact path, after the fast path
 _HALVINGS = 40
 _DIVERGED = 1e12
 _DAMPING = 1e-2  # Levenberg-Marquardt ridge in units of the gradient's size: regular at degenerate active sets
 _VECTOR_DAMPING = 1e-4  # measured on a 3-D y: fewer stalled rows than 1e-2
 _VECTOR_DIVERGED = 1e5
-_VECTOR_ITERATIONS = 30  # no exact feasibility test for a vector Y: infeasible rows stop here
+_VECTOR_ITERATIONS = 30  # the fast path of a vector Y: infeasible rows diverge, the exact path decides them
+_FLOOR = 64 * 2.220446049250313e-16  # a residual this small relative to the magnitude of its sums is rounding
+_NEAR = 1e-8  # residuals below this are compared with the rounding floor
+HULL_MARGIN = 1e-10  # relative: moments this close to the boundary of the moment set count as on it
 LEVEL_SECOND = 2  # mass, mean and second moment kept
-LEVEL_MEAN = 1  # mass and mean kept
-LEVEL_MASS = 0  # mass kept: the closest probability vector
+LEVEL_MEAN = 1  # mass and mean kept; the second moment is outside the moment set of the atoms
+LEVEL_MASS = 0  # mass kept; the mean is outside the atoms' hull
 LEVEL_SIGNED_EMPTY = -1  # the signed law had no positive mass: the closest probability vector to its weights
+LEVEL_FAILED = -2  # no solver certified the moments the feasibility test allows; a lower level's vector
+CONVERGED = 0
+STALLED = 1
+UNBOUNDED = 2
 
 
 @nb.njit(cache=True, fastmath=True)
-def _power_pass(u, scale, pi, z, z2, z3, z4, t0, t1, t2, S):
-    """One pass over the atoms at theta = (t0, t1, t2): with t_k = scale u_k + t0 + t1 z_k + t2 z_k^2 and
-    w_k = pi_k [t_k >= 0], S[0:5] = sum w z^p (p = 0..4), S[5:8] = sum w t z^p (p = 0..2), S[8] = sum w t^2.
-    (Atoms at exactly t = 0 add nothing to the gradient and the value; counting them in the Jacobian
-    picks the element of the generalised Jacobian that stays regular at a degenerate start.)"""
+def _power_pass(u, scale, pi, z, centre, inv, t0, t1, t2, S):
+    """One pass over the atoms at theta = (t0, t1, t2) in the row's coordinates s_k = (z_k - centre) inv:
+    with t_k = scale u_k + t0 + t1 s_k + t2 s_k^2 and w_k = pi_k [t_k >= 0], S[0:5] = sum w s^p
+    (p = 0..4), S[5:8] = sum w t s^p (p = 0..2), S[8] = sum w t^2. (Atoms at exactly t = 0 add nothing
+    to the gradient and the value; counting them in the Jacobian picks the element of the generalised
+    Jacobian that stays regular at a degenerate start.)"""
     s0 = s1 = s2 = s3 = s4 = f0 = f1 = f2 = ph = 0.0
     for k in range(u.shape[0]):
-        t = scale * u[k] + t0 + t1 * z[k] + t2 * z2[k]
+        s = (z[k] - centre) * inv
+        ss = s * s
+        t = scale * u[k] + t0 + t1 * s + t2 * ss
         w = pi[k] * (t >= 0.0)
+        ws = w * s
+        wss = w * ss
         s0 += w
-        s1 += w * z[k]
-        s2 += w * z2[k]
-        s3 += w * z3[k]
-        s4 += w * z4[k]
+        s1 += ws
+        s2 += wss
+        s3 += wss * s
+        s4 += wss * ss
         wt = w * t
         f0 += wt
-        f1 += wt * z[k]
-        f2 += wt * z2[k]
+        f1 += wt * s
+        f2 += wt * ss
         ph += wt * t
     S[0] = s0
     S[1] = s1
@@ -60,7 +91,7 @@ def _power_pass(u, scale, pi, z, z2, z3, z4, t0, t1, t2, S):
 
 
 @nb.njit(cache=True, fastmath=True)
-def _signed_moments(u, pi, z, z2):
+def _signed_moments(u, pi, z):
     """(mass, sum pi u z, sum pi u z^2, min u) of one row: the signed law's moments, unnormalised."""
     mass = m1 = m2 = 0.0
     low = np.inf
@@ -68,17 +99,38 @@ def _signed_moments(u, pi, z, z2):
         w = pi[k] * u[k]
         mass += w
         m1 += w * z[k]
-        m2 += w * z2[k]
+        m2 += w * z[k] * z[k]
         low = min(low, u[k])
     return mass, m1, m2, low
 
 
 @nb.njit(cache=True, fastmath=True)
-def _emit(u, scale, pi, z, z2, t0, t1, t2, out):
-    """out_k = pi_k max(0, scale u_k + t0 + t1 z_k + t2 z_k^2), normalised to sum 1 (pi if nothing is left)."""
+def _spread_inverse(u, pi, z, centre, fallback):
+    """1 / the spread around ``centre`` of the positive part of the signed law pi u on the atoms z
+    (M,); 1 / ``fallback`` where that spread is not positive (a single atom)."""
+    plus = spread = 0.0
     for k in range(u.shape[0]):
-        out[k] = scale * u[k] + t0 + t1 * z[k] + t2 * z2[k]
-    _clip_normalise(pi, out)
+        w = pi[k] * u[k]
+        if w > 0.0:
+            plus += w
+            spread += w * (z[k] - centre) * (z[k] - centre)
+    if plus > 0.0 and spread > 0.0:
+        return np.sqrt(plus / spread)
+    return 1.0 / fallback
+
+
+@nb.njit(cache=True, fastmath=True)
+def _emit(u, scale, pi, z, centre, inv, t0, t1, t2, out):
+    """out_k = pi_k max(0, scale u_k + t0 + t1 s_k + t2 s_k^2), s_k = (z_k - centre) inv, normalised to
+    sum 1 (pi if nothing is left)."""
+    total = 0.0
+    for k in range(u.shape[0]):
+        s = (z[k] - centre) * inv
+        t = scale * u[k] + t0 + t1 * s + t2 * s * s
+        value = pi[k] * t if t > 0.0 else 0.0
+        out[k] = value
+        total += value
+    _normalise(pi, out, total)
 
 
 @nb.njit(cache=True, fastmath=True)
@@ -94,8 +146,9 @@ def _clip_normalise(pi, out):
 
 @nb.njit(cache=True, fastmath=True)
 def _normalise(pi, out, total):
-    """out <- out / total for non-negative out with sum ``total``; the support weights pi where nothing
-    is left (which a converged projection never leaves)."""
+    """out <- out / total for non-negative out with sum ``total`` (1 up to the solver's tolerance at a
+    converged row); the support weights pi where nothing is left (which a converged projection never
+    leaves)."""
     if total > 0.0:
         for k in range(out.shape[0]):
             out[k] /= total
@@ -156,7 +209,7 @@ def _dot(a, b, n):
 
 def _dual_value(trial, data):
     """The dual's first term 0.5 sum_k pi_k max(0, t_k)^2 at ``trial``, with the pass's sums left in
-    the scratch of ``data``: (u, scale, pi, z, z2, z3, z4, S) for a scalar y (``_power_pass``), or
+    the scratch of ``data``: (u, scale, pi, z, centre, inv, S) for a scalar y (``_power_pass``), or
     (u, scale, pi, C, K, F, w, wt) for a moment basis C (``_pass``). Compiled per kind by the overload
     below."""
     raise NotImplementedError  # only called from compiled code
@@ -171,8 +224,8 @@ def _dual_value_of(trial, data):
         return moment_basis
 
     def scalar(trial, data):
-        u, scale, pi, z, z2, z3, z4, S = data
-        _power_pass(u, scale, pi, z, z2, z3, z4, trial[0], trial[1], trial[2], S)
+        u, scale, pi, z, centre, inv, S = data
+        _power_pass(u, scale, pi, z, centre, inv, trial[0], trial[1], trial[2], S)
         return 0.5 * S[8]
     return scalar
 
@@ -210,12 +263,42 @@ def _newton_step(J, F, d, n, ridge, L, y, theta, b, phi, trial, limit, data):
     return _backtrack(theta, d, F, b, n, phi, trial, limit, data)
 
 
+@nb.njit(cache=True, fastmath=True)
+def _scalar_at_floor(u, scale, pi, z, centre, inv, theta, F, b, n):
+    """True where each residual |F_i| (i < n) is within ``_FLOOR`` of the magnitude of the sums that
+    make it, |b_i| + sum_k pi_k [t_k >= 0] |s_k|^i (|scale u_k| + |t0| + |t1 s_k| + |t2 s_k^2|): all that
+    rounding leaves of a converged row."""
+    a0 = abs(b[0])
+    a1 = abs(b[1])
+    a2 = abs(b[2])
+    for k in range(u.shape[0]):
+        s = (z[k] - centre) * inv
+        ss = s * s
+        t = scale * u[k] + theta[0] + theta[1] * s + theta[2] * ss
+        if t >= 0.0:
+            m = pi[k] * (abs(scale * u[k]) + abs(theta[0]) + abs(theta[1] * s) + abs(theta[2] * ss))
+            a0 += m
+            a1 += m * abs(s)
+            a2 += m * ss
+    return abs(F[0]) <= _FLOOR * a0 and (n < 2 or abs(F[1]) <= _FLOOR * a1) and (n < 3 or abs(F[2]) <= _FLOOR * a2)
+
+
 @nb.njit(cache=True)
-def _newton_scalar(u, scale, pi, z, z2, z3, z4, b, degree, tol, theta):
-    """Semi-smooth Newton with Armijo backtracking on the dual of the projection with the first
-    ``degree`` + 1 moments of z (targets b); theta (3,) in/out. The Newton system carries a ridge
-    proportional to the gradient (regularised semi-smooth Newton), which keeps it solvable when few
-    atoms are active and vanishes at the solution. Returns True on convergence."""
+def _stalled(err, previous):
+    """Whether a fast-path residual ``err`` is worth comparing with the rounding floor: small
+    (``_NEAR``) and no longer falling fast after the last step (where Newton converges quadratically,
+    the next step is cheaper than the floor's pass)."""
+    return err <= _NEAR and err > 1e-3 * previous
+
+
+@nb.njit(cache=True)
+def _newton_scalar(u, scale, pi, z, centre, inv, b, degree, tol, theta, iterations):
+    """The fast path for a scalar y: semi-smooth Newton with Armijo backtracking on the dual of the
+    projection with the first ``degree`` + 1 moments of s = (z - centre) inv (targets b); theta (3,)
+    in/out, from zero. The Newton system carries a ridge proportional to the gradient (regularised
+    semi-smooth Newton), which keeps it solvable when few atoms are active and vanishes at the
+    solution. Returns True on convergence (the module docstring's test), False where it stalls or
+    reaches ``iterations``, theta then at the lowest dual value it found."""
     n = degree + 1
     S = np.empty(9)
     J = np.zeros((3, 3))
@@ -226,48 +309,251 @@ def _newton_scalar(u, scale, pi, z, z2, z3, z4, b, degree, tol, theta):
     y = np.zeros(3)
     for i in range(3):
         theta[i] = 0.0
-    _power_pass(u, scale, pi, z, z2, z3, z4, 0.0, 0.0, 0.0, S)
+    _power_pass(u, scale, pi, z, centre, inv, 0.0, 0.0, 0.0, S)
     phi = 0.5 * S[8]
-    for _ in range(_ITERATIONS):
+    data = (u, scale, pi, z, centre, inv, S)
+    previous = np.inf
+    for _ in range(iterations):
         err = 0.0
         for i in range(n):
             F[i] = S[5 + i] - b[i]
             err = max(err, abs(F[i]))
-        if err <= tol:
+        if err <= tol or (_stalled(err, previous) and _scalar_at_floor(u, scale, pi, z, centre, inv, theta, F, b, n)):
             return True
+        previous = err
         for i in range(n):
             for j in range(n):
                 J[i, j] = S[i + j]
-        phi = _newton_step(J, F, d, n, _DAMPING * err, L, y, theta, b, phi, trial, _DIVERGED,
-                           (u, scale, pi, z, z2, z3, z4, S))
+        before = theta.copy()
+        phi = _newton_step(J, F, d, n, _DAMPING * err, L, y, theta, b, phi, trial, _DIVERGED, data)
         if np.isnan(phi):
-            break
+            for i in range(3):
+                theta[i] = before[i]
+            return False
     return False
 
 
+@nb.njit(cache=True)
+def _exact_line_search(t, g, pi, bd, alphas, atoms):
+    """The exact minimiser alpha >= 0 of the dual along -d: the root of its derivative
+    phi'(alpha) = b . d - sum_k pi_k max(0, t_k - alpha g_k) g_k (t_k the atoms' values at the start,
+    g_k = d . c(z_k)), which is piecewise linear and non-decreasing with a breakpoint wherever an atom
+    enters or leaves the active set. Walks the breakpoints in order, carrying the piece's intercept
+    and slope; np.inf where the derivative stays negative with no atom left to stop it (the dual falls
+    without bound: no probability vector has the moments). alphas (M,), atoms (M,) int64 are scratch."""
+    c0 = bd
+    c1 = 0.0
+    active = 0
+    count = 0
+    for k in range(t.shape[0]):
+        now = t[k] > 0.0 or (t[k] == 0.0 and g[k] < 0.0)
+        if now:
+            c0 -= pi[k] * t[k] * g[k]
+            c1 += pi[k] * g[k] * g[k]
+            if g[k] != 0.0:
+                active += 1
+            if g[k] > 0.0:  # leaves at t_k / g_k
+                alphas[count] = t[k] / g[k]
+                atoms[count] = k
+                count += 1
+        elif g[k] < 0.0:  # enters at t_k / g_k
+            alphas[count] = t[k] / g[k]
+            atoms[count] = k
+            count += 1
+    order = np.argsort(alphas[:count])
+    low = 0.0
+    for j in range(count):
+        a = alphas[order[j]]
+        if c0 + a * c1 >= 0.0:
+            return max(low, -c0 / c1) if c1 > 0.0 else low
+        k = atoms[order[j]]
+        if g[k] > 0.0:  # leaves
+            c0 += pi[k] * t[k] * g[k]
+            c1 -= pi[k] * g[k] * g[k]
+            active -= 1
+        else:  # enters
+            c0 -= pi[k] * t[k] * g[k]
+            c1 += pi[k] * g[k] * g[k]
+            active += 1
+        low = a
+    if active > 0 and c1 > 0.0:
+        return max(low, -c0 / c1)
+    return np.inf if bd < 0.0 else low
+
+
+@nb.njit(cache=True, fastmath=True)
+def _basis_at_floor(u, scale, pi, C, K, theta, F, b, A):
+    """``_scalar_at_floor`` for the first K rows of a moment basis C (K_max, M); A (K_max,) scratch."""
+    for i in range(K):
+        A[i] = abs(b[i])
+    for k in range(u.shape[0]):
+        t = scale * u[k]
+        m = abs(t)
+        for i in range(K):
+            v = theta[i] * C[i, k]
+            t += v
+            m += abs(v)
+        if t >= 0.0:
+            m *= pi[k]
+            for i in range(K):
+                A[i] += m * abs(C[i, k])
+    for i in range(K):
+        if abs(F[i]) > _FLOOR * A[i]:
+            return False
+    return True
+
+
+@nb.njit(cache=True, fastmath=True)
+def _separates(C, K, theta, b):
+    """True where a = theta[1:K] strictly separates the targets b[1:K] from every atom's moment
+    functions C[1:K, k] (row 0 the constant 1): max_k a . C_k < a . b by more than rounding. Then no
+    probability vector on the atoms has the moments b (a Farkas certificate), as the dual's divergence
+    along theta suggests."""
+    target = 0.0
+    size = 0.0
+    for i in range(1, K):
+        target += theta[i] * b[i]
+        size += abs(theta[i]) * abs(b[i])
+    highest = -np.inf
+    for k in range(C.shape[1]):
+        value = 0.0
+        for i in range(1, K):
+            value += theta[i] * C[i, k]
+            size = max(size, abs(theta[i] * C[i, k]))
+        highest = max(highest, value)
+    return K > 1 and highest < target - 1e-12 * K * size
+
+
+@nb.njit(cache=True)
+def _exact_newton(u, scale, pi, C, K, b, tol, theta, steps, t, g, F, J, d, L, y, A, alphas, atoms):
+    """The exact path: from theta (first K entries, in/out), Newton steps on the dual for the first K
+    rows of the moment basis C (K_max, M) with targets b, each direction from the Jacobian of the
+    current active set (a ridge only where it is singular), each step the exact minimiser along it
+    (``_exact_line_search``). Returns (CONVERGED; UNBOUNDED where the moments are proved infeasible,
+    the dual falling without bound along a step or theta separating them from the atoms
+    (``_separates``); or STALLED) and the number of passes over the atoms taken. The other
+    arguments are scratch: t, g, alphas (M,), atoms (M,) int64, F, d, y, A (K_max,), J, L (K_max, K_max)."""
+    M = u.shape[0]
+    for step in range(steps + 1):
+        for k in range(M):
+            value = scale * u[k]
+            for i in range(K):
+                value += theta[i] * C[i, k]
+            t[k] = value
+        for i in range(K):
+            F[i] = -b[i]
+            for j in range(K):
+                J[i, j] = 0.0
+        for k in range(M):
+            if t[k] >= 0.0:
+                for i in range(K):
+                    wc = pi[k] * C[i, k]
+                    F[i] += wc * t[k]
+                    for j in range(i + 1):
+                        J[i, j] += wc * C[j, k]
+        err = 0.0
+        for i in range(K):
+            err = max(err, abs(F[i]))
+            for j in range(i):
+                J[j, i] = J[i, j]
+        if err <= tol or (err <= _NEAR and _basis_at_floor(u, scale, pi, C, K, theta, F, b, A)):
+            return CONVERGED, step + 1
+        if _separates(C, K, theta, b):
+            return UNBOUNDED, step + 1
+        if step == steps or not _solve_spd(J, F, d, K, 0.0, L, y):
+            return STALLED, step + 1
+        for k in range(M):
+            value = 0.0
+            for i in range(K):
+                value += d[i] * C[i, k]
+            g[k] = value
+        alpha = _exact_line_search(t, g, pi, _dot(b, d, K), alphas, atoms)
+        if alpha == np.inf:
+            return UNBOUNDED, step + 1
+        if not alpha > 0.0:
+            return STALLED, step + 1
+        for i in range(K):
+            theta[i] -= alpha * d[i]
+    return STALLED, steps + 1
+
+
+@nb.njit(cache=True)
+def _local_powers(z, centre, inv, C):
+    """C (3, M) = [1, s, s^2] at s = (z - centre) inv: the scalar moment basis in a row's coordinates."""
+    for k in range(z.shape[0]):
+        s = (z[k] - centre) * inv
+        C[0, k] = 1.0
+        C[1, k] = s
+        C[2, k] = s * s
+
+
+@nb.njit(cache=True)
+def _solve_scalar(u, scale, pi, z, centre, inv, b, degree, tol, theta, C, scratch):
+    """The projection of one row keeping the first ``degree`` + 1 moments: the fast path, then the
+    exact path from where it stopped. Returns (converged, the exact path's passes); theta (3,) holds the
+    multipliers in the coordinates (z - centre) inv."""
+    if _newton_scalar(u, scale, pi, z, centre, inv, b, degree, tol, theta, _ITERATIONS):
+        return True, 0
+    for i in range(3):
+        if not np.isfinite(theta[i]):
+            theta[:] = 0.0
+    t, g, F, J, d, L, y, A, alphas, atoms = scratch
+    _local_powers(z, centre, inv, C)
+    status, steps = _exact_newton(u, scale, pi, C, degree + 1, b, tol, theta, _EXACT_STEPS,
+                                  t, g, F, J, d, L, y, A, alphas, atoms)
+    return status == CONVERGED, steps
+
+
+@nb.njit(cache=True)
+def _scratch(M, K):
+    """The exact path's scratch for M atoms and up to K moment functions (``_exact_newton``)."""
+    return (np.empty(M), np.empty(M), np.zeros(K), np.zeros((K, K)), np.zeros(K), np.zeros((K, K)),
+            np.zeros(K), np.zeros(K), np.empty(M), np.empty(M, dtype=np.int64))
+
+
+@nb.njit(cache=True)
+def _inside_moment_set(z, m1, m2, span):
+    """(mean inside, mean and second moment inside) for the scalar atoms z (ascending): m1 strictly
+    within (z_0, z_{M-1}) and (m1, m2) strictly inside the convex hull of the points (z_k, z_k^2):
+    above the chord of the two atoms around m1, below the chord of the outermost atoms, each by more
+    than ``HULL_MARGIN`` of the span (of the atoms; of the hull at m1)."""
+    M = z.shape[0]
+    inside_mean = z[0] + HULL_MARGIN * span < m1 < z[M - 1] - HULL_MARGIN * span
+    if not inside_mean:
+        return False, False
+    i1 = np.searchsorted(z, m1, side="right")
+    i0 = i1 - 1
+    lower = z[i0] * z[i0] + (z[i1] * z[i1] - z[i0] * z[i0]) * (m1 - z[i0]) / (z[i1] - z[i0])
+    upper = z[0] * z[0] + (z[M - 1] * z[M - 1] - z[0] * z[0]) * (m1 - z[0]) / span
+    gap = HULL_MARGIN * (upper - lower)
+    return True, lower + gap < m2 < upper - gap
+
+
 @nb.njit(cache=True, nogil=True)
-def project_scalar(R, pi, z, tol, P, level):
+def project_scalar(R, pi, z, tol, P, level, exact):
     """Projected laws of rows of R (q, M) = 1 + h(x, z_k) on scalar support atoms z (standardised, strictly
     ascending) with probabilities pi > 0.
 
-    P (q, M) receives pi_k max(0, u_k + theta . (1, z_k, z_k^2)) normalised to sum 1, u = R / sum(pi R);
-    level (q,) the moments kept (LEVEL_*). Feasibility of keeping the mean and the second moment is
-    checked first (they must lie strictly inside the convex hull of the atoms (z_k, z_k^2)), then Newton
-    decides; each failure drops the highest moment.
+    P (q, M) receives pi_k max(0, u_k + theta . (1, s_k, s_k^2)) normalised to sum 1, u = R / sum(pi R),
+    s_k the atoms in the row's coordinates; level (q,) the moments kept (LEVEL_*); exact (q,) the exact
+    path's passes over the atoms (0 where the fast path sufficed). Which moments can be kept is decided first, exactly
+    (``_inside_moment_set``); the solvers then keep them, and a row where they fail to is
+    LEVEL_FAILED, with the vector of the highest lower level that converged.
     """
     q, M = R.shape
-    z2 = z * z
-    z3 = z2 * z
-    z4 = z2 * z2
     b = np.zeros(3)
     theta = np.zeros(3)
+    C = np.empty((3, M))
+    scratch = _scratch(M, 3)
     span = max(z[M - 1] - z[0], 1e-300)
     for r in range(q):
         u = R[r]
-        mass, m1, m2, low = _signed_moments(u, pi, z, z2)
+        mass, m1, m2, low = _signed_moments(u, pi, z)
         negative = low < 0.0
+        exact[r] = 0
         for i in range(3):
             theta[i] = 0.0
+        centre, inv, scale = 0.0, 1.0, 1.0
         if mass > 0.0 and not negative:
             level[r] = LEVEL_SECOND
             scale = 1.0 / mass
@@ -275,43 +561,42 @@ def project_scalar(R, pi, z, tol, P, level):
             scale = 1.0 / mass
             m1 *= scale
             m2 *= scale
-            b[0] = 1.0
-            b[1] = m1
-            b[2] = m2
-            inside_mean = z[0] + 1e-9 * span < m1 < z[M - 1] - 1e-9 * span
-            inside_second = False
-            if inside_mean:
-                # (m1, m2) strictly inside the hull of the points (z_k, z_k^2): above the chord of the two
-                # atoms around m1, below the chord of the outermost atoms
-                i1 = np.searchsorted(z, m1, side="right")
-                i0 = i1 - 1
-                lower = z2[i0] + (z2[i1] - z2[i0]) * (m1 - z[i0]) / (z[i1] - z[i0])
-                upper = z2[0] + (z2[M - 1] - z2[0]) * (m1 - z[0]) / span
-                gap = 1e-9 * (upper - lower)
-                inside_second = lower + gap < m2 < upper - gap
+            inside_mean, inside_second = _inside_moment_set(z, m1, m2, span)
+            failed = False
             done = False
             if inside_second:
-                done = _newton_scalar(u, scale, pi, z, z2, z3, z4, b, 2, tol, theta)
+                centre, inv = m1, 1.0 / np.sqrt(m2 - m1 * m1)
+                b[0], b[1], b[2] = 1.0, 0.0, 1.0
+                done, steps = _solve_scalar(u, scale, pi, z, centre, inv, b, 2, tol, theta, C, scratch)
+                exact[r] += steps
                 level[r] = LEVEL_SECOND
+                failed = not done
             if not done and inside_mean:
-                done = _newton_scalar(u, scale, pi, z, z2, z3, z4, b, 1, tol, theta)
-                level[r] = LEVEL_MEAN
+                centre, inv = m1, _spread_inverse(u, pi, z, m1, span)
+                b[0], b[1], b[2] = 1.0, 0.0, 0.0
+                done, steps = _solve_scalar(u, scale, pi, z, centre, inv, b, 1, tol, theta, C, scratch)
+                exact[r] += steps
+                level[r] = LEVEL_FAILED if failed else LEVEL_MEAN
+                failed = failed or not done
             if not done:
-                _newton_scalar(u, scale, pi, z, z2, z3, z4, b, 0, tol, theta)
-                level[r] = LEVEL_MASS
+                centre, inv = 0.0, 1.0
+                b[0], b[1], b[2] = 1.0, 0.0, 0.0
+                done, steps = _solve_scalar(u, scale, pi, z, centre, inv, b, 0, tol, theta, C, scratch)
+                exact[r] += steps
+                level[r] = LEVEL_FAILED if failed or not done else LEVEL_MASS
         else:
-            scale = 1.0
-            b[0] = 1.0
-            _newton_scalar(u, scale, pi, z, z2, z3, z4, b, 0, tol, theta)
-            level[r] = LEVEL_SIGNED_EMPTY
-        _emit(u, scale, pi, z, z2, theta[0], theta[1], theta[2], P[r])
+            b[0], b[1], b[2] = 1.0, 0.0, 0.0
+            done, steps = _solve_scalar(u, scale, pi, z, centre, inv, b, 0, tol, theta, C, scratch)
+            exact[r] += steps
+            level[r] = LEVEL_SIGNED_EMPTY if done else LEVEL_FAILED
+        _emit(u, scale, pi, z, centre, inv, theta[0], theta[1], theta[2], P[r])
 
 
 @nb.njit(cache=True, fastmath=True)
 def _vector_pass(u, scale, pi, C, theta, K, F, w, wt):
     """One pass over the atoms at theta (first K rows of C, (K_max, M)): with t_k = scale u_k + theta . C_k,
-    w_k = pi_k [t_k >= 0] and wt_k = w_k t_k are written to w, wt (M,), F[:K] = C[:K] @ wt; returns
-    sum w t^2. Each sum runs along the atoms in one loop, so it vectorises."""
+    w_k = pi_k [t_k >= 0] and wt_k = pi_k max(0, t_k) are written to w, wt (M,), F[:K] = C[:K] @ wt;
+    returns sum w t^2. Each sum runs along the atoms in one loop, so it vectorises."""
     M = u.shape[0]
     for k in range(M):
         wt[k] = scale * u[k]
@@ -323,7 +608,7 @@ def _vector_pass(u, scale, pi, C, theta, K, F, w, wt):
         t = wt[k]
         weight = pi[k] if t >= 0.0 else 0.0
         w[k] = weight
-        wt[k] = weight * t
+        wt[k] = weight * t if t > 0.0 else 0.0
         value += weight * t * t
     for i in range(K):
         total = 0.0
@@ -361,7 +646,7 @@ def _vector_pass4(u, scale, pi, C, theta, F, w, wt):
         t = scale * u[k] + t0 + t1 * z1[k] + t2 * z2[k] + t3 * z3[k]
         weight = pi[k] if t >= 0.0 else 0.0
         w[k] = weight
-        v = weight * t
+        v = weight * t if t > 0.0 else 0.0
         wt[k] = v
         value += v * t
         f0 += v
@@ -431,25 +716,27 @@ def _jacobian(C, monomials, products, w, K, S, J):
 
 
 @nb.njit(cache=True)
-def _newton_vector(u, scale, pi, C, monomials, products, b, K, tol, theta, S, F, J, d, trial, w, wt, L, y):
-    """As ``_newton_scalar`` for the first K columns of a general moment basis C (M, K_max); the
-    Jacobian entry (i, j) is the monomial sum ``products[i, j]``, computed only where a Newton step
-    is taken (not at the converged point, not at rejected trial points). No cheap exact feasibility
-    test exists here, so it gives up after 30 iterations or once |theta| passes 1e5 (measured on a
-    3-D y: feasible rows converge in 4-20 iterations with |theta| below 2e4, infeasible ones
-    diverge). On True, wt holds pi_k max(0, t_k) at the returned theta; S to y (sized for K_max;
-    w, wt (M,)) are scratch."""
+def _newton_vector(u, scale, pi, C, monomials, products, b, K, tol, theta, S, F, J, d, trial, w, wt, L, y, A):
+    """The fast path for the first K columns of a general moment basis C (K_max, M), as
+    ``_newton_scalar``; the Jacobian entry (i, j) is the monomial sum ``products[i, j]``, computed only
+    where a Newton step is taken (not at the converged point, not at rejected trial points). Gives up
+    after ``_VECTOR_ITERATIONS`` or once |theta| passes ``_VECTOR_DIVERGED`` (measured on a 3-D y:
+    feasible rows converge in 4-20 iterations with |theta| below 2e4, infeasible ones diverge); the
+    exact path decides those rows. On True, wt holds pi_k max(0, t_k) at the returned theta; S to A
+    (sized for K_max; w, wt (M,)) are scratch."""
     for i in range(C.shape[0]):
         theta[i] = 0.0
         trial[i] = 0.0
     phi = 0.5 * _pass(u, scale, pi, C, theta, K, F, w, wt)
+    previous = np.inf
     for _ in range(_VECTOR_ITERATIONS):
         err = 0.0
         for i in range(K):
             F[i] -= b[i]
             err = max(err, abs(F[i]))
-        if err <= tol:
+        if err <= tol or (_stalled(err, previous) and _basis_at_floor(u, scale, pi, C, K, theta, F, b, A)):
             return True
+        previous = err
         _jacobian(C, monomials, products, w, K, S, J)
         phi = _newton_step(J, F, d, K, _VECTOR_DAMPING * err, L, y, theta, b, phi, trial, _VECTOR_DIVERGED,
                            (u, scale, pi, C, K, F, w, wt))
@@ -459,11 +746,12 @@ def _newton_vector(u, scale, pi, C, monomials, products, b, K, tol, theta, S, F,
 
 
 @nb.njit(cache=True, fastmath=True)
-def _vector_emit(u, scale, pi, C, theta, out):
-    """out_k = pi_k max(0, scale u_k + theta . C_k), normalised to sum 1 (pi if nothing is left)."""
+def _vector_emit(u, scale, pi, C, K, theta, out):
+    """out_k = pi_k max(0, scale u_k + theta . C_k) over the first K rows of C, normalised to sum 1 (pi
+    if nothing is left)."""
     for k in range(u.shape[0]):
         out[k] = scale * u[k]
-    for i in range(C.shape[0]):
+    for i in range(K):
         for k in range(u.shape[0]):
             out[k] += theta[i] * C[i, k]
     _clip_normalise(pi, out)
@@ -483,6 +771,20 @@ def _signed_sums(u, pi, C, signed, b):
 
 
 @nb.njit(cache=True)
+def _local_basis(u, pi, C, K, centre, local):
+    """local (K, M): row 0 ones, row i (C_i - centre_i) / spread_i for i >= 1, spread_i that of the
+    positive part of the row's signed law around centre_i (1 where it has none): the moment basis in
+    the row's coordinates."""
+    M = u.shape[0]
+    for k in range(M):
+        local[0, k] = 1.0
+    for i in range(1, K):
+        inv = _spread_inverse(u, pi, C[i], centre[i], 1.0)
+        for k in range(M):
+            local[i, k] = (C[i, k] - centre[i]) * inv
+
+
+@nb.njit(cache=True)
 def _padded(C, rows):
     """C (K, M) with zero rows appended up to ``rows``, as a new C-contiguous array."""
     out = np.zeros((rows, C.shape[1]))
@@ -491,10 +793,12 @@ def _padded(C, rows):
 
 
 @nb.njit(cache=True, nogil=True)
-def project_vector(R, pi, C, monomials, products, tol, P, level):
+def project_vector(R, pi, C, monomials, products, tol, P, level, exact):
     """The projection for a vector Y, keeping mass and mean: C (K, M) = [1, z_1, ..., z_d] in
     standardised units, ``monomials`` (D, M) every product C_i C_j (degree <= 2) with
-    ``products[i, j]`` its row. Where the mean cannot be kept (outside the atoms' hull) the mass is.
+    ``products[i, j]`` its row; level and exact as in ``project_scalar``. The fast path runs in these
+    units; a row it leaves goes to the exact path in the row's own coordinates (``_local_basis``),
+    which converges or proves the mean outside the atoms' hull (LEVEL_MASS: then the mass is kept).
     (The second moment is not kept for a vector Y: the signed law's is often not a covariance at
     all, and with no cheap test of which rows can keep it, each row that cannot costs a failing
     Newton run: measured 370 us against 70 us per row on a 3-D y.)"""
@@ -503,6 +807,7 @@ def project_vector(R, pi, C, monomials, products, tol, P, level):
     rows = 4 if K == 3 else K  # a 2-D y gets a zero fourth row: the fused four-row loops serve it too
     padded = _padded(C, rows)
     b = np.zeros(rows)
+    centre = np.zeros(rows)
     theta = np.zeros(rows)
     signed = np.empty(M)
     S = np.zeros(monomials.shape[0])  # the Newton runs' scratch, allocated once per block
@@ -512,8 +817,11 @@ def project_vector(R, pi, C, monomials, products, tol, P, level):
     trial = np.zeros(rows)
     L = np.zeros((rows, rows))
     y = np.zeros(rows)
+    A = np.zeros(rows)
     w = np.empty(M)
     wt = np.empty(M)
+    local = np.empty((K, M))
+    scratch = _scratch(M, K)
     for r in range(q):
         u = R[r]
         _signed_sums(u, pi, padded, signed, b)
@@ -521,38 +829,58 @@ def project_vector(R, pi, C, monomials, products, tol, P, level):
         negative = False
         for k in range(M):
             negative |= u[k] < 0.0
-        for i in range(K):
+        for i in range(rows):
             theta[i] = 0.0
-        converged = False
+        exact[r] = 0
+        out = P[r]
+        scale = 1.0 / mass if mass > 0.0 else 1.0
         if mass > 0.0 and not negative:
             level[r] = LEVEL_MEAN
-            scale = 1.0 / mass
-        elif mass > 0.0:
-            scale = 1.0 / mass
+            _vector_emit(u, scale, pi, padded, 1, theta, out)
+            continue
+        if mass > 0.0:
             for i in range(K):
                 b[i] *= scale
-            level[r] = LEVEL_MEAN
-            converged = _newton_vector(u, scale, pi, padded, monomials, products, b, K, tol, theta,
-                                       S, F, J, d, trial, w, wt, L, y)
-            if not converged:
-                converged = _newton_vector(u, scale, pi, padded, monomials, products, b, 1, tol, theta,
-                                           S, F, J, d, trial, w, wt, L, y)
+            if _newton_vector(u, scale, pi, padded, monomials, products, b, K, tol, theta,
+                              S, F, J, d, trial, w, wt, L, y, A):
+                level[r] = LEVEL_MEAN
+                total = 0.0
+                for k in range(M):  # the last pass's pi max(0, t) at theta, normalised
+                    out[k] = wt[k]
+                    total += wt[k]
+                _normalise(pi, out, total)
+                continue
+            if _separates(padded, K, theta, b):  # the fast path diverged along a certificate
                 level[r] = LEVEL_MASS
+            else:
+                for i in range(K):
+                    centre[i] = b[i]
+                    theta[i] = 0.0
+                _local_basis(u, pi, padded, K, centre, local)
+                for i in range(1, K):
+                    centre[i] = 0.0  # the targets in the row's coordinates: mass 1, mean 0
+                t, g, F2, J2, d2, L2, y2, A2, alphas, atoms = scratch
+                status, exact[r] = _exact_newton(u, scale, pi, local, K, centre, tol, theta, _EXACT_STEPS,
+                                                 t, g, F2, J2, d2, L2, y2, A2, alphas, atoms)
+                if status == CONVERGED:
+                    level[r] = LEVEL_MEAN
+                    _vector_emit(u, scale, pi, local, K, theta, out)
+                    continue
+                level[r] = LEVEL_MASS if status == UNBOUNDED else LEVEL_FAILED
         else:
-            scale = 1.0
-            b[0] = 1.0
-            converged = _newton_vector(u, scale, pi, padded, monomials, products, b, 1, tol, theta,
-                                       S, F, J, d, trial, w, wt, L, y)
             level[r] = LEVEL_SIGNED_EMPTY
-        out = P[r]
-        if converged:  # the last pass's pi max(0, t) at theta, normalised
-            total = 0.0
-            for k in range(M):
-                out[k] = wt[k]
-                total += wt[k]
-            _normalise(pi, out, total)
-        else:
-            _vector_emit(u, scale, pi, padded, theta, out)
+        for i in range(rows):  # the mass alone
+            theta[i] = 0.0
+        b[0] = 1.0
+        if not _newton_vector(u, scale, pi, padded, monomials, products, b, 1, tol, theta,
+                              S, F, J, d, trial, w, wt, L, y, A):
+            t, g, F2, J2, d2, L2, y2, A2, alphas, atoms = scratch
+            status, steps = _exact_newton(u, scale, pi, padded, 1, b, tol, theta, _EXACT_STEPS,
+                                          t, g, F2, J2, d2, L2, y2, A2, alphas, atoms)
+            exact[r] += steps
+            if status != CONVERGED:
+                level[r] = LEVEL_FAILED
+        _vector_emit(u, scale, pi, padded, 1, theta, out)
 
 
 @nb.njit(cache=True, nogil=True)

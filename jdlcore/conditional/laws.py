@@ -32,10 +32,12 @@ import numpy as np
 from ..kernels import pool_map, pool_threads
 from .support import Support
 
-__all__ = ["RULES", "LEVELS", "MomentBasis", "apply_rule", "quantiles", "crps", "map_rows", "ROW_ELEMENTS"]
+__all__ = ["RULES", "LEVELS", "FAILED", "project", "MomentBasis", "apply_rule", "quantiles", "crps", "map_rows", "ROW_ELEMENTS"]
 
 RULES = ("signed", "clip", "project")
-LEVELS = {2: "mass, mean and second moment", 1: "mass and mean", 0: "mass", -1: "none (no positive signed mass)"}
+LEVELS = {2: "mass, mean and second moment", 1: "mass and mean", 0: "mass", -1: "none (no positive signed mass)",
+          -2: "failed (no solver certified the moments that could be kept)"}
+FAILED = -2
 ROW_ELEMENTS = 1 << 20  # (rows x atoms) entries per block of a query
 _TOLERANCE = 1e-13  # on the dual gradient, in units of the standardised moments
 
@@ -101,15 +103,24 @@ def apply_rule(R: np.ndarray, weights: np.ndarray, rule: str, moments: MomentBas
         return R, None
     if moments is None:
         raise ValueError("moments: the projection needs the support's MomentBasis")
+    P, level, _ = project(R, weights, moments)
+    return P, level
+
+
+def project(R: np.ndarray, weights: np.ndarray, moments: MomentBasis) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The "project" rule with its record: (P (q, M), level (q,) int8, exact_passes (q,) int32), the
+    passes over the atoms each row took on the exact path (0 where the fast Newton path converged; see
+    ``jdlcore.conditional._law_kernels``). R (q, M) = 1 + h(x, z_k) is read, not changed."""
     P = np.empty_like(R)
     level = np.empty(R.shape[0], dtype=np.int8)
+    exact = np.empty(R.shape[0], dtype=np.int32)
     kernels = _kernels()
     if moments.z is not None:
-        kernels.project_scalar(R, weights, moments.z, _TOLERANCE, P, level)
+        kernels.project_scalar(R, weights, moments.z, _TOLERANCE, P, level, exact)
     else:
         kernels.project_vector(R, weights, moments.columns_by_row, moments.monomials, moments.products,
-                               _TOLERANCE, P, level)
-    return P, level
+                               _TOLERANCE, P, level, exact)
+    return P, level, exact
 
 
 def quantiles(P: np.ndarray, values: np.ndarray, levels: np.ndarray, order: np.ndarray | None = None) -> np.ndarray:
