@@ -16,7 +16,10 @@ paths; ``model`` is the directory of the model version read), ``model_version`` 
 "" for an unversioned model store; optional), ``n_samples``, ``functions`` (JSON list of the function
 names, in order). A name longer than ``MAX_NAME`` characters (99 quantile levels, say) would not
 fit a file name: its array is named ``KIND-HASH`` (``array_name``), and (schema 2) the attribute
-``arrays`` maps each function name to its array's; ``scores_array`` reads either.
+``arrays`` maps each function name to its array's; ``scores_array`` reads either. A model whose laws
+are projected (rule "project") adds ``projection_levels``: the number of scored rows at each level
+(JSON object, level -> count; ``jdlcore.conditional.laws.LEVELS``) and ``projection_full_level`` (2
+for a scalar y, 1 for a vector y: every moment the rule keeps, kept). Optional: older stores lack them.
 """
 from __future__ import annotations
 

@@ -204,10 +204,23 @@ def _fitted(args: argparse.Namespace, result: dict) -> str:
 
 
 def _scored(args: argparse.Namespace, result: dict) -> str:
+    import json
+
+    from jdlcore.conditional.laws import FAILED, LEVELS
     from pipeline.scoring import open_scores
 
-    version = open_scores(result["path"]).attrs.get("model_version")
-    return f"scored {', '.join(args.function)}{f' with model version {version}' if version else ''} -> {result['path']}"
+    attrs = open_scores(result["path"]).attrs
+    version = attrs.get("model_version")
+    lines = [f"scored {', '.join(args.function)}{f' with model version {version}' if version else ''} -> {result['path']}"]
+    counts = {int(level): count for level, count in json.loads(attrs.get("projection_levels", "{}")).items()}
+    if any(level < attrs.get("projection_full_level", 2) for level in counts):  # some row lost a moment
+        total = sum(counts.values())
+        lines.append("projection: " + ", ".join(f"{counts[level]:,} of {total:,} rows kept {LEVELS[level]}"
+                                                for level in sorted(counts, reverse=True) if level > FAILED))
+    if counts.get(FAILED):
+        lines.append(f"warning: projection_failed: {counts[FAILED]:,} rows are at level {FAILED}: {LEVELS[FAILED]}; "
+                     "they got the nearest probability vector at a lower level (docs/positivity.md)")
+    return "\n".join(lines)
 
 
 def _compressed(args: argparse.Namespace, result: dict) -> str:

@@ -29,6 +29,8 @@ from threadpoolctl import ThreadpoolController
 from .scaling import check_scaling, robust_scaling
 from .validation import as_samples, check_positive
 
+FAR = 1e100  # kernel coordinates are capped here (in lengthscales): every kernel value is 0 this far out
+
 __all__ = [
     "Kernel",
     "GaussianKernel",
@@ -264,12 +266,16 @@ class Kernel:
 
     def _scale(self, A: np.ndarray) -> np.ndarray:
         """The kernel's view of A: standardised where there is a scaling, then over the lengthscale;
-        categorical columns keep their codes (``_sqdist`` weighs their mismatches)."""
-        if not self.categorical:
-            return self.standard(A) / self.lengthscale
-        divisor = np.broadcast_to(np.asarray(self.lengthscale, dtype=np.float64), (A.shape[1],)).copy()
-        divisor[list(self.categorical)] = 1.0
-        return self.standard(A) / divisor
+        categorical columns keep their codes (``_sqdist`` weighs their mismatches). Coordinates are
+        capped at +-``FAR`` lengthscales: every kernel is exactly 0 at that distance from anything
+        nearer, and the squared distances of points beyond it would overflow to inf and NaN."""
+        divisor: Any = self.lengthscale
+        if self.categorical:
+            divisor = np.broadcast_to(np.asarray(self.lengthscale, dtype=np.float64), (A.shape[1],)).copy()
+            divisor[list(self.categorical)] = 1.0
+        with np.errstate(over="ignore"):  # an overflow to inf is capped like any other far value
+            view = self.standard(A) / divisor
+            return np.clip(view, -FAR, FAR, out=view)
 
     def _sqdist(self, As: np.ndarray, Bs: np.ndarray) -> np.ndarray:
         """Squared distances of rows in the kernel's view (``_scale``), shape (p, q)."""

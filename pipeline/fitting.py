@@ -203,9 +203,6 @@ def fit_store(
         negative = model.negative_support_mass(probes)
         model.diagnostics_.update({"negative_mass_max": float(negative.max()),
                                    "negative_mass_mean": float(negative.mean()), "negative_mass_probes": PROBES})
-        if model.law_rule == "project":
-            levels = model.law_levels(probes)
-            model.diagnostics_["moments_kept_share"] = float(np.mean(levels == 2))
     if progress is not None:
         progress(f"solved: {model.diagnostics_['solve_seconds']:.2f} s")
     provenance: dict[str, Any] = {

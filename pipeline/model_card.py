@@ -201,9 +201,12 @@ def _law_rows(model: JDL) -> list[tuple[str, str]]:
             ("support", f"M = {support.size} atoms ({support.construction}; {support.requested} requested), "
                         + ("the training values themselves" if support.construction == "distinct" else
                            f"sums kept exactly up to: {support.exact} (relative defect {support.defect:.1e})"))]
-    if "moments_kept_share" in d:
-        rows.append(("projection", f"{LEVELS[2]} kept at {100 * d['moments_kept_share']:.0f}% of the first "
-                                   f"{d.get('negative_mass_probes', '?')} x rows"))
+    record = d.get("projection")
+    if record:
+        shares = ", ".join(f"{LEVELS[int(level)]} {100 * share:.3g}%" for level, share in
+                           sorted(record["levels"].items(), key=lambda kv: -int(kv[0])))
+        rows.append(("projection", f"at {record['rows']:,} training x rows: {shares}; exact path "
+                                   f"{100 * record['exact_path']:.3g}%, failed {100 * record['failed']:.3g}%"))
     return rows
 
 

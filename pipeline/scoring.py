@@ -10,7 +10,7 @@ Models of the JDL family answer every function from their conditional law on the
 (projected, clipped or signed, as fitted): mean and second_moment come registered from the fit, cdf
 and proba are registered once (their values at the support atoms), and each chunk of rows costs one
 law per row and one product per function, O(M m_Y) per row whatever n is; all quantile levels are read
-in one pass over the sorted atoms. A KLR model answers ``proba`` and, when fitted for the event
+in one pass over the sorted atoms of the same law. A KLR model answers ``proba`` and, when fitted for the event
 Y <= q, ``cdf:q``; a CME model answers every function with its signed, unnormalized weights on the
 Y pivots, as they are.
 """
@@ -74,7 +74,10 @@ def score_store(model_path: str | os.PathLike, data: str | os.PathLike, out: str
 
     Chunks of x are scored in this process or as Dask tasks (``scheduler``, see ``pipeline.cluster``),
     each writing its own chunk-aligned region of the output (so the workers must see ``out``'s
-    directory). The output appears atomically when every chunk is written.
+    directory). The output appears atomically when every chunk is written. For a model whose laws are
+    projected, the attribute ``projection_levels`` counts the rows at each projection level, and
+    ``projection_full_level`` is the level at which every moment the rule keeps was kept (2 for a
+    scalar y, 1 for a vector y).
     """
     if not functions:
         raise ValueError("function: give at least one --function")
@@ -113,8 +116,9 @@ def score_store(model_path: str | os.PathLike, data: str | os.PathLike, out: str
                            **({"run_key": run_key} if run_key else {})})
         job = (data_path, str(staging), specs, tables)
         if where is None:
+            counts = []
             for done, (a, b) in enumerate(bounds, 1):
-                score_chunk(model, *job, a, b)
+                counts.append(score_chunk(model, *job, a, b))
                 _report(progress, done, len(bounds))
         else:
             from distributed import as_completed
@@ -124,7 +128,14 @@ def score_store(model_path: str | os.PathLike, data: str | os.PathLike, out: str
                 futures = [client.submit(score_chunk, shared, *job, a, b, pure=False) for a, b in bounds]
                 for done, _ in enumerate(as_completed(futures), 1):
                     _report(progress, done, len(bounds))
-                client.gather(futures)  # raises the first failure, if any
+                counts = client.gather(futures)  # raises the first failure, if any
+        if getattr(model, "law_rule", None) == "project":
+            levels: dict[str, int] = {}
+            for chunk in counts:
+                for level, count in chunk.items():
+                    levels[level] = levels.get(level, 0) + count
+            root.attrs.update({"projection_levels": json.dumps(dict(sorted(levels.items(), key=lambda kv: -int(kv[0])))),
+                               "projection_full_level": 2 if d_y == 1 else 1})
         validate_scores_group(zarr.open_group(staging, mode="r", zarr_format=3), f"scores {target}")
     return target
 
@@ -135,19 +146,25 @@ def _report(progress: Callable[[str], None] | None, done: int, total: int) -> No
 
 
 def score_chunk(model: Any, data: str, out: str, specs: dict, tables: dict[int, np.ndarray], start: int,
-                stop: int) -> int:
+                stop: int) -> dict[str, int]:
     """Score rows [start, stop) of the staged store ``data`` into the arrays of the store ``out``.
 
-    ``tables``: the recoding of its category codes to the model's (``level_recoding``). Registered
-    functions share one law per row; quantiles read it once more for all levels. Returns the number
-    of rows written.
+    ``tables``: the recoding of its category codes to the model's (``level_recoding``). Every request
+    is read from one law per row. Returns, for a model whose laws are projected, the number of rows
+    at each projection level (level as a string -> count), else {}.
     """
     block = recode(zarr.open_group(data, mode="r", zarr_format=3)["x"][start:stop], tables)
     root = zarr.open_group(out, mode="r+", zarr_format=3)
-    results = model.answer_requests(specs, block)
+    if getattr(model, "law_rule", None) == "project":
+        kept = np.empty(stop - start, dtype=np.int8)
+        results = model.answer_requests(specs, block, kept=kept)
+        values, counts = np.unique(kept, return_counts=True)
+        record = {str(int(v)): int(c) for v, c in zip(values, counts)}
+    else:
+        results, record = model.answer_requests(specs, block), {}
     for spec in specs:
         root[array_name(spec)][start:stop] = results[spec]
-    return stop - start
+    return record
 
 
 def open_scores(path: str | os.PathLike) -> zarr.Group:

@@ -9,6 +9,8 @@ import sys
 import numpy as np
 import pytest
 
+from jdlcore.conditional.laws import LEVELS
+
 xr = pytest.importorskip("xarray")
 zarr = pytest.importorskip("zarr")
 pytest.importorskip("matplotlib")
@@ -115,7 +117,13 @@ def test_card_reports_what_the_store_holds(store):
     assert card_line(card, "support").split(None, 1)[1] == (
         f"M = {support.size} atoms (bins; 512 requested), sums kept exactly up to: {support.exact} "
         f"(relative defect {support.defect:.1e})")
-    assert "mass, mean and second moment kept at" in card_line(card, "projection")
+    record = d["projection"]  # on the training rows check_degeneracies samples (all 600 here)
+    assert record["rows"] == 600 and sum(record["levels"].values()) == 1.0
+    shares = ", ".join(f"{LEVELS[int(level)]} {100 * share:.3g}%" for level, share in
+                       sorted(record["levels"].items(), key=lambda kv: -int(kv[0])))
+    assert card_line(card, "projection").split(None, 1)[1] == (
+        f"at 600 training x rows: {shares}; exact path {100 * record['exact_path']:.3g}%, "
+        f"failed {100 * record['failed']:.3g}%")
     assert "tuning" not in card
 
 

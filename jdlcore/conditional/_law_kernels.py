@@ -16,7 +16,7 @@ own coordinates (centred at its mean, scaled by its spread), where the multiplie
 of u instead of growing with the inverse width of a narrow law.
 
 Two solvers share that test. The fast path is a regularised semi-smooth Newton method with Armijo
-steps on phi (``_ITERATIONS``); Armijo compares values of phi, whose rounding can exceed the decrease
+steps on phi (``iterations``); Armijo compares values of phi, whose rounding can exceed the decrease
 left near the boundary of the moment set, so a row can stall there. Such rows go on from where the
 fast path stopped with the exact path (``_exact_newton``): Newton steps on the current active set with
 an exact line search along each step (the root of the piecewise-linear directional derivative, found
@@ -33,14 +33,11 @@ from numba.extending import overload
 
 __all__ = ["project_scalar", "project_vector", "running_quantiles", "crps_rows"]
 
-_ITERATIONS = 40  # fast path
-_EXACT_STEPS = 60  # exact path, after the fast path
 _HALVINGS = 40
 _DIVERGED = 1e12
 _DAMPING = 1e-2  # Levenberg-Marquardt ridge in units of the gradient's size: regular at degenerate active sets
 _VECTOR_DAMPING = 1e-4  # measured on a 3-D y: fewer stalled rows than 1e-2
 _VECTOR_DIVERGED = 1e5
-_VECTOR_ITERATIONS = 30  # the fast path of a vector Y: infeasible rows diverge, the exact path decides them
 _FLOOR = 64 * 2.220446049250313e-16  # a residual this small relative to the magnitude of its sums is rounding
 _NEAR = 1e-8  # residuals below this are compared with the rounding floor
 HULL_MARGIN = 1e-10  # relative: moments this close to the boundary of the moment set count as on it
@@ -488,18 +485,18 @@ def _local_powers(z, centre, inv, C):
 
 
 @nb.njit(cache=True)
-def _solve_scalar(u, scale, pi, z, centre, inv, b, degree, tol, theta, C, scratch):
+def _solve_scalar(u, scale, pi, z, centre, inv, b, degree, tol, iterations, exact_steps, theta, C, scratch):
     """The projection of one row keeping the first ``degree`` + 1 moments: the fast path, then the
     exact path from where it stopped. Returns (converged, the exact path's passes); theta (3,) holds the
     multipliers in the coordinates (z - centre) inv."""
-    if _newton_scalar(u, scale, pi, z, centre, inv, b, degree, tol, theta, _ITERATIONS):
+    if _newton_scalar(u, scale, pi, z, centre, inv, b, degree, tol, theta, iterations):
         return True, 0
     for i in range(3):
         if not np.isfinite(theta[i]):
             theta[:] = 0.0
     t, g, F, J, d, L, y, A, alphas, atoms = scratch
     _local_powers(z, centre, inv, C)
-    status, steps = _exact_newton(u, scale, pi, C, degree + 1, b, tol, theta, _EXACT_STEPS,
+    status, steps = _exact_newton(u, scale, pi, C, degree + 1, b, tol, theta, exact_steps,
                                   t, g, F, J, d, L, y, A, alphas, atoms)
     return status == CONVERGED, steps
 
@@ -509,6 +506,28 @@ def _scratch(M, K):
     """The exact path's scratch for M atoms and up to K moment functions (``_exact_newton``)."""
     return (np.empty(M), np.empty(M), np.zeros(K), np.zeros((K, K)), np.zeros(K), np.zeros((K, K)),
             np.zeros(K), np.zeros(K), np.empty(M), np.empty(M, dtype=np.int64))
+
+
+@nb.njit(cache=True)
+def _mass_multiplier(u, scale, pi, order):
+    """The exact theta_0 of the projection keeping the mass alone: sum_k pi_k max(0, v_k + theta_0) = 1
+    for v = scale u, found by walking the atoms in descending v (the weighted projection onto the
+    simplex: no iterations, no budget). order (M,) int64 is scratch."""
+    M = u.shape[0]
+    values = np.empty(M)
+    for k in range(M):
+        values[k] = -scale * u[k]
+    order[:] = np.argsort(values)  # ascending -v: descending v
+    weight = total = 0.0
+    theta = 0.0
+    for j in range(M):
+        k = order[j]
+        weight += pi[k]
+        total += pi[k] * scale * u[k]
+        theta = (1.0 - total) / weight
+        if j + 1 == M or scale * u[order[j + 1]] + theta <= 0.0:
+            break
+    return theta
 
 
 @nb.njit(cache=True)
@@ -530,15 +549,17 @@ def _inside_moment_set(z, m1, m2, span):
 
 
 @nb.njit(cache=True, nogil=True)
-def project_scalar(R, pi, z, tol, P, level, exact):
+def project_scalar(R, pi, z, tol, iterations, exact_steps, P, level, exact):
     """Projected laws of rows of R (q, M) = 1 + h(x, z_k) on scalar support atoms z (standardised, strictly
     ascending) with probabilities pi > 0.
 
     P (q, M) receives pi_k max(0, u_k + theta . (1, s_k, s_k^2)) normalised to sum 1, u = R / sum(pi R),
     s_k the atoms in the row's coordinates; level (q,) the moments kept (LEVEL_*); exact (q,) the exact
-    path's passes over the atoms (0 where the fast path sufficed). Which moments can be kept is decided first, exactly
+    path's passes over the atoms (0 where the fast path sufficed). ``iterations`` and ``exact_steps``
+    bound the fast and the exact path per row and level. Which moments can be kept is decided first, exactly
     (``_inside_moment_set``); the solvers then keep them, and a row where they fail to is
-    LEVEL_FAILED, with the vector of the highest lower level that converged.
+    LEVEL_FAILED, with the vector of the highest lower level that converged (the mass alone is
+    always kept exactly: ``_mass_multiplier``).
     """
     q, M = R.shape
     b = np.zeros(3)
@@ -567,28 +588,24 @@ def project_scalar(R, pi, z, tol, P, level, exact):
             if inside_second:
                 centre, inv = m1, 1.0 / np.sqrt(m2 - m1 * m1)
                 b[0], b[1], b[2] = 1.0, 0.0, 1.0
-                done, steps = _solve_scalar(u, scale, pi, z, centre, inv, b, 2, tol, theta, C, scratch)
+                done, steps = _solve_scalar(u, scale, pi, z, centre, inv, b, 2, tol, iterations, exact_steps, theta, C, scratch)
                 exact[r] += steps
                 level[r] = LEVEL_SECOND
                 failed = not done
             if not done and inside_mean:
                 centre, inv = m1, _spread_inverse(u, pi, z, m1, span)
                 b[0], b[1], b[2] = 1.0, 0.0, 0.0
-                done, steps = _solve_scalar(u, scale, pi, z, centre, inv, b, 1, tol, theta, C, scratch)
+                done, steps = _solve_scalar(u, scale, pi, z, centre, inv, b, 1, tol, iterations, exact_steps, theta, C, scratch)
                 exact[r] += steps
                 level[r] = LEVEL_FAILED if failed else LEVEL_MEAN
                 failed = failed or not done
             if not done:
                 centre, inv = 0.0, 1.0
-                b[0], b[1], b[2] = 1.0, 0.0, 0.0
-                done, steps = _solve_scalar(u, scale, pi, z, centre, inv, b, 0, tol, theta, C, scratch)
-                exact[r] += steps
-                level[r] = LEVEL_FAILED if failed or not done else LEVEL_MASS
+                theta[0], theta[1], theta[2] = _mass_multiplier(u, scale, pi, scratch[9]), 0.0, 0.0
+                level[r] = LEVEL_FAILED if failed else LEVEL_MASS
         else:
-            b[0], b[1], b[2] = 1.0, 0.0, 0.0
-            done, steps = _solve_scalar(u, scale, pi, z, centre, inv, b, 0, tol, theta, C, scratch)
-            exact[r] += steps
-            level[r] = LEVEL_SIGNED_EMPTY if done else LEVEL_FAILED
+            theta[0] = _mass_multiplier(u, scale, pi, scratch[9])
+            level[r] = LEVEL_SIGNED_EMPTY
         _emit(u, scale, pi, z, centre, inv, theta[0], theta[1], theta[2], P[r])
 
 
@@ -716,11 +733,12 @@ def _jacobian(C, monomials, products, w, K, S, J):
 
 
 @nb.njit(cache=True)
-def _newton_vector(u, scale, pi, C, monomials, products, b, K, tol, theta, S, F, J, d, trial, w, wt, L, y, A):
+def _newton_vector(u, scale, pi, C, monomials, products, b, K, tol, iterations, theta, S, F, J, d, trial, w, wt,
+                   L, y, A):
     """The fast path for the first K columns of a general moment basis C (K_max, M), as
     ``_newton_scalar``; the Jacobian entry (i, j) is the monomial sum ``products[i, j]``, computed only
     where a Newton step is taken (not at the converged point, not at rejected trial points). Gives up
-    after ``_VECTOR_ITERATIONS`` or once |theta| passes ``_VECTOR_DIVERGED`` (measured on a 3-D y:
+    after ``iterations`` or once |theta| passes ``_VECTOR_DIVERGED`` (measured on a 3-D y:
     feasible rows converge in 4-20 iterations with |theta| below 2e4, infeasible ones diverge); the
     exact path decides those rows. On True, wt holds pi_k max(0, t_k) at the returned theta; S to A
     (sized for K_max; w, wt (M,)) are scratch."""
@@ -729,7 +747,7 @@ def _newton_vector(u, scale, pi, C, monomials, products, b, K, tol, theta, S, F,
         trial[i] = 0.0
     phi = 0.5 * _pass(u, scale, pi, C, theta, K, F, w, wt)
     previous = np.inf
-    for _ in range(_VECTOR_ITERATIONS):
+    for _ in range(iterations):
         err = 0.0
         for i in range(K):
             F[i] -= b[i]
@@ -793,7 +811,7 @@ def _padded(C, rows):
 
 
 @nb.njit(cache=True, nogil=True)
-def project_vector(R, pi, C, monomials, products, tol, P, level, exact):
+def project_vector(R, pi, C, monomials, products, tol, iterations, exact_steps, P, level, exact):
     """The projection for a vector Y, keeping mass and mean: C (K, M) = [1, z_1, ..., z_d] in
     standardised units, ``monomials`` (D, M) every product C_i C_j (degree <= 2) with
     ``products[i, j]`` its row; level and exact as in ``project_scalar``. The fast path runs in these
@@ -841,7 +859,7 @@ def project_vector(R, pi, C, monomials, products, tol, P, level, exact):
         if mass > 0.0:
             for i in range(K):
                 b[i] *= scale
-            if _newton_vector(u, scale, pi, padded, monomials, products, b, K, tol, theta,
+            if _newton_vector(u, scale, pi, padded, monomials, products, b, K, tol, iterations, theta,
                               S, F, J, d, trial, w, wt, L, y, A):
                 level[r] = LEVEL_MEAN
                 total = 0.0
@@ -860,7 +878,7 @@ def project_vector(R, pi, C, monomials, products, tol, P, level, exact):
                 for i in range(1, K):
                     centre[i] = 0.0  # the targets in the row's coordinates: mass 1, mean 0
                 t, g, F2, J2, d2, L2, y2, A2, alphas, atoms = scratch
-                status, exact[r] = _exact_newton(u, scale, pi, local, K, centre, tol, theta, _EXACT_STEPS,
+                status, exact[r] = _exact_newton(u, scale, pi, local, K, centre, tol, theta, exact_steps,
                                                  t, g, F2, J2, d2, L2, y2, A2, alphas, atoms)
                 if status == CONVERGED:
                     level[r] = LEVEL_MEAN
@@ -871,15 +889,7 @@ def project_vector(R, pi, C, monomials, products, tol, P, level, exact):
             level[r] = LEVEL_SIGNED_EMPTY
         for i in range(rows):  # the mass alone
             theta[i] = 0.0
-        b[0] = 1.0
-        if not _newton_vector(u, scale, pi, padded, monomials, products, b, 1, tol, theta,
-                              S, F, J, d, trial, w, wt, L, y, A):
-            t, g, F2, J2, d2, L2, y2, A2, alphas, atoms = scratch
-            status, steps = _exact_newton(u, scale, pi, padded, 1, b, tol, theta, _EXACT_STEPS,
-                                          t, g, F2, J2, d2, L2, y2, A2, alphas, atoms)
-            exact[r] += steps
-            if status != CONVERGED:
-                level[r] = LEVEL_FAILED
+        theta[0] = _mass_multiplier(u, scale, pi, scratch[9])
         _vector_emit(u, scale, pi, padded, 1, theta, out)
 
 

@@ -39,7 +39,8 @@ LEVELS = {2: "mass, mean and second moment", 1: "mass and mean", 0: "mass", -1: 
           -2: "failed (no solver certified the moments that could be kept)"}
 FAILED = -2
 ROW_ELEMENTS = 1 << 20  # (rows x atoms) entries per block of a query
-_TOLERANCE = 1e-13  # on the dual gradient, in units of the standardised moments
+_TOLERANCE = 1e-13  # on the dual gradient (the moment residual), in the row's own coordinates
+BUDGETS = {"scalar": (40, 60), "vector": (30, 60)}  # per row and level: fast Newton iterations, exact passes
 
 
 def _kernels() -> Any:
@@ -107,19 +108,22 @@ def apply_rule(R: np.ndarray, weights: np.ndarray, rule: str, moments: MomentBas
     return P, level
 
 
-def project(R: np.ndarray, weights: np.ndarray, moments: MomentBasis) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def project(R: np.ndarray, weights: np.ndarray, moments: MomentBasis, budgets: tuple[int, int] | None = None
+            ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The "project" rule with its record: (P (q, M), level (q,) int8, exact_passes (q,) int32), the
     passes over the atoms each row took on the exact path (0 where the fast Newton path converged; see
-    ``jdlcore.conditional._law_kernels``). R (q, M) = 1 + h(x, z_k) is read, not changed."""
+    ``jdlcore.conditional._law_kernels``). R (q, M) = 1 + h(x, z_k) is read, not changed. ``budgets``
+    (fast iterations, exact passes) per row and level default to ``BUDGETS`` for the kind of y."""
     P = np.empty_like(R)
     level = np.empty(R.shape[0], dtype=np.int8)
     exact = np.empty(R.shape[0], dtype=np.int32)
     kernels = _kernels()
+    iterations, passes = budgets or BUDGETS["scalar" if moments.z is not None else "vector"]
     if moments.z is not None:
-        kernels.project_scalar(R, weights, moments.z, _TOLERANCE, P, level, exact)
+        kernels.project_scalar(R, weights, moments.z, _TOLERANCE, iterations, passes, P, level, exact)
     else:
         kernels.project_vector(R, weights, moments.columns_by_row, moments.monomials, moments.products,
-                               _TOLERANCE, P, level, exact)
+                               _TOLERANCE, iterations, passes, P, level, exact)
     return P, level, exact
 
 
@@ -145,11 +149,15 @@ def quantiles(P: np.ndarray, values: np.ndarray, levels: np.ndarray, order: np.n
 def crps(P: np.ndarray, values: np.ndarray, observed: np.ndarray) -> np.ndarray:
     """Continuous ranked probability score of laws P (q, M) on scalar atoms ``values`` (M,) at the
     observations (q,): E|X - y| - E|X - X'| / 2 for X, X' independent draws of the law, exact for
-    weighted atoms: sum_k p_k |z_k - y| - sum_k p_k z_k (2 F_{k-1} + p_k - 1) over atoms in ascending order.
+    weighted atoms: sum_k p_k |z_k - y| - sum_k p_k z_k (2 F_{k-1} + p_k - 1) over atoms in ascending order,
+    with z and y taken relative to the middle atom (the second sum cancels to the spread of the law,
+    so an offset in y would cost its digits).
     """
     order = np.argsort(values, kind="stable")
+    ascending = values[order]
+    centre = ascending[ascending.size // 2]  # the CRPS is translation invariant: an offset in y costs no digits
     out = np.empty(P.shape[0])
-    _kernels().crps_rows(P, order, values[order], np.ascontiguousarray(observed, dtype=np.float64), out)
+    _kernels().crps_rows(P, order, ascending - centre, np.asarray(observed, dtype=np.float64) - centre, out)
     return out
 
 

@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 
 __all__ = ["DegeneracyWarning", "GridBudgetWarning", "rank_budget", "factor_degeneracies", "solver_degeneracy",
-           "marginal_degeneracy", "announce", "NEAR_MARGINAL", "NEAR_N", "MARGINAL_ROWS"]
+           "marginal_degeneracy", "projection_degeneracy", "announce", "NEAR_MARGINAL", "NEAR_N", "MARGINAL_ROWS"]
 
 RANK_FLOOR = 512  # the budget is never below this (small problems may use their full rank)
 RANK_SHARE = 8  # ... nor above n / RANK_SHARE once n exceeds RANK_FLOOR * RANK_SHARE
@@ -126,6 +126,16 @@ def marginal_degeneracy(ratio: float, rows: int, score: str) -> dict[str, str]:
         f"the scale of x (see the ranks), reg too large, a positivity rule that shrinks toward independence "
         f"(tightening, pointwise), or y independent of x. Change: tune lengthscales and reg (jdl tune), "
         f"standardise x, or use positivity='project'")}
+
+
+def projection_degeneracy(record: dict) -> dict[str, str]:
+    """The ``projection_failed`` finding where a ``JDL.projection_record`` has failed rows."""
+    if not record.get("failed"):
+        return {}
+    return {"projection_failed": (
+        f"at {100 * record['failed']:.2g}% of {record['rows']:,} training x rows no solver certified the moments "
+        f"the projection can keep (level -2); those rows get the nearest probability vector at a lower level. "
+        f"JDL.law_levels(X) finds them; docs/positivity.md says what each level means")}
 
 
 def announce(degeneracies: dict[str, str], stacklevel: int = 3) -> None:

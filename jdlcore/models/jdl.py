@@ -31,11 +31,12 @@ from ..lowrank.basis import (
 )
 from ..lowrank.cholesky import FACTORISATION_PARAMS, Factorisation, PivotedCholesky, pivoted_cholesky
 from .degeneracy import (
-    MARGINAL_ROWS, GridBudgetWarning, announce, factor_degeneracies, marginal_degeneracy, rank_budget,
+    MARGINAL_ROWS, GridBudgetWarning, announce, factor_degeneracies, marginal_degeneracy, projection_degeneracy,
+    rank_budget,
 )
 from .estimator import Estimator, paired_samples
 from ..kernels import Kernel, kernel_from_dict
-from ..conditional.laws import MomentBasis, apply_rule, crps as law_crps, map_rows, quantiles
+from ..conditional.laws import MomentBasis, apply_rule, crps as law_crps, map_rows, project, quantiles
 from ..conditional.queries import below_thresholds, check_levels
 from ..solvers import (
     grid_minimum, pointwise_bounds, solve_grid_positivity, solve_normalized, solve_tightened, solve_unconstrained,
@@ -589,14 +590,21 @@ class JDL(Estimator):
         R += 1.0
         return R
 
-    def _map_law(self, Xq: Any, read: Callable[[np.ndarray, slice], np.ndarray], width: int) -> np.ndarray:
-        """``read(P, rows)`` -> (rows, width) for the laws P of every query, block by block; (q, width)."""
+    def _map_law(self, Xq: Any, read: Callable[[np.ndarray, slice], np.ndarray], width: int,
+                 kept: np.ndarray | None = None) -> np.ndarray:
+        """``read(P, rows)`` -> (rows, width) for the laws P of every query, block by block; (q, width).
+        ``kept`` (q,) int8, if given, receives each row's projection level (``law_levels``)."""
         Xq = self._queries(Xq)
         out = np.empty((Xq.shape[0], width))
+        if kept is not None and (self.law_rule != "project" or kept.shape != (Xq.shape[0],)):
+            raise ValueError(f"kept: needs the 'project' rule and shape ({Xq.shape[0]},); the law is "
+                             f"{self.law_rule!r}, the array {kept.shape}")
 
         def work(rows: slice) -> None:
             R = self._signed_values(self._directions(Xq[rows]))
-            P, _ = apply_rule(R, self.support_.weights, self.law_rule, self._moments)
+            P, level = apply_rule(R, self.support_.weights, self.law_rule, self._moments)
+            if kept is not None:
+                kept[rows] = level
             out[rows] = read(P, rows)
 
         map_rows(Xq.shape[0], self.support_.size, work)
@@ -610,11 +618,26 @@ class JDL(Estimator):
 
     def law_levels(self, Xq: Any) -> np.ndarray:
         """What the projection kept at each query, (q,) int: 2 mass, mean and second moment; 1 mass and
-        mean; 0 mass; -1 the signed law had no positive mass (``jdlcore.conditional.laws.LEVELS``)."""
+        mean (the second moment is outside the moment set of the atoms); 0 mass (the mean is outside
+        their hull); -1 the signed law had no positive mass; -2 failed: no solver certified what could
+        be kept, and the row has the vector of a lower level (``jdlcore.conditional.laws.LEVELS``)."""
+        return self._projection(Xq)[1].astype(np.int64)
+
+    def _projection(self, Xq: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``jdlcore.conditional.laws.project`` at the queries: (P, level, exact passes)."""
         if self.law_rule != "project":
             raise ValueError(f"law_levels: only the 'project' rule keeps moments; this model's law is {self.law_rule!r}")
         R = self._signed_values(self._directions(self._queries(Xq)))
-        return apply_rule(R, self.support_.weights, "project", self._moments)[1].astype(np.int64)
+        return project(R, self.support_.weights, self._moments)
+
+    def projection_record(self, Xq: Any) -> dict[str, Any]:
+        """What the projection did at the queries Xq (q, d_X): {"rows": q, "levels": {level: share}
+        (levels as strings, ``law_levels``), "failed": the share at level -2, "exact_path": the share
+        the exact path solved (``jdlcore.conditional._law_kernels``)}."""
+        _, level, exact = self._projection(Xq)
+        values, counts = np.unique(level, return_counts=True)
+        return {"rows": int(level.size), "levels": {str(int(v)): float(c / level.size) for v, c in zip(values, counts)},
+                "failed": float(np.mean(level == -2)), "exact_path": float(np.mean(exact > 0))}
 
     def negative_support_mass(self, Xq: Any) -> np.ndarray:
         """Negative mass of the signed law on the support at each query, relative to its total, (q,)."""
@@ -640,17 +663,40 @@ class JDL(Estimator):
 
     def expectations(self, names: list[str], Xq: Any) -> dict[str, np.ndarray]:
         """``expectation(name, Xq)`` for several registered functions at once (one law per query)."""
+        return self.answer_requests({name: ("expectation", None) for name in names}, Xq)
+
+    def answer_requests(self, requests: dict[str, tuple[str, np.ndarray | None]], Xq: Any,
+                        kept: np.ndarray | None = None) -> dict[str, np.ndarray]:
+        """The prepared requests at the queries, by name, all read from one law per row: the
+        registered functions' expectations and every quantile request. ``kept`` (q,) int8, if given
+        (rule "project"), receives each row's projection level (``law_levels``)."""
         self._fitted()
-        missing = [name for name in names if name not in self._support_values]
+        registered = [name for name, (kind, _) in requests.items() if kind != "quantile"]
+        missing = [name for name in registered if name not in self._support_values]
         if missing:
             raise ValueError(f"names: no test function {missing[0]!r} registered; have {sorted(self._support_values)}")
-        parts = [self._support_values[name] for name in names]
-        values = self._map_law(Xq, lambda P, rows: P @ np.hstack([v for v, _ in parts]),
-                               sum(v.shape[1] for v, _ in parts))
+        values = [self._support_values[name] for name in registered]
+        asked = {name: check_levels(v) for name, (kind, v) in requests.items() if kind == "quantile"}
+        if asked and self.support_.d != 1:
+            raise ValueError(f"quantile: needs a scalar y, the model has {self.support_.d} y features")
+        column = self.support_.atoms[:, 0]
+        if asked and 0 not in self._orders:
+            self._orders[0] = np.argsort(column, kind="stable")
+        stacked = np.hstack([v for v, _ in values]) if values else np.empty((column.size, 0))
+
+        def read(P: np.ndarray, rows: slice) -> np.ndarray:
+            parts = [P @ stacked] + [quantiles(P, column, levels, self._orders[0]) for levels in asked.values()]
+            return np.hstack(parts)
+
+        width = stacked.shape[1] + sum(levels.size for levels in asked.values())
+        table = self._map_law(Xq, read, width, kept)
         out, offset = {}, 0
-        for name, (part, shape) in zip(names, parts):
-            out[name] = values[:, offset:offset + part.shape[1]].reshape((-1,) + shape)
+        for name, (part, shape) in zip(registered, values):
+            out[name] = table[:, offset:offset + part.shape[1]].reshape((-1,) + shape)
             offset += part.shape[1]
+        for name, levels in asked.items():
+            out[name] = table[:, offset:offset + levels.size]
+            offset += levels.size
         return out
 
     def conditional_cdf(self, Xq: Any, thresholds: Any) -> np.ndarray:
@@ -715,11 +761,16 @@ class JDL(Estimator):
     def check_degeneracies(self, X: Any, Y: Any, stacklevel: int = 3) -> dict[str, str]:
         """Compare the fitted model with the marginal on paired training rows X, Y (a sample of up to
         ``MARGINAL_ROWS``), add the finding to ``diagnostics_["degeneracies"]`` with the rank and
-        solver ones of the fit, store ``marginal_ratio``, and warn once per finding
-        (``DegeneracyWarning``). Returns the findings, kind -> message."""
+        solver ones of the fit, store ``marginal_ratio`` and (rule "project") the ``projection_record``
+        at those x, a finding where any row failed, and warn once per finding (``DegeneracyWarning``).
+        Returns the findings, kind -> message."""
         ratio, score = self.marginal_ratio(X, Y)
         found = {**self.diagnostics_.get("degeneracies", {}), **marginal_degeneracy(ratio, len(X), score)}
         self.diagnostics_.update({"marginal_ratio": ratio, "marginal_score": score, "degeneracies": found})
+        if self.law_rule == "project":
+            record = self.projection_record(X)
+            self.diagnostics_["projection"] = record
+            found.update(projection_degeneracy(record))
         announce(found, stacklevel)
         return found
 
