@@ -1,4 +1,6 @@
 """End to end through the CLI: stage -> fit (in memory and on a real Dask scheduler) -> score."""
+import json
+
 import numpy as np
 import pytest
 
@@ -149,3 +151,37 @@ def test_tuning_records_a_failing_candidate_and_goes_on(staged, monkeypatch):
     assert failures == [{"lengthscale_x": 0.5, "lengthscale_y": 0.5, "reg": 1e-3,
                          "error": "ValueError: this candidate broke"}]
     assert json.loads(table.attrs["best"])["reg"] == 1e-5
+
+
+def test_scoring_counts_the_projection_levels_and_says_when_a_moment_was_lost(tmp_path, capsys, dask_client):
+    """Narrow conditional laws (y = sin(x) + 0.02 e, short lengthscales), where many query rows cannot
+    keep the second moment: the scores store counts the rows at each level (in this process and as
+    Dask tasks alike), the counts are the model's own ``law_levels``, and ``jdl score`` says how many
+    rows lost a moment. ``jdl inspect`` shows the fit's record at its sampled training x."""
+    rng = np.random.default_rng(0)
+    x = rng.uniform(-3, 3, 3000)
+    np.savez(tmp_path / "src.npz", a=x, t=np.sin(x) + 0.02 * rng.standard_normal(3000))
+    np.savez(tmp_path / "batch.npz", a=rng.uniform(-3.5, 3.5, 2000), t=rng.standard_normal(2000))
+    for source, store in (("src.npz", "d.zarr"), ("batch.npz", "b.zarr")):
+        assert main(["stage", str(tmp_path / source), "--x", "a", "--y", "t", "--out", str(tmp_path / store),
+                     "--chunk-size", "700"]) == 0
+    assert main(["fit", str(tmp_path / "d.zarr"), "--out", str(tmp_path / "m.zarr"), "--lengthscale-x", "0.02",
+                 "--lengthscale-y", "0.03", "--reg", "1e-8"]) == 0
+    model = load_model(tmp_path / "m.zarr")
+    record = model.diagnostics_["projection"]
+    assert record["rows"] == 2000 and record["failed"] == 0.0
+    assert main(["inspect", str(tmp_path / "m.zarr")]) == 0
+    assert f"at 2,000 training x rows: mass, mean and second moment {100 * record['levels']['2']:.3g}%" in \
+        capsys.readouterr().out
+    levels = model.law_levels(zarr.open_group(tmp_path / "b.zarr", mode="r")["x"][:])
+    expected = {str(v): int(c) for v, c in zip(*np.unique(levels, return_counts=True))}
+    assert expected.get("1", 0) > 0 and "-2" not in expected  # rows that lost the second moment, none failed
+    for name, scheduler in (("s.zarr", "memory"), ("s-dask.zarr", dask_client.scheduler.address)):
+        assert main(["score", str(tmp_path / "m.zarr"), str(tmp_path / "b.zarr"), "--out", str(tmp_path / name),
+                     "--function", "mean", "--function", "quantile:0.1,0.9", "--scheduler", scheduler]) == 0
+        attrs = zarr.open_group(tmp_path / name, mode="r").attrs
+        assert json.loads(attrs["projection_levels"]) == expected and attrs["projection_full_level"] == 2
+        out = capsys.readouterr().out
+        assert f"projection: {expected['2']:,} of 2,000 rows kept mass, mean and second moment, " \
+               f"{expected['1']:,} of 2,000 rows kept mass and mean" in out
+        assert "projection_failed" not in out
