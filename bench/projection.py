@@ -114,7 +114,8 @@ def main() -> None:
     summary = {}
     for name in args.models:
         rates = {label: statistics.median(r[name]["rows_per_second"] for r in runs[label]) for label in roots}
-        summary[name] = {"rows_per_second": rates, "level_shares": {l: runs[l][-1][name]["level_shares"] for l in roots}}
+        shares = {label: runs[label][-1][name]["level_shares"] for label in roots}
+        summary[name] = {"rows_per_second": rates, "level_shares": shares}
         line = f"{name}: " + ", ".join(f"{label} {rate:,.0f} rows/s" for label, rate in rates.items())
         if "baseline" in rates:
             summary[name]["ratio"] = rates["this"] / rates["baseline"]

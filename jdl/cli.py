@@ -211,7 +211,8 @@ def _scored(args: argparse.Namespace, result: dict) -> str:
 
     attrs = open_scores(result["path"]).attrs
     version = attrs.get("model_version")
-    lines = [f"scored {', '.join(args.function)}{f' with model version {version}' if version else ''} -> {result['path']}"]
+    scored = f"scored {', '.join(args.function)}{f' with model version {version}' if version else ''}"
+    lines = [f"{scored} -> {result['path']}"]
     counts = {int(level): count for level, count in json.loads(attrs.get("projection_levels", "{}")).items()}
     if any(level < attrs.get("projection_full_level", 2) for level in counts):  # some row lost a moment
         total = sum(counts.values())

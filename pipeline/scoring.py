@@ -10,9 +10,9 @@ Models of the JDL family answer every function from their conditional law on the
 (projected, clipped or signed, as fitted): mean and second_moment come registered from the fit, cdf
 and proba are registered once (their values at the support atoms), and each chunk of rows costs one
 law per row and one product per function, O(M m_Y) per row whatever n is; all quantile levels are read
-in one pass over the sorted atoms of the same law. A KLR model answers ``proba`` and, when fitted for the event
-Y <= q, ``cdf:q``; a CME model answers every function with its signed, unnormalized weights on the
-Y pivots, as they are.
+from the same law, in one pass over the sorted atoms. A KLR model answers ``proba`` and, when fitted
+for the event Y <= q, ``cdf:q``; a CME model answers every function with its signed, unnormalized
+weights on the Y pivots, as they are.
 """
 from __future__ import annotations
 
@@ -134,8 +134,8 @@ def score_store(model_path: str | os.PathLike, data: str | os.PathLike, out: str
             for chunk in counts:
                 for level, count in chunk.items():
                     levels[level] = levels.get(level, 0) + count
-            root.attrs.update({"projection_levels": json.dumps(dict(sorted(levels.items(), key=lambda kv: -int(kv[0])))),
-                               "projection_full_level": 2 if d_y == 1 else 1})
+            ordered = dict(sorted(levels.items(), key=lambda kv: -int(kv[0])))
+            root.attrs.update({"projection_levels": json.dumps(ordered), "projection_full_level": 2 if d_y == 1 else 1})
         validate_scores_group(zarr.open_group(staging, mode="r", zarr_format=3), f"scores {target}")
     return target
 

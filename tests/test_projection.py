@@ -257,3 +257,64 @@ def test_the_crps_keeps_its_digits_under_a_large_offset_in_y():
         shifted = crps(P, values + offset, y + offset)
         rounding = np.spacing(offset) * 4  # the shifted values are themselves rounded by this much
         np.testing.assert_allclose(shifted, base, rtol=0, atol=rounding)
+
+
+def test_the_exact_line_search_finds_the_minimum_along_the_step():
+    """The breakpoint walk against a bounded scalar minimisation of the dual along -d,
+    phi(alpha) = 0.5 sum pi max(0, t - alpha g)^2 + alpha b.d (including steps that are no descent:
+    then 0); and np.inf where it falls without bound (every atom leaves and b.d < 0)."""
+    from scipy.optimize import minimize_scalar
+
+    from jdlcore.conditional import _law_kernels as kernels
+
+    rng = np.random.default_rng(5)
+    M = 80
+    for trial in range(20):
+        pi, t, g = rng.uniform(0.1, 1, M), rng.standard_normal(M), rng.standard_normal(M)
+        bd = -abs(rng.standard_normal()) - 0.1 * trial
+        alpha = kernels._exact_line_search(t, g, pi, bd, np.empty(M), np.empty(M, dtype=np.int64))
+
+        def phi(a):
+            return 0.5 * np.sum(pi * np.maximum(0.0, t - a * g) ** 2) + a * bd
+
+        best = minimize_scalar(phi, bounds=(0.0, 50.0), method="bounded", options={"xatol": 1e-12})
+        assert phi(alpha) <= best.fun + 1e-12
+        derivative = -np.sum(pi * np.maximum(0.0, t - alpha * g) * g) + bd
+        if alpha > 0:  # an interior minimum: the (continuous) derivative is 0 there
+            assert abs(derivative) < 1e-10
+        else:  # -d is no descent direction: the minimum is at the start
+            assert derivative >= 0
+    t, g = rng.standard_normal(M), np.abs(rng.standard_normal(M)) + 0.1  # every atom leaves
+    assert kernels._exact_line_search(t, g, np.ones(M), -1.0, np.empty(M), np.empty(M, dtype=np.int64)) == np.inf
+
+
+def test_the_mass_multiplier_is_the_root_of_the_mass():
+    """The weighted simplex projection's theta_0 against a bracketed root of sum pi max(0, v + theta) - 1."""
+    from scipy.optimize import brentq
+
+    from jdlcore.conditional import _law_kernels as kernels
+
+    rng = np.random.default_rng(6)
+    for scale in (1.0, 0.3, 7.0):
+        u, pi = rng.standard_normal(120) * 3, rng.uniform(0.1, 1, 120)
+        pi /= pi.sum()
+        theta = kernels._mass_multiplier(u, scale, pi, np.empty(120, dtype=np.int64))
+        root = brentq(lambda c: np.sum(pi * np.maximum(0.0, scale * u + c)) - 1.0, -100, 100, xtol=1e-14)
+        assert theta == pytest.approx(root, abs=1e-12)
+
+
+def test_the_scalar_pass_in_a_rows_coordinates_against_numpy():
+    """``_power_pass`` at s = (z - centre) inv: the sums sum w s^p (p <= 4), sum w t s^p (p <= 2) and
+    sum w t^2 with t = scale u + theta . (1, s, s^2), w = pi [t >= 0]."""
+    from jdlcore.conditional import _law_kernels as kernels
+
+    rng = np.random.default_rng(7)
+    z, u, pi = np.sort(rng.standard_normal(200)), rng.standard_normal(200), rng.uniform(0.1, 1, 200)
+    centre, inv, scale, theta = 0.3, 2.5, 0.8, np.array([0.2, -0.4, 0.1])
+    s = (z - centre) * inv
+    t = scale * u + theta @ np.stack([np.ones_like(s), s, s * s])
+    w = np.where(t >= 0, pi, 0.0)
+    S = np.empty(9)
+    kernels._power_pass(u, scale, pi, z, centre, inv, *theta, S)
+    expected = [np.sum(w * s**p) for p in range(5)] + [np.sum(w * t * s**p) for p in range(3)] + [np.sum(w * t * t)]
+    np.testing.assert_allclose(S, expected, rtol=1e-12, atol=1e-12)

@@ -588,14 +588,16 @@ def project_scalar(R, pi, z, tol, iterations, exact_steps, P, level, exact):
             if inside_second:
                 centre, inv = m1, 1.0 / np.sqrt(m2 - m1 * m1)
                 b[0], b[1], b[2] = 1.0, 0.0, 1.0
-                done, steps = _solve_scalar(u, scale, pi, z, centre, inv, b, 2, tol, iterations, exact_steps, theta, C, scratch)
+                done, steps = _solve_scalar(u, scale, pi, z, centre, inv, b, 2, tol, iterations, exact_steps,
+                                            theta, C, scratch)
                 exact[r] += steps
                 level[r] = LEVEL_SECOND
                 failed = not done
             if not done and inside_mean:
                 centre, inv = m1, _spread_inverse(u, pi, z, m1, span)
                 b[0], b[1], b[2] = 1.0, 0.0, 0.0
-                done, steps = _solve_scalar(u, scale, pi, z, centre, inv, b, 1, tol, iterations, exact_steps, theta, C, scratch)
+                done, steps = _solve_scalar(u, scale, pi, z, centre, inv, b, 1, tol, iterations, exact_steps,
+                                            theta, C, scratch)
                 exact[r] += steps
                 level[r] = LEVEL_FAILED if failed else LEVEL_MEAN
                 failed = failed or not done

@@ -32,7 +32,8 @@ import numpy as np
 from ..kernels import pool_map, pool_threads
 from .support import Support
 
-__all__ = ["RULES", "LEVELS", "FAILED", "project", "MomentBasis", "apply_rule", "quantiles", "crps", "map_rows", "ROW_ELEMENTS"]
+__all__ = ["RULES", "LEVELS", "FAILED", "BUDGETS", "project", "MomentBasis", "apply_rule", "quantiles", "crps", "map_rows",
+           "ROW_ELEMENTS"]
 
 RULES = ("signed", "clip", "project")
 LEVELS = {2: "mass, mean and second moment", 1: "mass and mean", 0: "mass", -1: "none (no positive signed mass)",

@@ -626,7 +626,8 @@ class JDL(Estimator):
     def _projection(self, Xq: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """``jdlcore.conditional.laws.project`` at the queries: (P, level, exact passes)."""
         if self.law_rule != "project":
-            raise ValueError(f"law_levels: only the 'project' rule keeps moments; this model's law is {self.law_rule!r}")
+            raise ValueError(f"law_levels: only the 'project' rule keeps moments; this model's law is "
+                             f"{self.law_rule!r}")
         R = self._signed_values(self._directions(self._queries(Xq)))
         return project(R, self.support_.weights, self._moments)
 
