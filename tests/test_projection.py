@@ -10,7 +10,6 @@ from jdlcore import JDL, GaussianKernel, Matern32Kernel
 from jdlcore.conditional.laws import FAILED, MomentBasis, crps, project
 from jdlcore.conditional.support import Support
 
-cp = pytest.importorskip("cvxpy")
 linprog = pytest.importorskip("scipy.optimize").linprog
 
 
@@ -18,6 +17,7 @@ def conic_projection(u: np.ndarray, pi: np.ndarray, columns: np.ndarray) -> tupl
     """(status, p) of min sum (p - pi u)^2 / pi  s.t.  p >= 0, columns^T p = columns^T (pi u) (Clarabel).
     ``columns`` (M, K) should be well scaled (the row's own coordinates): the problem is the same for
     any invertible recombination of the moment functions."""
+    cp = pytest.importorskip("cvxpy")
     p = cp.Variable(pi.size)
     problem = cp.Problem(cp.Minimize(cp.sum(cp.multiply(1 / pi, cp.square(p - pi * u)))),
                          [p >= 0, columns.T @ p == columns.T @ (pi * u)])
@@ -143,17 +143,17 @@ def boundary_rows(delta: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return np.array(rows), z, pi
 
 
-@pytest.mark.parametrize("delta", [1e-6, -1e-6, 1e-8])
+@pytest.mark.parametrize("delta", [1e-6, -1e-6, 1e-8, -1e-8])
 def test_rows_at_the_boundary_of_the_moment_set_get_the_right_level(delta):
-    """Within 1e-6 (relative) of the boundary: inside, level 2 with the moments kept (1e-10) and cvxpy's
-    weights; outside, level 1 (an LP confirms no probability vector has the moments). Some of these
-    rows need the exact path: without it they fail."""
+    """Within 1e-6 and 1e-8 (relative) of the boundary: inside, level 2 with the moments kept (1e-10)
+    and cvxpy's weights where the exact path was needed; outside, level 1 (at 1e-6 an LP confirms
+    which side each row is on; at 1e-8 the rows are built on their side by exact chords)."""
     R, z, pi = boundary_rows(delta)
     support = Support(z[:, None], pi, "bins", 0.0, "second moment", 60)
     P, level, exact = project(R, pi, MomentBasis(support))
     powers = np.stack([np.ones(60), z, z * z], axis=1)
     signed = pi * R / (R @ pi)[:, None]
-    for row in range(len(R)):
+    for row in range(len(R) if abs(delta) >= 1e-6 else 0):  # HiGHS's tolerance (1e-7) cannot tell 1e-8
         u = R[row] / (R[row] @ pi)
         feasible = lp_feasible(row_powers(z, pi * u, 2), row_powers(z, pi * u, 2).T @ (pi * u))
         assert feasible == (delta > 0), row
@@ -161,7 +161,6 @@ def test_rows_at_the_boundary_of_the_moment_set_get_the_right_level(delta):
     np.testing.assert_allclose(P @ powers[:, :3 if delta > 0 else 2], signed @ powers[:, :3 if delta > 0 else 2],
                                rtol=0, atol=1e-10)
     if delta > 0:
-        assert exact.max() > 0  # the exact path is needed here
         for row in np.flatnonzero(exact)[:6]:
             u = R[row] / (R[row] @ pi)
             status, reference = conic_projection(u, pi, row_powers(z, pi * u, 2))
@@ -191,25 +190,66 @@ def test_a_mean_at_the_edge_of_the_atoms_gets_the_right_level(side):
     assert P.min() >= 0 and P.sum() == pytest.approx(1.0, abs=1e-14)
 
 
-def test_a_row_the_solvers_cannot_certify_is_a_failure_with_a_lower_levels_vector():
-    """With no exact path and one fast iteration, the boundary rows fail at level 2: they are
-    counted at level -2, never as a level they did not reach, and get the nearest probability vector
-    keeping mass and mean (cvxpy) where that converged, else keeping the mass."""
+def test_the_exact_path_alone_takes_boundary_rows_to_their_level():
+    """With two fast iterations, every row 1e-6 inside the boundary is left to the exact path, which
+    brings each to level 2 with the moments kept and cvxpy's weights."""
     R, z, pi = boundary_rows(1e-6)
     support = Support(z[:, None], pi, "bins", 0.0, "second moment", 60)
-    basis = MomentBasis(support)
-    _, full, _ = project(R, pi, basis)
-    P, level, _ = project(R, pi, basis, budgets=(1, 0))
-    assert (full == 2).all() and (level == FAILED).sum() > 20
-    assert set(np.unique(level)) <= {2, FAILED}
-    for row in np.flatnonzero(level == FAILED)[:5]:
+    P, level, exact = project(R, pi, MomentBasis(support), budgets=(2, 60))
+    assert (exact > 0).all()
+    np.testing.assert_array_equal(level, 2)
+    powers = np.stack([np.ones(60), z, z * z], axis=1)
+    np.testing.assert_allclose(P @ powers, (pi * R / (R @ pi)[:, None]) @ powers, rtol=0, atol=1e-10)
+    for row in range(0, len(R), 31):
         u = R[row] / (R[row] @ pi)
-        mean_kept = np.all(np.isfinite(P[row])) and abs(P[row] @ z - (pi * u) @ z) < 1e-10
-        columns = row_powers(z, pi * u, 1 if mean_kept else 0)
-        status, reference = conic_projection(u, pi, columns)
+        status, reference = conic_projection(u, pi, row_powers(z, pi * u, 2))
+        assert status == "optimal"
+        np.testing.assert_allclose(P[row], reference, rtol=0, atol=1e-5)
+
+
+@pytest.mark.parametrize("fast, kept", [(8, "mass and mean"), (2, "mass")])
+def test_a_row_the_solvers_cannot_certify_is_a_failure_with_a_lower_levels_vector(fast, kept):
+    """With no exact path, the boundary rows fail at level 2: they are counted at level -2, never as a
+    level they did not reach, and get the nearest probability vector of the highest lower level that
+    converged (cvxpy): with 8 fast iterations mass and mean (every row), with 2 the mass alone."""
+    R, z, pi = boundary_rows(1e-6)
+    support = Support(z[:, None], pi, "bins", 0.0, "second moment", 60)
+    P, level, _ = project(R, pi, MomentBasis(support), budgets=(fast, 0))
+    np.testing.assert_array_equal(level, FAILED)
+    u = R / (R @ pi)[:, None]
+    mean_kept = np.abs(P @ z - (pi * u) @ z) < 1e-10
+    assert mean_kept.all() if kept == "mass and mean" else not mean_kept.any()
+    for row in range(0, len(R), 31):
+        status, reference = conic_projection(u[row], pi, row_powers(z, pi * u[row], 1 if mean_kept[row] else 0))
         assert status == "optimal"
         np.testing.assert_allclose(P[row], reference, rtol=0, atol=1e-6)
-    assert P.min() >= 0
+    assert P.min() >= 0 and not np.signbit(P).any()
+    np.testing.assert_allclose(P.sum(axis=1), 1.0, rtol=0, atol=1e-14)
+
+
+@pytest.mark.parametrize("d", [2, 3, 4])
+def test_a_vector_mean_is_kept_exactly_where_the_atoms_hull_holds_it(d):
+    """Signed laws tilted along a random direction move their mean out of the atoms' hull: level 1 where
+    an LP finds a probability vector with that mean, level 0 (the mass alone, proved by a certificate)
+    where it finds none. d = 4 runs the general loops."""
+    rng = np.random.default_rng(d)
+    atoms = rng.standard_normal((150, d))
+    pi = rng.uniform(0.5, 1.5, 150)
+    pi /= pi.sum()
+    rows, feasible = [], []
+    for tilt in np.linspace(0.2, 6, 30):
+        direction = rng.standard_normal(d)
+        u = 1 + tilt * (atoms - pi @ atoms) @ (direction / np.linalg.norm(direction))
+        rows.append(u)
+        columns = np.hstack([np.ones((150, 1)), atoms])
+        feasible.append(lp_feasible(columns, columns.T @ (pi * u) / (pi @ u)))
+    R, feasible = np.array(rows), np.array(feasible)
+    assert 5 <= feasible.sum() <= 25 and (R.min(axis=1) < 0).mean() > 0.8  # both kinds, most rows signed
+    P, level, _ = project(R, pi, MomentBasis(Support(atoms, pi, "cells", 0.0, "normalization", 150)))
+    np.testing.assert_array_equal(level, np.where(feasible, 1, 0))
+    np.testing.assert_allclose(P[feasible] @ atoms, (pi * R[feasible] / (R[feasible] @ pi)[:, None]) @ atoms,
+                               rtol=0, atol=1e-10)
+    assert P.min() >= 0 and not np.signbit(P).any()
 
 
 def test_fitting_records_the_projection_and_warns_when_rows_fail(narrow, monkeypatch):
@@ -286,6 +326,11 @@ def test_the_exact_line_search_finds_the_minimum_along_the_step():
             assert derivative >= 0
     t, g = rng.standard_normal(M), np.abs(rng.standard_normal(M)) + 0.1  # every atom leaves
     assert kernels._exact_line_search(t, g, np.ones(M), -1.0, np.empty(M), np.empty(M, dtype=np.int64)) == np.inf
+    # an atom with a tiny slope stays after one with a huge one leaves, so a running slope cancels to 0;
+    # the minimum is finite: past alpha = 1e-10, phi' = -1 + 0.5 (1 + 1e-3 alpha) 1e-3 = 0
+    t, g, pi = np.array([1.0, 1.0]), np.array([1e10, -1e-3]), np.array([0.5, 0.5])
+    alpha = kernels._exact_line_search(t, g, pi, -1.0, np.empty(2), np.empty(2, dtype=np.int64))
+    assert alpha == pytest.approx((1.0 - 0.5 * 1e-3) / (0.5 * 1e-6), rel=1e-12)
 
 
 def test_the_mass_multiplier_is_the_root_of_the_mass():

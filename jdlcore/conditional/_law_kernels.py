@@ -302,6 +302,7 @@ def _newton_scalar(u, scale, pi, z, centre, inv, b, degree, tol, theta, iteratio
     F = np.zeros(3)
     d = np.zeros(3)
     trial = np.zeros(3)
+    before = np.zeros(3)
     L = np.zeros((3, 3))
     y = np.zeros(3)
     for i in range(3):
@@ -321,7 +322,7 @@ def _newton_scalar(u, scale, pi, z, centre, inv, b, degree, tol, theta, iteratio
         for i in range(n):
             for j in range(n):
                 J[i, j] = S[i + j]
-        before = theta.copy()
+        before[:] = theta
         phi = _newton_step(J, F, d, n, _DAMPING * err, L, y, theta, b, phi, trial, _DIVERGED, data)
         if np.isnan(phi):
             for i in range(3):
@@ -336,19 +337,16 @@ def _exact_line_search(t, g, pi, bd, alphas, atoms):
     phi'(alpha) = b . d - sum_k pi_k max(0, t_k - alpha g_k) g_k (t_k the atoms' values at the start,
     g_k = d . c(z_k)), which is piecewise linear and non-decreasing with a breakpoint wherever an atom
     enters or leaves the active set. Walks the breakpoints in order, carrying the piece's intercept
-    and slope; np.inf where the derivative stays negative with no atom left to stop it (the dual falls
-    without bound: no probability vector has the moments). alphas (M,), atoms (M,) int64 are scratch."""
+    and slope (the last piece summed afresh); np.inf where the derivative stays negative with no atom
+    left to stop it (the dual falls without bound along -d). alphas (M,), atoms (M,) int64 are scratch."""
     c0 = bd
     c1 = 0.0
-    active = 0
     count = 0
     for k in range(t.shape[0]):
         now = t[k] > 0.0 or (t[k] == 0.0 and g[k] < 0.0)
         if now:
             c0 -= pi[k] * t[k] * g[k]
             c1 += pi[k] * g[k] * g[k]
-            if g[k] != 0.0:
-                active += 1
             if g[k] > 0.0:  # leaves at t_k / g_k
                 alphas[count] = t[k] / g[k]
                 atoms[count] = k
@@ -367,13 +365,19 @@ def _exact_line_search(t, g, pi, bd, alphas, atoms):
         if g[k] > 0.0:  # leaves
             c0 += pi[k] * t[k] * g[k]
             c1 -= pi[k] * g[k] * g[k]
-            active -= 1
         else:  # enters
             c0 -= pi[k] * t[k] * g[k]
             c1 += pi[k] * g[k] * g[k]
-            active += 1
         low = a
-    if active > 0 and c1 > 0.0:
+    # past the last breakpoint the active atoms are those with g < 0 (t - alpha g grows): the running
+    # sums can cancel there, so the last piece is summed afresh
+    c0 = bd
+    c1 = 0.0
+    for k in range(t.shape[0]):
+        if g[k] < 0.0:
+            c0 -= pi[k] * t[k] * g[k]
+            c1 += pi[k] * g[k] * g[k]
+    if c1 > 0.0:
         return max(low, -c0 / c1)
     return np.inf if bd < 0.0 else low
 
@@ -465,8 +469,10 @@ def _exact_newton(u, scale, pi, C, K, b, tol, theta, steps, t, g, F, J, d, L, y,
                 value += d[i] * C[i, k]
             g[k] = value
         alpha = _exact_line_search(t, g, pi, _dot(b, d, K), alphas, atoms)
-        if alpha == np.inf:
-            return UNBOUNDED, step + 1
+        if alpha == np.inf:  # a proof only where -d separates the targets by more than rounding
+            for i in range(K):
+                d[i] = -d[i]
+            return (UNBOUNDED if _separates(C, K, d, b) else STALLED), step + 1
         if not alpha > 0.0:
             return STALLED, step + 1
         for i in range(K):
@@ -894,9 +900,10 @@ def project_vector(R, pi, C, monomials, products, tol, iterations, exact_steps, 
                         continue
                 status = UNBOUNDED if rows == 4 and _separates(local, K, theta, centre) else STALLED
                 if status == STALLED:
-                    for i in range(rows):
-                        if not abs(theta[i]) < _VECTOR_DIVERGED:  # a diverged start helps no one
-                            theta[:] = 0.0
+                    # from the second fast run's theta where it stalled short of divergence; else from 0
+                    # (where rows != 4, theta is still the first run's, in the support's units)
+                    if rows != 4 or not np.all(np.abs(theta) < _VECTOR_DIVERGED):
+                        theta[:] = 0.0
                     t, g, F2, J2, d2, L2, y2, A2, alphas, atoms = scratch
                     status, exact[r] = _exact_newton(u, scale, pi, local, K, centre, tol, theta, exact_steps,
                                                      t, g, F2, J2, d2, L2, y2, A2, alphas, atoms)

@@ -596,9 +596,10 @@ class JDL(Estimator):
         ``kept`` (q,) int8, if given, receives each row's projection level (``law_levels``)."""
         Xq = self._queries(Xq)
         out = np.empty((Xq.shape[0], width))
-        if kept is not None and (self.law_rule != "project" or kept.shape != (Xq.shape[0],)):
-            raise ValueError(f"kept: needs the 'project' rule and shape ({Xq.shape[0]},); the law is "
-                             f"{self.law_rule!r}, the array {kept.shape}")
+        if kept is not None and (self.law_rule != "project" or kept.shape != (Xq.shape[0],)
+                                 or kept.dtype != np.int8):
+            raise ValueError(f"kept: needs the 'project' rule and an int8 array of shape ({Xq.shape[0]},); the law "
+                             f"is {self.law_rule!r}, the array {kept.dtype} {kept.shape}")
 
         def work(rows: slice) -> None:
             R = self._signed_values(self._directions(Xq[rows]))
@@ -771,6 +772,7 @@ class JDL(Estimator):
         if self.law_rule == "project":
             record = self.projection_record(X)
             self.diagnostics_["projection"] = record
+            found.pop("projection_failed", None)  # an earlier check's finding: this record replaces it
             found.update(projection_degeneracy(record))
         announce(found, stacklevel)
         return found
