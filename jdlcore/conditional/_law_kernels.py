@@ -620,7 +620,7 @@ def project_scalar(R, pi, z, tol, iterations, exact_steps, P, level, exact):
 @nb.njit(cache=True, fastmath=True)
 def _vector_pass(u, scale, pi, C, theta, K, F, w, wt):
     """One pass over the atoms at theta (first K rows of C, (K_max, M)): with t_k = scale u_k + theta . C_k,
-    w_k = pi_k [t_k >= 0] and wt_k = pi_k max(0, t_k) are written to w, wt (M,), F[:K] = C[:K] @ wt;
+    w_k = pi_k [t_k >= 0] and wt_k = w_k t_k are written to w, wt (M,), F[:K] = C[:K] @ wt;
     returns sum w t^2. Each sum runs along the atoms in one loop, so it vectorises."""
     M = u.shape[0]
     for k in range(M):
@@ -633,7 +633,7 @@ def _vector_pass(u, scale, pi, C, theta, K, F, w, wt):
         t = wt[k]
         weight = pi[k] if t >= 0.0 else 0.0
         w[k] = weight
-        wt[k] = weight * t if t > 0.0 else 0.0
+        wt[k] = weight * t
         value += weight * t * t
     for i in range(K):
         total = 0.0
@@ -671,7 +671,7 @@ def _vector_pass4(u, scale, pi, C, theta, F, w, wt):
         t = scale * u[k] + t0 + t1 * z1[k] + t2 * z2[k] + t3 * z3[k]
         weight = pi[k] if t >= 0.0 else 0.0
         w[k] = weight
-        v = weight * t if t > 0.0 else 0.0
+        v = weight * t
         wt[k] = v
         value += v * t
         f0 += v
@@ -785,11 +785,13 @@ def _vector_emit(u, scale, pi, C, K, theta, out):
 
 @nb.njit(cache=True)
 def _emit_last_pass(pi, wt, out):
-    """out = wt normalised to sum 1: the last pass's pi_k max(0, t_k) at a converged theta."""
+    """out = wt normalised to sum 1: the last pass's pi_k max(0, t_k) at a converged theta (the pass
+    leaves w_k t_k = -0.0 where t_k < 0; written here as 0.0)."""
     total = 0.0
     for k in range(wt.shape[0]):
-        out[k] = wt[k]
-        total += wt[k]
+        value = wt[k] if wt[k] > 0.0 else 0.0
+        out[k] = value
+        total += value
     _normalise(pi, out, total)
 
 
