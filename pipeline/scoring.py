@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections import Counter
 from pathlib import Path
 from typing import Any, Callable
 
@@ -130,10 +131,7 @@ def score_store(model_path: str | os.PathLike, data: str | os.PathLike, out: str
                     _report(progress, done, len(bounds))
                 counts = client.gather(futures)  # raises the first failure, if any
         if getattr(model, "law_rule", None) == "project":
-            levels: dict[str, int] = {}
-            for chunk in counts:
-                for level, count in chunk.items():
-                    levels[level] = levels.get(level, 0) + count
+            levels = sum((Counter(chunk) for chunk in counts), Counter())
             ordered = dict(sorted(levels.items(), key=lambda kv: -int(kv[0])))
             root.attrs.update({"projection_levels": json.dumps(ordered), "projection_full_level": 2 if d_y == 1 else 1})
         validate_scores_group(zarr.open_group(staging, mode="r", zarr_format=3), f"scores {target}")

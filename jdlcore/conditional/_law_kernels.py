@@ -260,26 +260,6 @@ def _newton_step(J, F, d, n, ridge, L, y, theta, b, phi, trial, limit, data):
     return _backtrack(theta, d, F, b, n, phi, trial, limit, data)
 
 
-@nb.njit(cache=True, fastmath=True)
-def _scalar_at_floor(u, scale, pi, z, centre, inv, theta, F, b, n):
-    """True where each residual |F_i| (i < n) is within ``_FLOOR`` of the magnitude of the sums that
-    make it, |b_i| + sum_k pi_k [t_k >= 0] |s_k|^i (|scale u_k| + |t0| + |t1 s_k| + |t2 s_k^2|): all that
-    rounding leaves of a converged row."""
-    a0 = abs(b[0])
-    a1 = abs(b[1])
-    a2 = abs(b[2])
-    for k in range(u.shape[0]):
-        s = (z[k] - centre) * inv
-        ss = s * s
-        t = scale * u[k] + theta[0] + theta[1] * s + theta[2] * ss
-        if t >= 0.0:
-            m = pi[k] * (abs(scale * u[k]) + abs(theta[0]) + abs(theta[1] * s) + abs(theta[2] * ss))
-            a0 += m
-            a1 += m * abs(s)
-            a2 += m * ss
-    return abs(F[0]) <= _FLOOR * a0 and (n < 2 or abs(F[1]) <= _FLOOR * a1) and (n < 3 or abs(F[2]) <= _FLOOR * a2)
-
-
 @nb.njit(cache=True)
 def _stalled(err, previous):
     """Whether a fast-path residual ``err`` is worth comparing with the rounding floor: small
@@ -289,13 +269,15 @@ def _stalled(err, previous):
 
 
 @nb.njit(cache=True)
-def _newton_scalar(u, scale, pi, z, centre, inv, b, degree, tol, theta, iterations):
+def _newton_scalar(u, scale, pi, z, centre, inv, b, degree, tol, theta, iterations, C, A):
     """The fast path for a scalar y: semi-smooth Newton with Armijo backtracking on the dual of the
     projection with the first ``degree`` + 1 moments of s = (z - centre) inv (targets b); theta (3,)
     in/out, from zero. The Newton system carries a ridge proportional to the gradient (regularised
     semi-smooth Newton), which keeps it solvable when few atoms are active and vanishes at the
     solution. Returns True on convergence (the module docstring's test), False where it stalls or
-    reaches ``iterations``, theta then at the lowest dual value it found."""
+    reaches ``iterations``, theta then at the lowest dual value it found. C (3, M) receives the moment
+    basis in the row's coordinates where the rounding floor is tested (``_basis_at_floor``; A (3,)
+    scratch)."""
     n = degree + 1
     S = np.empty(9)
     J = np.zeros((3, 3))
@@ -311,13 +293,20 @@ def _newton_scalar(u, scale, pi, z, centre, inv, b, degree, tol, theta, iteratio
     phi = 0.5 * S[8]
     data = (u, scale, pi, z, centre, inv, S)
     previous = np.inf
+    basis = False  # C holds the row's moment basis
     for _ in range(iterations):
         err = 0.0
         for i in range(n):
             F[i] = S[5 + i] - b[i]
             err = max(err, abs(F[i]))
-        if err <= tol or (_stalled(err, previous) and _scalar_at_floor(u, scale, pi, z, centre, inv, theta, F, b, n)):
+        if err <= tol:
             return True
+        if _stalled(err, previous):
+            if not basis:
+                _local_powers(z, centre, inv, C)
+                basis = True
+            if _basis_at_floor(u, scale, pi, C, n, theta, F, b, A):
+                return True
         previous = err
         for i in range(n):
             for j in range(n):
@@ -384,7 +373,10 @@ def _exact_line_search(t, g, pi, bd, alphas, atoms):
 
 @nb.njit(cache=True, fastmath=True)
 def _basis_at_floor(u, scale, pi, C, K, theta, F, b, A):
-    """``_scalar_at_floor`` for the first K rows of a moment basis C (K_max, M); A (K_max,) scratch."""
+    """True where each residual |F_i| (i < K) is within ``_FLOOR`` of the magnitude of the sums that
+    make it, |b_i| + sum_k pi_k [t_k >= 0] |C_ik| (|scale u_k| + sum_j |theta_j C_jk|), over the first K
+    rows of a moment basis C (K_max, M): all that rounding leaves of a converged row. A (K_max,) is
+    scratch."""
     for i in range(K):
         A[i] = abs(b[i])
     for k in range(u.shape[0]):
@@ -495,12 +487,12 @@ def _solve_scalar(u, scale, pi, z, centre, inv, b, degree, tol, iterations, exac
     """The projection of one row keeping the first ``degree`` + 1 moments: the fast path, then the
     exact path from where it stopped. Returns (converged, the exact path's passes); theta (3,) holds the
     multipliers in the coordinates (z - centre) inv."""
-    if _newton_scalar(u, scale, pi, z, centre, inv, b, degree, tol, theta, iterations):
+    t, g, F, J, d, L, y, A, alphas, atoms = scratch
+    if _newton_scalar(u, scale, pi, z, centre, inv, b, degree, tol, theta, iterations, C, A):
         return True, 0
     for i in range(3):
         if not np.isfinite(theta[i]):
             theta[:] = 0.0
-    t, g, F, J, d, L, y, A, alphas, atoms = scratch
     _local_powers(z, centre, inv, C)
     status, steps = _exact_newton(u, scale, pi, C, degree + 1, b, tol, theta, exact_steps,
                                   t, g, F, J, d, L, y, A, alphas, atoms)

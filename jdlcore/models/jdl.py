@@ -682,13 +682,11 @@ class JDL(Estimator):
         if asked and self.support_.d != 1:
             raise ValueError(f"quantile: needs a scalar y, the model has {self.support_.d} y features")
         column = self.support_.atoms[:, 0]
-        if asked and 0 not in self._orders:
-            self._orders[0] = np.argsort(column, kind="stable")
+        order = self._order(0) if asked else None
         stacked = np.hstack([v for v, _ in values]) if values else np.empty((column.size, 0))
 
         def read(P: np.ndarray, rows: slice) -> np.ndarray:
-            parts = [P @ stacked] + [quantiles(P, column, levels, self._orders[0]) for levels in asked.values()]
-            return np.hstack(parts)
+            return np.hstack([P @ stacked] + [quantiles(P, column, levels, order) for levels in asked.values()])
 
         width = stacked.shape[1] + sum(levels.size for levels in asked.values())
         table = self._map_law(Xq, read, width, kept)
@@ -722,11 +720,14 @@ class JDL(Estimator):
         d_y = self.support_.d
         if not 0 <= component < d_y:
             raise ValueError(f"component: must be in [0, {d_y}), got {component}")
-        column = self.support_.atoms[:, component]
-        if component not in self._orders:
-            self._orders[component] = np.argsort(column, kind="stable")
-        order = self._orders[component]
+        column, order = self.support_.atoms[:, component], self._order(component)
         return self._map_law(Xq, lambda P, rows: quantiles(P, column, levels, order), levels.size)
+
+    def _order(self, component: int) -> np.ndarray:
+        """The support atoms sorted by y component ``component`` (argsort, computed once)."""
+        if component not in self._orders:
+            self._orders[component] = np.argsort(self.support_.atoms[:, component], kind="stable")
+        return self._orders[component]
 
     def crps(self, Xq: Any, y: Any) -> np.ndarray:
         """The continuous ranked probability score of the conditional law at each (x_q, y_q), shape (q,),
