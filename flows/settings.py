@@ -219,7 +219,7 @@ class _FitHyperparameters(_Settings):
     def explicit(self) -> dict[str, float | list[float]] | None:
         """The hyperparameters given directly, or None when they come from ``tuning``."""
         given = {"lengthscale_x": self.lengthscale_x, "lengthscale_y": self.lengthscale_y, "reg": self.reg}
-        kernels = estimator_class(self.method)._KERNELS
+        kernels = estimator_class(self.method).KERNELS
         for side in ("x", "y"):  # a lengthscale of a kernel the method does not have defaults to 1 (unused)
             name = f"lengthscale_{side}"
             if f"kernel_{side}" not in kernels and given[name] is None:

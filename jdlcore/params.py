@@ -1,7 +1,7 @@
 """Hyperparameter declarations: each parameter's rule and meaning, stated once.
 
 An estimator declares its parameters as ``{name: Param}`` (``Estimator.parameters``); its
-``_check_params`` applies the rules, and the pipeline reads the same declarations to build the
+``check_params`` applies the rules, and the pipeline reads the same declarations to build the
 ``jdl fit`` flags, the flow settings and the fit flow's signature. A rule knows
 
 * whether a value meets it (``violation(value)``: None, or the clause that it broke),

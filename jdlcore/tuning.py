@@ -911,7 +911,7 @@ def tune(
     regs = as_regs(regs)
     score = resolve_criterion(criterion, threshold, Y.shape[1])
     base = estimator if estimator is not None else JDL()
-    base._check_params()
+    base.check_params()
     kernel_x, grid_x = standardised_grid(X, base._kernel("kernel_x"), scaling, lengthscales_x, seed, "lengthscales_x",
                                          role="X")
     kernel_y, grid_y = standardised_grid(Y, base._kernel("kernel_y"), scaling, lengthscales_y, seed, "lengthscales_y",

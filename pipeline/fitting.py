@@ -83,8 +83,8 @@ def make_estimator(method: str, *, lengthscale_x: float | np.ndarray, lengthscal
     kernels = {f"kernel_{side}": GaussianKernel(value, **dict(zip(("location", "scale"), scaling.get(side, ()))),
                                                 categorical=categorical if side == "x" else None)
                for side, value in (("x", lengthscale_x), ("y", lengthscale_y))}
-    estimator = cls(**{name: kernels[name] for name in cls._KERNELS}, reg=reg, **method_options(method, options))
-    estimator._check_params()
+    estimator = cls(**{name: kernels[name] for name in cls.KERNELS}, reg=reg, **method_options(method, options))
+    estimator.check_params()
     return estimator
 
 
@@ -103,7 +103,7 @@ def check_lengthscale_widths(method: str, hyper: dict[str, Any], group: zarr.Gro
     lengthscale_x, lengthscale_y) has one entry per feature of the staged store."""
     for side in ("x", "y"):
         value, names = hyper[f"lengthscale_{side}"], list(group.attrs[f"{side}_features"])
-        if f"kernel_{side}" in estimator_class(method)._KERNELS and np.ndim(value) == 1 and len(value) != len(names):
+        if f"kernel_{side}" in estimator_class(method).KERNELS and np.ndim(value) == 1 and len(value) != len(names):
             raise ValueError(f"lengthscale_{side}: has {len(value)} entries but the data has {len(names)} {side} "
                              f"features ({', '.join(names)})")
 
@@ -175,10 +175,10 @@ def fit_store(
         table = load_tuning(tuning)
     check_lengthscale_widths(method, hyper, group)
     # a method without kernels (jpdl) has nothing to standardise
-    scaling, vectors = fit_scaling(scaling, data, group, table) if estimator_class(method)._KERNELS else ("none", {})
+    scaling, vectors = fit_scaling(scaling, data, group, table) if estimator_class(method).KERNELS else ("none", {})
     x_levels = categorical_levels(group)
-    if x_levels and "kernel_x" not in estimator_class(method)._KERNELS:
-        with_x_kernel = [name for name, cls in REGISTRY.items() if "kernel_x" in cls._KERNELS]
+    if x_levels and "kernel_x" not in estimator_class(method).KERNELS:
+        with_x_kernel = [name for name, cls in REGISTRY.items() if "kernel_x" in cls.KERNELS]
         raise ValueError(f"method: {method} has no x kernel to compare the categorical columns "
                          f"({', '.join(x_levels)}) by; use one of {', '.join(with_x_kernel)}")
     estimator = make_estimator(method, **hyper, scaling=vectors, categorical=categorical_indices(group), **options)

@@ -107,7 +107,7 @@ def tune_store(
         if values is not None:
             check_grid(values, name)
     base = JDL(tol=tol, constraints=constraints, seed=seed)
-    base._check_params()
+    base.check_params()
     n = int(group.attrs["n_samples"])
     rows = subsample_rows(n, max_rows, seed)
     splits = splits_for(rows.size, validation_fraction, folds, seed, held_out=held_out is not None)

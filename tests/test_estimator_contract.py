@@ -33,7 +33,7 @@ def unfitted(method: str) -> Estimator:
     cls = estimator_class(method)
     kernels = {"kernel_x": GaussianKernel(1.0), "kernel_y": GaussianKernel(0.7)}
     options = {"reg": 1e-3, "degree": 2, "support_size": 64, "max_rank": 5 if method == "psd" else None}
-    return cls(**{k: v for k, v in kernels.items() if k in cls._KERNELS},
+    return cls(**{k: v for k, v in kernels.items() if k in cls.KERNELS},
                **{k: v for k, v in options.items() if k in tuple(cls.parameters)})
 
 
@@ -59,11 +59,11 @@ def test_the_registry_names_each_class_by_its_own_declaration():
 
 @pytest.mark.parametrize("cls", list(METHODS.values()), ids=lambda cls: cls.__name__)
 def test_the_constructor_takes_exactly_the_declared_parameters(cls):
-    """``__init__``'s arguments are the declared ``_KERNELS`` + ``parameters`` (what get_params, the
+    """``__init__``'s arguments are the declared ``KERNELS`` + ``parameters`` (what get_params, the
     model store and the pipeline read), each kept as it was given."""
     parameters = {name: p for name, p in inspect.signature(cls.__init__).parameters.items() if name != "self"}
     names = list(parameters)
-    assert sorted(names) == sorted(cls._KERNELS + tuple(cls.parameters))
+    assert sorted(names) == sorted(cls.KERNELS + tuple(cls.parameters))
     assert all(parameters[name].kind is inspect.Parameter.KEYWORD_ONLY for name in cls.parameters)  # hyperparameters
     sentinels = {name: object() for name in names}
     model = cls(**sentinels)
@@ -74,7 +74,7 @@ def test_the_constructor_takes_exactly_the_declared_parameters(cls):
 def test_parameters_round_trip_and_unknown_names_are_refused(method):
     model = unfitted(method)
     params = model.get_params()
-    assert set(params) == set(model._KERNELS + tuple(model.parameters))
+    assert set(params) == set(model.KERNELS + tuple(model.parameters))
     clone = type(model)(**params)
     assert clone.get_params() == params
     assert model.set_params(seed=3) is model and model.get_params()["seed"] == 3

@@ -69,14 +69,14 @@ def test_declarations_match_the_constructor_and_refuse_bad_values(cls):
         assert param.rule.violation(defaults[name]) is None, (name, defaults[name])  # every default is valid
     if "positivity" in cls.parameters:  # "auto" (the method's first rule) is the default
         assert defaults["positivity"] == cls.positivity_rules[0]
-    kernels = {name: None for name in cls._KERNELS}
+    kernels = {name: None for name in cls.KERNELS}
     for name in cls.parameters:
         model = cls(**kernels)
         setattr(model, name, BAD)
         with pytest.raises(ValueError, match=rf"^{name}: ") as raised:
-            model._check_params()
+            model.check_params()
         assert "\n" not in str(raised.value)
-    cls(**kernels)._check_params()  # the defaults pass together
+    cls(**kernels).check_params()  # the defaults pass together
 
 
 def test_fit_options_gather_the_declared_options_of_every_method():

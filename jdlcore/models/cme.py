@@ -117,7 +117,7 @@ class CME(Estimator):
     # -- fitting ----------------------------------------------------------------------------------
     def fit(self, X: Any, Y: Any) -> "CME":
         """Fit on paired samples X (n, d_X) and Y (n, d_Y); returns self."""
-        self._check_params()
+        self.check_params()
         problem, X, Y = kernel_problem(self, X, Y)
         return self.fit_problem(problem, Y)
 
@@ -125,7 +125,7 @@ class CME(Estimator):
         """Solve on a prepared ``JDLProblem`` (in memory or chunked: only its m x m reductions are used;
         the atoms are the Y pivots the problem carries, so ``Y`` is not read: the signature is
         ``JDL.fit_problem``'s)."""
-        self._check_params()
+        self.check_params()
         reg = float(self.reg)
         red = problem.reductions
         if reg == 0 and np.min(red.lam_x) <= 0:

@@ -1,10 +1,10 @@
 """The contract every jdlcore estimator follows, in the spirit of scikit-learn's.
 
 * Hyperparameters: the constructor's arguments, keyword-only after the kernels, listed in
-  ``_KERNELS`` (jdlcore Kernels or None) and declared in ``parameters`` (``{name: jdlcore.params.Param}``:
+  ``KERNELS`` (jdlcore Kernels or None) and declared in ``parameters`` (``{name: jdlcore.params.Param}``:
   each one's rule and meaning; JSON values, what ``state()`` stores); the constructor holds the
   defaults and ``_keep_params`` keeps the values. ``get_params`` / ``set_params`` follow from them, and
-  ``_check_params`` validates them all when ``fit`` starts: each declared rule, then the rules across
+  ``check_params`` validates them all when ``fit`` starts: each declared rule, then the rules across
   parameters (``_check_together``) and the kernels. The pipeline reads the same declarations
   (``Param.option``) for its fit options.
 * Fitted attributes end in ``_``; ``_fitted()`` is the one check that a model was fitted and
@@ -68,20 +68,20 @@ class Estimator:
     state_dims: ClassVar[dict[str, tuple[str, ...]]] = {}
     reads_x_values: ClassVar[bool] = True
 
-    _KERNELS: ClassVar[tuple[str, ...]] = ("kernel_x", "kernel_y")
+    KERNELS: ClassVar[tuple[str, ...]] = ("kernel_x", "kernel_y")
     parameters: ClassVar[dict[str, Param]] = {}
     _FITTED: ClassVar[str] = "coef_"  # the attribute a fit sets last-but-not-least; its absence means unfitted
 
     # -- parameters -------------------------------------------------------------------------------
     def _keep_params(self, arguments: dict[str, Any]) -> None:
         """Keep the constructor's arguments (its ``locals()``) as attributes, under the declared names
-        ``_KERNELS`` + ``parameters``; unvalidated until ``fit`` (``_check_params``), as in scikit-learn."""
-        for name in self._KERNELS + tuple(self.parameters):
+        ``KERNELS`` + ``parameters``; unvalidated until ``fit`` (``check_params``), as in scikit-learn."""
+        for name in self.KERNELS + tuple(self.parameters):
             setattr(self, name, arguments[name])
 
     def get_params(self) -> dict[str, Any]:
         """The constructor parameters by name."""
-        return {name: getattr(self, name) for name in self._KERNELS + tuple(self.parameters)}
+        return {name: getattr(self, name) for name in self.KERNELS + tuple(self.parameters)}
 
     @classmethod
     def defaults(cls) -> dict[str, Any]:
@@ -98,13 +98,13 @@ class Estimator:
             setattr(self, name, value)
         return self
 
-    def _check_params(self) -> None:
+    def check_params(self) -> None:
         """Validate the hyperparameters: each declared rule (``ParameterError`` "NAME: RULE, got VALUE"),
         the rules across parameters (``_check_together``) and the kernels."""
         for name, param in self.parameters.items():
             param.check(name, getattr(self, name))
         self._check_together()
-        for name in self._KERNELS:
+        for name in self.KERNELS:
             kernel = getattr(self, name)
             if kernel is not None and not isinstance(kernel, Kernel):
                 raise ValueError(f"{name}: must be a jdlcore Kernel, got {type(kernel).__name__}")
@@ -163,7 +163,7 @@ class Estimator:
             model.n_samples_ = int(state["n_samples"])
         except KeyError as missing:
             raise ValueError(f"state: missing part {missing}") from None
-        model._check_params()
+        model.check_params()
         model.diagnostics_ = {**state.get("diagnostics", {}), **traces}
         return model, arrays, bases
 

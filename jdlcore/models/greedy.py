@@ -398,7 +398,7 @@ class GreedyJDL(JDL):
     positivity_rules = GREEDY_POSITIVITY
     fits_from_reductions = False
     bases = ("classes", "spectral")
-    _KERNELS = ("kernel_y",)
+    KERNELS = ("kernel_y",)
     parameters = {
         "reg": Param(Number(low=0, low_open=True), "regularisation lambda of the loss"),
         **FACTORISATION_PARAMS,
@@ -433,7 +433,7 @@ class GreedyJDL(JDL):
 
     def fit(self, labels: Any, Y: Any) -> "GreedyJDL":
         """Fit on class labels (n,) or (n, 1) (numeric, at least 2 classes) and paired Y (n, d_y)."""
-        self._check_params()
+        self.check_params()
         labels = as_samples(labels, "labels", min_rows=2)
         if labels.shape[1] != 1:
             raise ValueError(f"labels: must be one column of class labels, shape (n,) or (n, 1), got {labels.shape}")

@@ -318,7 +318,7 @@ class JDL(Estimator):
     def fit(self, X: Any, Y: Any) -> "JDL":
         """Fit on paired samples X (n, d_X) and Y (n, d_Y); returns self. A degenerate fit warns
         (``jdlcore.models.degeneracy.DegeneracyWarning``) and lists why in ``diagnostics_["degeneracies"]``."""
-        self._check_params()
+        self.check_params()
         problem, X, Y = kernel_problem(self, X, Y)
         self.fit_problem(problem, Y)
         rows = sample_rows(X.shape[0], self.seed, MARGINAL_ROWS)
@@ -333,7 +333,7 @@ class JDL(Estimator):
 
         Y: the training atoms (n, d_y), in memory or a lazily read array (a zarr array).
         """
-        self._check_params()
+        self.check_params()
         reg = float(self.reg)
         red = problem.reductions
         if reg == 0 and np.min(red.lam_x) * np.min(red.lam_y) <= 0:
@@ -542,7 +542,7 @@ class JDL(Estimator):
         for name, shape in expected.items():
             if shapes.get(name) != shape:
                 raise ValueError(f"state: {name} has shape {shapes.get(name)}, expected {shape}")
-        model._check_params()
+        model.check_params()
         model.basis_x_, model.basis_y_ = bases["x"], bases["y"]
         model.coef_ = coef
         model.atoms_ = Atoms(y_atoms, bases["y"])

@@ -251,7 +251,7 @@ class KLR(Estimator):
     summary = "kernel logistic regression (y holds class labels, or --threshold)"
     bases = ("spectral", None)
     state_dims = {"coef": ("basis_x", "logit"), "intercept": ("logit",), "classes": ("class",)}
-    _KERNELS = ("kernel_x",)
+    KERNELS = ("kernel_x",)
     parameters = {
         "reg": Param(POSITIVE, "regularisation lambda, the weight of the RKHS norm"),
         **FACTORISATION_PARAMS,
@@ -282,7 +282,7 @@ class KLR(Estimator):
     # -- fitting ----------------------------------------------------------------------------------
     def fit(self, X: Any, Y: Any) -> "KLR":
         """Fit on samples X (n, d_X) or (n,) and labels (or continuous values, with a threshold) Y (n,) or (n, 1)."""
-        self._check_params()
+        self.check_params()
         started = time.perf_counter()
         X, Y = paired_samples(X, Y)
         if Y.shape[1] != 1:
@@ -454,7 +454,7 @@ class KLR(Estimator):
                 raise ValueError(f"state: {name} has shape {actual}, expected {shape}")
         if classes < 2:
             raise ValueError(f"state: classes has {classes} entries, expected at least 2")
-        model._check_params()
+        model.check_params()
         model.basis_x_ = SpectralBasis(kernel, arrays["x_pivot_points"], arrays["x_coefficients"],
                                        arrays["x_eigenvalues"], arrays["x_rotation"])
         model.coef_, model.intercept_, model._classes = arrays["coef"], arrays["intercept"], arrays["classes"]

@@ -552,7 +552,7 @@ class PolynomialJDL(JDL):
     positivity_rules = POSITIVITY
     fits_from_reductions = False
     bases = ("polynomial", "polynomial")
-    _KERNELS = ()  # the monomial bases have no kernel parameters
+    KERNELS = ()  # the monomial bases have no kernel parameters
     parameters = {
         "degree": DEGREE,
         "reg": JDL.parameters["reg"],
@@ -591,7 +591,7 @@ class PolynomialJDL(JDL):
 
     def fit(self, X: Any, Y: Any) -> "PolynomialJDL":
         """Fit on paired samples X (n, d_X) and Y (n, d_Y); returns self."""
-        self._check_params()
+        self.check_params()
         X = as_samples(X, "X", min_rows=2)
         Y = as_samples(Y, "Y", min_rows=2)
         check_paired(X, Y)

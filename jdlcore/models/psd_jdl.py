@@ -164,7 +164,7 @@ class PSDJDL(Estimator):
         """Fit on paired samples X (n, d_X) and Y (n, d_Y); returns self. An unconverged solve or a
         degenerate factorisation warns (``DegeneracyWarning``) and is listed in
         ``diagnostics_["degeneracies"]``."""
-        self._check_params()
+        self.check_params()
         problem, X, Y = kernel_problem(self, X, Y)
         n = X.shape[0]
         qx, qy = problem.basis_x.size + 1, problem.basis_y.size + 1
