@@ -10,6 +10,9 @@ import os
 from pathlib import Path
 
 from jdlcore import JDL
+from pipeline.model_card import card_rows, diagnostics_figure
+
+from .context import in_prefect_run
 
 __all__ = ["publish_fit", "fit_summary_markdown", "diagnostics_png_path"]
 
@@ -21,8 +24,6 @@ def diagnostics_png_path(model_path: str | os.PathLike) -> Path:
 
 def fit_summary_markdown(model_path: str | os.PathLike, model: JDL) -> str:
     """The model card of a fit (``pipeline.model_card.card_rows``) as a markdown table."""
-    from pipeline.model_card import card_rows
-
     rows = [("model store", f"`{Path(model_path).resolve()}`"), *card_rows(model_path, model)]
     return "\n".join(["# JDL fit", "", "| | |", "|---|---|", *(f"| {k} | {v} |" for k, v in rows)])
 
@@ -30,8 +31,6 @@ def fit_summary_markdown(model_path: str | os.PathLike, model: JDL) -> str:
 def publish_fit(model_path: str | os.PathLike, model: JDL) -> Path:
     """Write the diagnostics PNG next to the store and, in a Prefect run, create the fit's two
     artifacts; returns the PNG."""
-    from pipeline.model_card import diagnostics_figure
-    from .runner import in_prefect_run
 
     png = diagnostics_png_path(model_path)
     partial = png.with_name(f".tmp-{os.getpid()}-{png.name}")

@@ -2,7 +2,7 @@
 reproduce.
 
 Each validates its parameters first (``flows.settings``: one ``ValueError`` naming the parameter, the
-rule and the value), then runs its stages through ``flows.runner.run_stage``, passing store paths.
+rule and the value), then runs its stages through ``flows.stage_runner.run_stage``, passing store paths.
 The Prefect flows of ``flows.jdl_flows`` call these functions, so a run in-process and a recorded
 Prefect run do the same work. Parameters left out (or None) take the settings' defaults.
 """
@@ -11,7 +11,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from .runner import run_stage
+from pipeline.cluster import shared_scheduler
+from pipeline.staging import data_fingerprint, open_staged
+from pipeline.tuning import load_tuning
+
+from .progress import report
+from .stage_runner import run_stage
 from .settings import CompressSettings, FitSettings, ScoreSettings, StageSettings, TuneSettings, validated
 from .stages import StageResult
 
@@ -36,8 +41,6 @@ def tune(**parameters: Any) -> StageResult:
 def fit(**parameters: Any) -> StageResult:
     """Fit a model on the staged store ``data`` into the model store ``out``; a ``tuning`` store that is
     missing or was made from other data is (re)computed first, on the default grid."""
-    from .progress import report
-
     settings = validated(FitSettings, "fit", **given(parameters))
     if settings.explicit() is None and not _tuned_on(settings.tuning, settings.data):
         report(f"fit: tuning store {settings.tuning} is missing or from other data; tuning first")
@@ -67,8 +70,6 @@ def train_and_score(
 
     Returns each stage's result; a re-run reuses every stage whose inputs did not change.
     """
-    from pipeline.cluster import shared_scheduler
-
     root = Path(workdir)
     paths = {name: str(root / f"{name}.zarr") for name in ("data", "tuning", "model", "scores", "batch")}
     stage_settings = validated(StageSettings, "stage", source=source, out=paths["data"], x=x, y=y,
@@ -111,7 +112,7 @@ def reproduce(kind: str, out: str, quick: bool = False, report: str | None = Non
     with n in [min_n, max_n] (results already in ``out`` for other cells are kept); ``parts``: only
     these cases (moments) or event levels (classification); ``resume``: skip the cells whose results
     are already in ``out`` (each cell is saved as soon as it finishes, so a stopped run resumes)."""
-    from experiments.report import write_report
+    from experiments.report import write_report  # the reproduce extra: loaded when the experiments run
     from experiments.runner import load, pending, plan, save, to_datasets
 
     cells = plan(kind, quick, max_n, min_n, parts)
@@ -130,9 +131,6 @@ def reproduce(kind: str, out: str, quick: bool = False, report: str | None = Non
 
 def _tuned_on(tuning: str, data: str) -> bool:
     """Whether ``tuning`` is a valid tuning store made from the data now in ``data``."""
-    from pipeline.staging import data_fingerprint, open_staged
-    from pipeline.tuning import load_tuning
-
     try:
         table = load_tuning(tuning)
     except ValueError:

@@ -11,6 +11,8 @@ import logging
 import re
 from typing import Callable, Iterator
 
+from .context import in_prefect_run
+
 __all__ = ["report", "displayed", "parse_fraction"]
 
 _display: Callable[[str], None] | None = None
@@ -28,8 +30,6 @@ def parse_fraction(line: str) -> tuple[int, int] | None:
 
 def report(line: str) -> None:
     """Log ``line`` (to the current Prefect run, if any) and show it on the installed display, if any."""
-    from .runner import in_prefect_run
-
     if in_prefect_run():
         from prefect import get_run_logger
 

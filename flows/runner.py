@@ -3,61 +3,30 @@
 ``execute(name, prefect=...)`` runs one of the flows (``flows.pipelines``): with ``prefect`` it calls
 the Prefect flow of ``flows.jdl_flows`` (recorded on the configured Prefect API, or a temporary local
 one), otherwise the same function in this process, without Prefect. Inside, every stage goes
-through ``run_stage``: a Prefect task within a Prefect flow run, a plain call with the same retry
-rule outside one. ``prefect_requested`` decides what the command line does: record when asked to,
+through ``flows.stage_runner.run_stage``: a Prefect task within a Prefect flow run, a plain call with
+the same retry rule outside one. ``prefect_requested`` decides what the command line does: record when asked to,
 or when a Prefect API is configured (PREFECT_API_URL in the environment or in the active Prefect
 profile).
 """
 from __future__ import annotations
 
 import os
-import sys
-import time
 from pathlib import Path
 from typing import Any
 
-__all__ = ["execute", "run_stage", "in_prefect_run", "prefect_requested", "configured_api_url"]
+from . import pipelines
+from .stage_runner import run_stage
 
-
-def in_prefect_run() -> bool:
-    """Whether this code runs inside a Prefect flow or task run (Prefect is not imported to find out)."""
-    if "prefect" not in sys.modules:
-        return False
-    from prefect.context import FlowRunContext, TaskRunContext
-
-    return FlowRunContext.get() is not None or TaskRunContext.get() is not None
-
-
-def run_stage(name: str, *args: Any) -> Any:
-    """Run the stage ``name`` of ``flows.stages``: as its Prefect task inside a flow run, else in-process,
-    retrying a transient failure after each of ``RETRY_DELAYS`` seconds."""
-    if in_prefect_run():
-        from .tasks import TASKS
-
-        return TASKS[name](*args)
-    from .stages import RETRY_DELAYS, STAGES, is_transient
-
-    for delay in (*RETRY_DELAYS, None):
-        try:
-            return STAGES[name](*args)
-        except Exception as error:
-            if delay is None or not is_transient(error):
-                raise
-            from .progress import report
-
-            report(f"{name}: {type(error).__name__}: {error}; retrying in {delay:g} s")
-            time.sleep(delay)
+__all__ = ["execute", "run_stage", "prefect_requested", "configured_api_url"]
 
 
 def execute(name: str, *, prefect: bool, **parameters: Any) -> Any:
     """Run the flow ``name`` (stage, tune, fit, score, train_and_score, compress, reproduce) with
     ``parameters``: as a recorded Prefect flow run if ``prefect``, else in this process."""
     if prefect:
-        from . import jdl_flows
+        from . import jdl_flows  # imports Prefect: only when a run is recorded
 
         return getattr(jdl_flows, f"{name}_flow")(**parameters)
-    from . import pipelines
-
     return getattr(pipelines, name)(**parameters)
 
 

@@ -12,6 +12,8 @@ import os
 from pathlib import Path
 from typing import Any
 
+from .settings import check_home
+
 __all__ = ["load_deployments", "runner_deployments", "serve_deployments"]
 
 _SCHEDULE_KEYS = ("cron", "interval", "rrule")
@@ -96,7 +98,6 @@ def serve_deployments(config: str | os.PathLike, limit: int | None = None) -> No
     from prefect import serve
     from prefect.settings import PREFECT_API_URL
 
-    from .settings import check_home
 
     if not PREFECT_API_URL.value():
         raise ValueError("serve: PREFECT_API_URL is not set; start a Prefect server (prefect server start) and "

@@ -17,7 +17,7 @@ import xarray as xr
 
 from jdlcore import JDL
 from jdlcore.conditional.curves import (
-    GRID_POINTS, _queries, conditional_curves, conditional_density, default_grid, default_x_values, density_bandwidth,
+    GRID_POINTS, query_points, conditional_curves, conditional_density, default_grid, default_x_values, density_bandwidth,
 )
 from pipeline.model_store import load_model
 
@@ -291,7 +291,7 @@ def _plot_class_probabilities(ax: Any, model: Any) -> None:
 
 
 def _slices(model: JDL, x_values: Any, n_slices: int):
-    x = default_x_values(model, n_slices) if x_values is None else _queries(model, x_values)
+    x = default_x_values(model, n_slices) if x_values is None else query_points(model, x_values)
     grid = default_grid(model, 0)
     density, cdf = conditional_curves(model, x, grid)
     return x, grid, density, cdf

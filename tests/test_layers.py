@@ -67,3 +67,85 @@ def test_every_entry_sets_openblas_idle_wait_before_numpy_loads(entry, given):
     result = subprocess.run([sys.executable, "-c", _NUMPY_WATCH.format(entry=entry)], cwd=ROOT, env=env,
                             capture_output=True, text=True, timeout=300)
     assert result.stdout.strip().splitlines()[-1] == (given or "4"), result.stdout + result.stderr
+
+
+def module_imports(package: str) -> dict[str, set[str]]:
+    """Per module of ``package`` (dotted name): the modules of the same package it imports, absolute or
+    relative, at module level or inside a function (an import deferred to a call still closes a loop)."""
+    modules = {".".join(path.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__"): path
+               for path in sorted((ROOT / package).rglob("*.py"))}
+    graph = {}
+    for name, path in modules.items():
+        is_package = path.name == "__init__.py"
+        found = set()
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                targets = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                if node.level:
+                    parts = name.split(".")[:len(name.split(".")) - node.level + is_package]
+                    base = ".".join(parts + ([node.module] if node.module else []))
+                else:
+                    base = node.module or ""
+                targets = [base] + [f"{base}.{alias.name}" for alias in node.names]
+            else:
+                continue
+            found.update(target for target in targets if target in modules and target != name)
+        graph[name] = found
+    return graph
+
+
+def cycle_in(graph: dict[str, set[str]]) -> list[str] | None:
+    """One import cycle of ``graph`` (its modules in order, the first repeated at the end), or None."""
+    state: dict[str, int] = {}  # 1: on the path being walked, 2: finished
+    path: list[str] = []
+
+    def walk(node: str) -> list[str] | None:
+        state[node] = 1
+        path.append(node)
+        for target in sorted(graph[node]):
+            if state.get(target) == 1:
+                return path[path.index(target):] + [target]
+            if target not in state and (found := walk(target)):
+                return found
+        path.pop()
+        state[node] = 2
+        return None
+
+    for node in sorted(graph):
+        if node not in state and (found := walk(node)):
+            return found
+    return None
+
+
+def test_cycle_finder_finds_a_cycle_and_only_a_cycle():
+    assert cycle_in({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert cycle_in({"a": {"b", "c"}, "b": {"c"}, "c": set()}) is None
+
+
+@pytest.mark.parametrize("package", LAYERS)
+def test_no_import_cycle_inside_a_package(package):
+    """A package's modules import one another downward only: no module needs a function-level import
+    to break a loop."""
+    assert cycle_in(module_imports(package)) is None
+
+
+@pytest.mark.parametrize("package", LAYERS)
+def test_no_private_name_crosses_a_package(package):
+    """What one top-level package uses of another has a public name (no leading underscore): in what
+    it imports, and in the attributes it reads of objects other than its own (every layer above jdlcore
+    works with jdlcore's objects, so there no underscored attribute is read but of ``self`` or ``cls``)."""
+    offending = []
+    for path in sorted((ROOT / package).rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                if node.module.split(".")[0] in set(LAYERS) - {package}:
+                    private = [alias.name for alias in node.names if alias.name.startswith("_")]
+                    private += [part for part in node.module.split(".") if part.startswith("_")
+                                and part != "__init__"]
+                    offending += [f"{path.relative_to(ROOT)}: {node.module}.{name}" for name in private]
+            elif (package != "jdlcore" and isinstance(node, ast.Attribute) and node.attr.startswith("_")
+                  and not node.attr.startswith("__")
+                  and not (isinstance(node.value, ast.Name) and node.value.id in ("self", "cls"))):
+                offending.append(f"{path.relative_to(ROOT)}:{node.lineno}: {ast.unparse(node)}")  # another's private
+    assert not offending, offending

@@ -18,7 +18,7 @@ import numpy as np
 
 from ..validation import as_samples
 
-__all__ = ["GRID_POINTS", "conditional_curves", "conditional_density", "default_grid", "default_x_values",
+__all__ = ["GRID_POINTS", "query_points", "conditional_curves", "conditional_density", "default_grid", "default_x_values",
            "density_bandwidth"]
 
 GRID_POINTS = 256
@@ -44,7 +44,7 @@ def default_grid(model: Any, component: int = 0, points: int = GRID_POINTS) -> n
     return np.linspace(float(column.min()) - pad, float(column.max()) + pad, points)
 
 
-def _queries(model: Any, x_values: Any) -> np.ndarray:
+def query_points(model: Any, x_values: Any) -> np.ndarray:
     """x_values as (k, d_X); a 1-D array is one query when d_X > 1, k queries when d_X = 1."""
     width = model.basis_x_.width
     x = np.asarray(x_values, dtype=np.float64)
@@ -66,7 +66,7 @@ def conditional_curves(model: Any, x_values: Any, y_grid: Any, *, component: int
     ``density_bandwidth``), in one ``model.conditional_expectation``. For scalar y the cdf equals
     ``model.conditional_cdf(x_values, y_grid)``.
     """
-    x = _queries(model, x_values)
+    x = query_points(model, x_values)
     grid = np.asarray(y_grid, dtype=np.float64).ravel()
     width = model.basis_y_.width
     if not 0 <= component < width:
