@@ -58,9 +58,11 @@ __all__ = [
     "PIVOTING_RULES",
     "Factorisation",
     "FACTORISATION_PARAMS",
+    "DEFAULT_TOL",
 ]
 
 PIVOTING_RULES = ("greedy", "random")
+DEFAULT_TOL = 1e-3  # the relative tolerance of every factorisation not told otherwise
 # the declarations of the factorisation settings, shared by every estimator that factorises a kernel
 FACTORISATION_PARAMS: dict[str, Param] = {
     "tol": Param(TOL, "relative pivoted-Cholesky tolerance: stop once the residual trace is at most tol x trace K",
@@ -88,7 +90,7 @@ class Factorisation:
     (None: 64).
     """
 
-    tol: float = 1e-3
+    tol: float = DEFAULT_TOL
     max_rank: int | None = None
     pivoting: str = "random"
     seed: int | None = 0
@@ -373,7 +375,7 @@ def run_pivoted_cholesky(
     storage: FactorStorage,
     kernel: Kernel,
     *,
-    tol: float = 1e-2,
+    tol: float = DEFAULT_TOL,
     atol: float = 0.0,
     max_rank: int | None = None,
     pivoting: str = "random",
@@ -462,7 +464,7 @@ def run_pivoted_cholesky(
 def pivoted_cholesky(
     kernel: Kernel,
     X: Any,
-    tol: float = 1e-2,
+    tol: float = DEFAULT_TOL,
     max_rank: int | None = None,
     pivoting: str = "random",
     seed: int | None = 0,
@@ -478,7 +480,8 @@ def pivoted_cholesky(
     ----------
     kernel: a ``Kernel``.
     X: (n, d) samples (1-D input is one feature).
-    tol: stop once trace(K - L L^T) <= tol * trace(K) (relative tolerance, as in the paper's experiments).
+    tol: stop once trace(K - L L^T) <= tol * trace(K) (relative tolerance, as in the paper's experiments),
+        in [0, 1): the rule of ``FACTORISATION_PARAMS``.
     max_rank: at most this many pivots.
     pivoting: "random" (RPCholesky, default: reaches a tolerance at a lower rank) or "greedy"
         (Algorithm 1: the largest residual diagonal entry).
@@ -488,8 +491,7 @@ def pivoted_cholesky(
     pivot_floor: residuals below pivot_floor * max(diag K) are treated as zero.
     """
     X = as_samples(X, "X")
-    if not np.isfinite(tol) or tol < 0:
-        raise ValueError(f"tol: must be finite and >= 0, got {tol!r}")
+    FACTORISATION_PARAMS["tol"].check("tol", tol)
     storage = InMemoryFactorStorage(kernel, X, capacity=max_rank)
     run = run_pivoted_cholesky(
         storage, kernel, tol=tol, atol=atol, max_rank=max_rank, pivoting=pivoting,
