@@ -39,9 +39,11 @@ from .models.cme import CME
 from .models.degeneracy import DegeneracyWarning, GridBudgetWarning
 from .models.estimator import Estimator, UnsupportedQuery
 from .models.greedy import ClassBasis, GreedyJDL
-from .models.jdl import JDL, JDLProblem, build_problem
+from .models.jdl import JDL
 from .models.klr import KLR
-from .models.polynomial import PolynomialBasis, PolynomialJDL
+from .models.polynomial import PolynomialJDL
+from .models.polynomial_basis import PolynomialBasis
+from .models.problem import JDLProblem, build_problem
 from .models.psd_jdl import PSDJDL
 from .models.registry import METHODS, estimator_class
 from .psd.fit import fit_psd_density

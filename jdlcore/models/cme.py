@@ -35,11 +35,11 @@ import numpy as np
 from ..conditional.atoms import Atoms, evaluate_function
 from ..lowrank.basis import JDLReductions
 from .estimator import Estimator
-from .jdl import kernel_problem
+from .problem import kernel_problem
 from ..kernels import Kernel
 from ..conditional.queries import below_thresholds, check_levels, quantiles_from_weights
 from ..solvers.active_set import ProjectionQP
-from ..lowrank.cholesky import FACTORISATION_PARAMS
+from ..lowrank.cholesky import DEFAULT_TOL, FACTORISATION_PARAMS
 from ..params import Choice, Number, Param
 
 __all__ = ["CME", "solve_cme"]
@@ -110,7 +110,7 @@ class CME(Estimator):
     }
 
     def __init__(self, kernel_x: Kernel | None = None, kernel_y: Kernel | None = None, *, reg: float = 1e-3,
-                 tol: float = 1e-3, constraints: str = "none", pivoting: str = "random",
+                 tol: float = DEFAULT_TOL, constraints: str = "none", pivoting: str = "random",
                  max_rank: int | None = None, seed: int | None = 0, block_size: int | None = None):
         self._keep_params(locals())
 

@@ -46,8 +46,9 @@ from typing import Any, Sequence
 import numpy as np
 
 from ..lowrank.basis import JDLReductions, SpectralBasis, spectral_basis
-from ..lowrank.cholesky import FACTORISATION_PARAMS, Factorisation, pivoted_cholesky
-from .jdl import JDL, SUPPORT_PARAMS, JDLProblem
+from ..lowrank.cholesky import DEFAULT_TOL, FACTORISATION_PARAMS, Factorisation, pivoted_cholesky
+from .jdl import JDL, SUPPORT_PARAMS
+from .problem import JDLProblem
 from ..kernels import DeltaKernel, Kernel, kernel_from_dict
 from ..solvers.active_set import ProjectionQP
 from ..params import Choice, Number, Param, Rule
@@ -256,35 +257,11 @@ def solve_class_step(
     while True:
         h = qp.h
         if positivity == "atoms":
-            values = A_y @ h
-            pos_slack = 1.0 + values  # >= 0 wanted
-            run_slack = c - (Av + values)  # >= 0 wanted
-            pos_bad = np.flatnonzero(pos_slack < -feasibility_tol)
-            run_bad = np.flatnonzero(run_slack < -feasibility_tol)
-            pos_worst = -float(pos_slack.min())
-            run_worst = -float(run_slack.min())
-            if pos_bad.size == 0 and run_bad.size == 0:
-                break
-            pos_bad = _most_violated(pos_bad, pos_slack, max_new)
-            run_bad = _most_violated(run_bad, run_slack, max_new)
-            normals = np.vstack([A_y[pos_bad], -A_y[run_bad]])
-            beta = np.concatenate([np.ones(pos_bad.size), c - Av[run_bad]])
+            normals, beta, pos_worst, run_worst = _atom_cuts(A_y, Av, h, c, feasibility_tol, max_new)
         else:
-            low_vertex = np.where(h > 0, low, high)  # argmin over the box of x^T h
-            w = v + h
-            high_vertex = np.where(w > 0, high, low)  # argmax over the box of x^T (v + h)
-            pos_worst = -(1.0 + float(low_vertex @ h))
-            run_worst = float(high_vertex @ w) - c
-            new_normals, new_beta = [], []
-            if pos_worst > feasibility_tol:
-                new_normals.append(low_vertex)
-                new_beta.append(1.0)
-            if run_worst > feasibility_tol:
-                new_normals.append(-high_vertex)
-                new_beta.append(c - float(high_vertex @ v))
-            if not new_normals:
-                break
-            normals, beta = np.vstack(new_normals), np.asarray(new_beta)
+            normals, beta, pos_worst, run_worst = _box_cuts(low, high, v, h, c, feasibility_tol)
+        if normals is None:
+            break
         rounds += 1
         if rounds > max_rounds:
             raise RuntimeError(
@@ -304,6 +281,49 @@ def solve_class_step(
     active = int(np.sum(qp.multipliers() > 0))
     return ClassStep(h.copy(), rounds, cuts, active, qp.iterations, time.perf_counter() - started,
                      max(pos_worst, 0.0), max(run_worst, 0.0))
+
+
+def _atom_cuts(A_y: np.ndarray, Av: np.ndarray, h: np.ndarray, c: float, feasibility_tol: float,
+               max_new: int) -> tuple[np.ndarray | None, np.ndarray | None, float, float]:
+    """The cuts of one round at the atoms: (normals (k, m_Y), beta (k,)) for the ``max_new`` most violated
+    atoms of positivity (1 + A_y h >= 0) and of the running bound (A_y (v + h) <= c, Av = A_y v), or
+    (None, None) when none is violated beyond ``feasibility_tol``; then the largest violations of each."""
+    values = A_y @ h
+    pos_slack = 1.0 + values  # >= 0 wanted
+    run_slack = c - (Av + values)  # >= 0 wanted
+    pos_bad = np.flatnonzero(pos_slack < -feasibility_tol)
+    run_bad = np.flatnonzero(run_slack < -feasibility_tol)
+    pos_worst = -float(pos_slack.min())
+    run_worst = -float(run_slack.min())
+    if pos_bad.size == 0 and run_bad.size == 0:
+        return None, None, pos_worst, run_worst
+    pos_bad = _most_violated(pos_bad, pos_slack, max_new)
+    run_bad = _most_violated(run_bad, run_slack, max_new)
+    normals = np.vstack([A_y[pos_bad], -A_y[run_bad]])
+    beta = np.concatenate([np.ones(pos_bad.size), c - Av[run_bad]])
+    return normals, beta, pos_worst, run_worst
+
+
+def _box_cuts(low: np.ndarray, high: np.ndarray, v: np.ndarray, h: np.ndarray, c: float,
+              feasibility_tol: float) -> tuple[np.ndarray | None, np.ndarray | None, float, float]:
+    """The cuts of one round on the box low <= psi <= high: the vertex minimising 1 + psi h (positivity)
+    and the one maximising psi (v + h) (the running bound), each where violated beyond
+    ``feasibility_tol``, as (normals (k, m_Y), beta (k,)), or (None, None); then the two violations."""
+    low_vertex = np.where(h > 0, low, high)  # argmin over the box of x^T h
+    w = v + h
+    high_vertex = np.where(w > 0, high, low)  # argmax over the box of x^T (v + h)
+    pos_worst = -(1.0 + float(low_vertex @ h))
+    run_worst = float(high_vertex @ w) - c
+    new_normals, new_beta = [], []
+    if pos_worst > feasibility_tol:
+        new_normals.append(low_vertex)
+        new_beta.append(1.0)
+    if run_worst > feasibility_tol:
+        new_normals.append(-high_vertex)
+        new_beta.append(c - float(high_vertex @ v))
+    if not new_normals:
+        return None, None, pos_worst, run_worst
+    return np.vstack(new_normals), np.asarray(new_beta), pos_worst, run_worst
 
 
 def _most_violated(bad: np.ndarray, slack: np.ndarray, count: int) -> np.ndarray:
@@ -414,7 +434,7 @@ class GreedyJDL(JDL):
         kernel_y: Kernel | None = None,
         *,
         reg: float = 1e-3,
-        tol: float = 1e-3,
+        tol: float = DEFAULT_TOL,
         positivity: str = "atoms",
         bounds: str = "sample",
         class_order: str | Sequence[float] = "sorted",

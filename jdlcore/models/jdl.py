@@ -12,50 +12,44 @@ without positivity ("none", "normalization") the signed weights are returned as 
 
 Positivity can also be imposed in the fit: "grid" (1 + h >= 0 on the support atoms times a sample
 of the training x, by budgeted cutting planes), "tightening" (the paper's (33)) and "pointwise"
-(Lemma 4.2's (29), every (x, y)). These shrink the model toward independence (measured in the
+(Lemma 4.2's (29), every (x, y)). These shrink the model toward independence (measured in
 docs/positivity.md); their laws are still projected at query time wherever a fresh x breaks the constraint.
 """
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
-from functools import cached_property
 from typing import Any, Callable
 
 import numpy as np
 
-from ..conditional.atoms import STANDARD_FUNCTIONS, Atoms, FunctionSums, block_sums, evaluate_function
-from ..lowrank.basis import (
-    JDLReductions, SpectralBasis, column_extremes, factor_partials, reductions_from_partials, spectral_basis,
-    unknown_extremes,
-)
-from ..lowrank.cholesky import FACTORISATION_PARAMS, Factorisation, PivotedCholesky, pivoted_cholesky
-from .degeneracy import (
-    MARGINAL_ROWS, GridBudgetWarning, announce, factor_degeneracies, marginal_degeneracy, projection_degeneracy,
-    rank_budget,
-)
-from .estimator import Estimator, paired_samples
-from ..kernels import Kernel, kernel_from_dict
+from ..conditional.atoms import STANDARD_FUNCTIONS, Atoms, FunctionSums, evaluate_function
 from ..conditional.laws import MomentBasis, apply_rule, crps as law_crps, map_rows, project, quantiles
 from ..conditional.queries import below_thresholds, check_levels
-from ..solvers import (
-    grid_minimum, pointwise_bounds, solve_grid_positivity, solve_normalized, solve_tightened, solve_unconstrained,
-)
-from ..conditional.support import (
-    MarginalSums, Support, build_support, check_support_rows, default_support_size, sample_rows,
-)
+from ..conditional.support import Support, build_support, check_support_rows, default_support_size, sample_rows
+from ..kernels import Kernel
+from ..lowrank.cholesky import DEFAULT_TOL, FACTORISATION_PARAMS
 from ..params import Choice, Integer, Number, Param
+from ..solvers import (
+    pointwise_bounds, solve_grid_positivity, solve_normalized, solve_tightened, solve_unconstrained,
+)
 from ..validation import as_samples
+from .atom_diagnostics import TrainingAtomDiagnostics
+from .degeneracy import MARGINAL_ROWS, announce, factor_degeneracies, marginal_degeneracy, projection_degeneracy
+from .estimator import Estimator, paired_samples
+from .jdl_state import JDLState
+from .problem import GRID_POINTS, JDLProblem, kernel_problem, marginal_sums, support_resolution
+# Re-exported for importers outside jdlcore.models (pipeline.chunked_fit, jdlcore.tuning, tests), until they
+# import from the homes: jdlcore.models.problem, and jdlcore.models.degeneracy for GridBudgetWarning (they
+# also read JDLProblem, marginal_sums and support_resolution here, imported above for JDL's own use).
+from .degeneracy import GridBudgetWarning  # noqa: F401
+from .problem import (  # noqa: F401
+    ProblemSide, build_problem, factor_diagnostics, problem_from_factors, problem_side,
+)
 
-__all__ = [
-    "JDL", "JDLProblem", "ProblemSide", "build_problem", "problem_from_factors", "problem_side", "factor_diagnostics",
-    "marginal_sums",
-    "support_resolution", "CONSTRAINTS", "POSITIVITY", "SUPPORT_PARAMS", "GridBudgetWarning", "GRID_POINTS",
-]
+__all__ = ["JDL", "CONSTRAINTS", "POSITIVITY", "SUPPORT_PARAMS"]
 
 CONSTRAINTS = ("none", "normalization", "positivity")
 POSITIVITY = ("project", "clip", "grid", "tightening", "pointwise")
-GRID_POINTS = 1000  # training x rows of the grid positivity constraints (a seeded sample above that)
 # the declarations of the laws' support and of the grid positivity budget (JDL and the polynomial JDL)
 SUPPORT_PARAMS: dict[str, Param] = {
     "support_size": Param(Integer(optional=True), "support atoms M of the conditional laws (unset: 512 for a "
@@ -64,182 +58,9 @@ SUPPORT_PARAMS: dict[str, Param] = {
     "grid_rounds": Param(Integer(), "cutting-plane rounds of the grid positivity"),
     "grid_seconds": Param(Number(low=0, low_open=True), "wall-clock budget of the grid positivity, in seconds"),
 }
-_QUERY_ELEMENTS = 1 << 22  # (queries x training atoms) entries per batch of the n-atom diagnostics
 
 
-@dataclass
-class JDLProblem:
-    """Everything a solve needs, independent of ``reg`` and the constraints.
-
-    basis_x, basis_y: double-orthogonal bases; A_x (n, m_X), A_y (n, m_Y): their values at the
-    training samples (None on the chunked path); reductions: the m x m sums of the problem; factor
-    diagnostics in ``factors``; function_sums: sums of test functions over the training atoms (the
-    standard mean and second moment always), by name; support: the weighted support atoms of the Y
-    marginal (built by the fit when None); grid_x: training x rows for grid positivity (<= GRID_POINTS).
-    """
-
-    basis_x: SpectralBasis
-    basis_y: SpectralBasis
-    A_x: np.ndarray | None
-    A_y: np.ndarray | None
-    reductions: JDLReductions
-    factors: dict
-    function_sums: dict[str, FunctionSums] = field(default_factory=dict)
-    support: Support | None = None
-    grid_x: np.ndarray | None = None
-
-
-def build_problem(
-    X: np.ndarray,
-    Y: np.ndarray,
-    kernel_x: Kernel,
-    kernel_y: Kernel,
-    factorisation: Factorisation = Factorisation(),
-    *,
-    test_functions: dict[str, Callable] | None = None,
-    support_size: int | None = None,
-    grid_points: int = GRID_POINTS,
-    values_x: bool = True,
-) -> JDLProblem:
-    """Pivoted Cholesky of K_X and K_Y, double-orthogonal bases, reductions and support (in memory).
-
-    ``factorisation``: the settings of both decompositions (a max_rank of None is the default budget,
-    ``jdlcore.models.degeneracy.rank_budget``). ``test_functions`` (name -> f, row-wise on the atoms) are
-    summed here and registered with models fitted on the problem, besides the standard mean and
-    second moment. ``values_x``: compute the x basis values at the rows (``JDLProblem.A_x``) and
-    their column extremes; without them A_x is None and the extremes are NaN (only the tightening
-    and the PSD model read them).
-    """
-    started = time.perf_counter()
-    budget = rank_budget(len(X)) if factorisation.max_rank is None else None
-    options = factorisation.options(max_rank=budget or factorisation.max_rank)
-    factor_x = pivoted_cholesky(kernel_x, X, **options)
-    factor_y = pivoted_cholesky(kernel_y, Y, **options)
-    return problem_from_factors(factor_x, factor_y, kernel_x, kernel_y, X, Y, test_functions=test_functions,
-                                started=started, support_size=support_size, seed=factorisation.seed,
-                                grid_points=grid_points, rank_budget=budget, values_x=values_x)
-
-
-@dataclass
-class ProblemSide:
-    """One kernel's half of a JDL problem on n rows, shared by every problem that pairs it (a tuning
-    grid pairs each x factorisation with every y one): the pivoted Cholesky factor (L (n, m)), its
-    double-orthogonal basis and the Gram matrix L^T L (m, m).
-
-    The basis values at the rows, A = L V (n, m), and their column extremes are computed on first
-    use: A costs one n x m x m product, as much as the Gram matrix, and on the x side only the
-    tightening and the PSD model read it (the reductions come from L itself)."""
-
-    factor: PivotedCholesky
-    basis: SpectralBasis
-    gram: np.ndarray
-
-    @cached_property
-    def A(self) -> np.ndarray:
-        return self.factor.L @ self.basis.rotation
-
-    @cached_property
-    def extremes(self) -> tuple[np.ndarray, np.ndarray]:
-        return column_extremes(self.A)
-
-    @property
-    def nbytes(self) -> int:
-        values = self.__dict__.get("A")
-        return int(self.factor.L.nbytes + self.gram.nbytes + (0 if values is None else values.nbytes))
-
-
-def problem_side(factor: PivotedCholesky, kernel: Kernel) -> ProblemSide:
-    """The ``ProblemSide`` of a factorisation of ``kernel``'s matrix."""
-    gram = factor.L.T @ factor.L
-    return ProblemSide(factor, spectral_basis(factor, kernel, gram=gram), gram)
-
-
-def problem_from_factors(
-    factor_x: PivotedCholesky | ProblemSide,
-    factor_y: PivotedCholesky | ProblemSide,
-    kernel_x: Kernel,
-    kernel_y: Kernel,
-    X: np.ndarray,
-    Y: np.ndarray,
-    *,
-    test_functions: dict[str, Callable] | None = None,
-    started: float | None = None,
-    support_size: int | None = None,
-    seed: int | None = 0,
-    grid_points: int = GRID_POINTS,
-    rank_budget: int | None = None,
-    values_x: bool = True,
-) -> JDLProblem:
-    """``build_problem`` from given in-memory factorisations of K_X and K_Y (n rows each; X (n, d_x) and
-    Y (n, d_y) the samples): a lengthscale search factorises each side once per lengthscale and pairs
-    them here (each given as its ``ProblemSide`` where that is kept between problems). ``started``: the
-    perf_counter time the factorisations began (for ``factor_seconds``); ``rank_budget``: the default
-    rank cap they ran under, if any (``jdlcore.models.degeneracy``); ``values_x``: as in ``build_problem``."""
-    started = time.perf_counter() if started is None else started
-    side_x, side_y = (side if isinstance(side, ProblemSide) else problem_side(side, kernel)
-                      for side, kernel in ((factor_x, kernel_x), (factor_y, kernel_y)))
-    factor_x, factor_y = side_x.factor, side_y.factor
-    basis_x, basis_y, A_y = side_x.basis, side_y.basis, side_y.A
-    A_x = side_x.A if values_x else None
-    extremes_x = side_x.extremes if values_x else unknown_extremes(basis_x.size)
-    partials = factor_partials(factor_x.L, factor_y.L, side_x.gram, side_y.gram)
-    reductions = reductions_from_partials(partials, basis_x, basis_y, extremes_x, side_y.extremes)
-    sums = {name: block_sums(f, Y, A_y) for name, f in {**STANDARD_FUNCTIONS, **(test_functions or {})}.items()}
-    n = Y.shape[0]
-    size = support_size or default_support_size(Y.shape[1])
-    support = build_support([Y], Y[sample_rows(n, seed)], min(size, n), basis_y.features,
-                            marginal_sums(reductions, sums), seed, support_resolution(kernel_y))
-    factors = factor_diagnostics(factor_x, factor_y, started, rank_budget)
-    return JDLProblem(basis_x, basis_y, A_x, A_y, reductions, factors, sums, support, X[sample_rows(n, seed, grid_points)])
-
-
-def kernel_problem(estimator: Any, X: Any, Y: Any) -> tuple[JDLProblem, np.ndarray, np.ndarray]:
-    """Validate the pairs, then pivoted Cholesky of K_X and K_Y, the bases and the reductions
-    (``build_problem``) with the estimator's kernels (Gaussian of lengthscale 1 where None) and
-    factorisation options (tol, max_rank, pivoting, seed, block_size; support_size and grid_points
-    where it has them); the x basis values at the rows only where the estimator ``reads_x_values``;
-    returns (problem, X, Y)."""
-    X, Y = paired_samples(X, Y)
-    extra = {name: getattr(estimator, name) for name in ("support_size", "grid_points") if hasattr(estimator, name)}
-    check_support_rows(extra.get("support_size"), X.shape[0])
-    problem = build_problem(X, Y, estimator._kernel("kernel_x"), estimator._kernel("kernel_y"),
-                            Factorisation.of(estimator), values_x=estimator.reads_x_values, **extra)
-    return problem, X, Y
-
-
-def marginal_sums(reductions: JDLReductions, sums: dict[str, FunctionSums]) -> MarginalSums:
-    """The sums a support reproduces: n, sum_j Psi_Y(y_j) and the standard mean and second moment."""
-    return MarginalSums(reductions.n, reductions.sum_y, sums["mean"], sums["second_moment"])
-
-
-def support_resolution(kernel_y: Kernel | None) -> float | None:
-    """The widest support bin that resolves the Y basis: half the Y kernel's (scalar) lengthscale in
-    y's units (None for a basis without a kernel, or a per-feature lengthscale)."""
-    scale = getattr(kernel_y, "data_lengthscale", None)
-    return None if scale is None or np.ndim(scale) else 0.5 * float(scale)
-
-
-def factor_diagnostics(factor_x: PivotedCholesky, factor_y: PivotedCholesky, started: float,
-                       rank_budget: int | None = None) -> dict:
-    """Ranks, residual traces and stop reasons of the two factorisations, and the default rank budget
-    they ran under (None: the caller's own max_rank)."""
-    return {
-        "rank_budget": rank_budget,
-        "rank_x": factor_x.rank,
-        "rank_y": factor_y.rank,
-        "trace_error_x": factor_x.trace_error,
-        "trace_error_y": factor_y.trace_error,
-        "relative_error_x": factor_x.relative_error,
-        "relative_error_y": factor_y.relative_error,
-        "stop_reason_x": factor_x.stop_reason,
-        "stop_reason_y": factor_y.stop_reason,
-        "pivots_x": factor_x.pivots,
-        "pivots_y": factor_y.pivots,
-        "factor_seconds": time.perf_counter() - started,
-    }
-
-
-class JDL(Estimator):
+class JDL(TrainingAtomDiagnostics, JDLState, Estimator):
     """Adaptive joint distribution learner (Filipovic, Multerer & Schneider).
 
     Parameters
@@ -271,6 +92,10 @@ class JDL(Estimator):
     Fitted attributes end in ``_``: basis_x_, basis_y_, coef_ (H, m_Y x m_X), support_ (the support
     atoms and weights, ``jdlcore.conditional.support.Support``), atoms_ (the n training atoms, for the paper's
     diagnostics on the training grid), reductions_, diagnostics_.
+
+    The problem a fit solves: ``jdlcore.models.problem``; ``state`` / ``from_state``:
+    ``jdlcore.models.jdl_state``; the diagnostics on the n training atoms (``radon_nikodym``,
+    ``negative_mass``, ``negative_share``, ``density_ratio``, ``grid_minimum``): ``jdlcore.models.atom_diagnostics``.
     """
 
     method = "jdl"
@@ -295,7 +120,7 @@ class JDL(Estimator):
         kernel_y: Kernel | None = None,
         *,
         reg: float = 1e-3,
-        tol: float = 1e-3,
+        tol: float = DEFAULT_TOL,
         constraints: str = "positivity",
         positivity: str = "project",
         pivoting: str = "random",
@@ -471,113 +296,6 @@ class JDL(Estimator):
         """Registered test functions by name: (values at the support atoms (M, p), shape of one value)."""
         self._fitted()
         return dict(self._support_values)
-
-    # -- state (for stores) -----------------------------------------------------------------------
-    def state(self) -> dict[str, Any]:
-        """Everything a fitted model needs, as NumPy arrays and JSON-able values (no pickles).
-
-        ``from_state(state())`` rebuilds a model whose queries are bit-identical. The training atoms
-        are passed through as they are (a lazily read array stays lazy). A registered test function
-        k keeps its sums over the training atoms (``registered_{k}_moments`` / ``_totals``) and its
-        values at the support atoms (``registered_{k}_support``); names and shapes under "registered".
-        """
-        self._fitted()
-        red = self.reductions_
-        arrays = {
-            "coef": self.coef_, "y_atoms": self.y_atoms_, **self.support_.to_arrays(),
-            **{f"reduction_{name}": getattr(red, name) for name in red.__dataclass_fields__ if name != "n"},
-        }
-        registered = []
-        for k, (name, sums) in enumerate(self._training_sums.items()):
-            arrays[f"registered_{k}_moments"], arrays[f"registered_{k}_totals"] = sums.moments, sums.totals
-            arrays[f"registered_{k}_support"] = self._support_values[name][0]
-            registered.append({"name": name, "shape": list(sums.shape)})
-        return {
-            **self._two_basis_state(arrays),
-            "registered": registered,
-            "support": {"construction": self.support_.construction, "exact": self.support_.exact,
-                        "defect": self.support_.defect, "requested": self.support_.requested},
-        }
-
-    @classmethod
-    def from_state(cls, state: dict[str, Any]) -> "JDL":
-        """Rebuild a fitted model from ``state()``; raises ``ValueError`` on missing or inconsistent parts.
-
-        A state without support atoms (a store written before they existed) gets them built from its
-        training atoms, in one pass, as a fit would.
-        """
-        try:
-            y_atoms = state["arrays"]["y_atoms"]
-            arrays = {k: np.asarray(v, dtype=np.float64) for k, v in state["arrays"].items() if k != "y_atoms"}
-            model = cls._from_params(state)
-            n = int(state["n_samples"])
-            bases = {side: cls._basis_from_state(side, arrays, state) for side in ("x", "y")}
-            reductions = JDLReductions(n=n, **{
-                name: arrays[f"reduction_{name}"] for name in JDLReductions.__dataclass_fields__ if name != "n"
-            })
-            coef = arrays["coef"]
-            registered = {
-                entry["name"]: FunctionSums(arrays[f"registered_{k}_moments"], arrays[f"registered_{k}_totals"],
-                                            tuple(int(s) for s in entry["shape"]))
-                for k, entry in enumerate(state.get("registered", []))
-            }
-        except KeyError as missing:
-            raise ValueError(f"state: missing part {missing}") from None
-        m_y, m_x = coef.shape
-        shapes = {name: array.shape for name, array in arrays.items()}
-        shapes["y_atoms"] = tuple(y_atoms.shape)
-        if (bases["x"].size, bases["y"].size) != (m_x, m_y):
-            raise ValueError(f"state: coef has shape {coef.shape}, the bases have {bases['y'].size} x {bases['x'].size}")
-        d_y = bases["y"].width
-        expected = {"y_atoms": (n, d_y), "reduction_cross": (m_y, m_x)}
-        has_support = "support_atoms" in arrays
-        if has_support:
-            M = shapes.get("support_weights", (0,))[0]
-            expected["support_atoms"] = (M, d_y)
-        for k, (name, sums) in enumerate(registered.items()):
-            p = int(np.prod(sums.shape))
-            expected[f"registered_{k}_moments"], expected[f"registered_{k}_totals"] = (m_y, p), (p,)
-            if has_support:
-                expected[f"registered_{k}_support"] = (M, p)
-        for name, shape in expected.items():
-            if shapes.get(name) != shape:
-                raise ValueError(f"state: {name} has shape {shapes.get(name)}, expected {shape}")
-        model.check_params()
-        model.basis_x_, model.basis_y_ = bases["x"], bases["y"]
-        model.coef_ = coef
-        model.atoms_ = Atoms(y_atoms, bases["y"])
-        model.reductions_, model.n_samples_ = reductions, n
-        model.diagnostics_ = {
-            **state.get("diagnostics", {}),
-            "trace_error_x": arrays["x_trace_error"], "trace_error_y": arrays["y_trace_error"],
-        }
-        model._training_sums = registered
-        if has_support:
-            meta = state.get("support", {})
-            support = Support(arrays["support_atoms"], arrays["support_weights"], meta.get("construction", "bins"),
-                              float(meta.get("defect", 0.0)), meta.get("exact", "none"), int(meta.get("requested", M)))
-            values = {name: (arrays[f"registered_{k}_support"], sums.shape) for k, (name, sums) in enumerate(registered.items())}
-        else:
-            problem = JDLProblem(bases["x"], bases["y"], None, None, reductions, {}, registered)
-            support, model._training_sums = model._support(problem, model.atoms_)
-            values = {name: evaluate_function(f, support.atoms) for name, f in STANDARD_FUNCTIONS.items()}
-            model.diagnostics_.update({"law": model.law_rule, "support_size": support.size,
-                                       "support_construction": support.construction, "support_exact": support.exact,
-                                       "support_defect": support.defect})
-        model._set_support(support)
-        model._support_values = values
-        return model
-
-    @classmethod
-    def _from_params(cls, state: dict[str, Any]) -> "JDL":
-        """An unfitted estimator with the stored hyperparameters."""
-        return cls(kernel_x=kernel_from_dict(state["kernel_x"]), kernel_y=kernel_from_dict(state["kernel_y"]),
-                   **state["params"])
-
-    @classmethod
-    def _basis_from_state(cls, side: str, arrays: dict[str, np.ndarray], state: dict[str, Any]) -> Any:
-        """The basis of one side ("x" or "y") from ``state()``'s arrays (subclasses with other bases override)."""
-        return SpectralBasis.from_arrays(kernel_from_dict(state[f"kernel_{side}"]), arrays, side)
 
     # -- the conditional law ------------------------------------------------------------------------
     def _directions(self, Xq: np.ndarray) -> np.ndarray:
@@ -786,56 +504,3 @@ class JDL(Estimator):
             raise ValueError(f"classes_: Y has more than {self.support_.requested} distinct values, so it is not "
                              "treated as discrete; use conditional_cdf, or fit with a larger support_size")
         return np.unique(self.support_.atoms[:, 0])
-
-    # -- the paper's diagnostics on the n training atoms ---------------------------------------------
-    def density_ratio(self, Xq: Any, Yq: Any) -> np.ndarray:
-        """The fitted Radon-Nikodym derivative 1 + h(x_i, y_i) = 1 + Psi_Y(y_i) H Psi_X(x_i)^T at pairs
-        (x_i, y_i) anywhere, shape (q,): signed, before any projection of the laws."""
-        Xq, Yq = self._query_pairs(Xq, Yq)
-        return 1.0 + np.einsum("qm,qm->q", self.basis_y_.features(Yq), self._directions(Xq))
-
-    def radon_nikodym(self, Xq: Any) -> np.ndarray:
-        """1 + h(x_q, y_j) for queries x_q and every training atom y_j, shape (q, n)."""
-        Xq = self._queries(Xq)
-        g = self._directions(Xq)
-        values = np.empty((Xq.shape[0], self.n_samples_))
-        for rows, _, A in self.atoms_.blocks():
-            np.matmul(g, A.T, out=values[:, rows])
-        values += 1.0
-        return values
-
-    def negative_mass(self, Xq: Any) -> np.ndarray:
-        """Negative weight of the signed law on the n training atoms, relative to its total, shape (q,)."""
-        Xq = self._queries(Xq)
-        negative, totals = np.zeros(Xq.shape[0]), np.zeros(Xq.shape[0])
-        g = self._directions(Xq)
-        for _, _, A in self.atoms_.blocks():  # atoms outside: one pass over them for all queries
-            for sl in _batches(Xq.shape[0], A.shape[0]):
-                values = g[sl] @ A.T
-                values += 1.0
-                negative[sl] += np.minimum(values, 0.0).sum(axis=1)
-                totals[sl] += values.sum(axis=1)
-        return negative / -totals
-
-    def negative_share(self, Xq: Any, tol: float = 1e-12) -> np.ndarray:
-        """Share of training atoms y_j with 1 + h(x_q, y_j) < -tol (a negative Radon-Nikodym value of the
-        signed law), shape (q,); computed block by block, so never (q, n) in memory."""
-        Xq = self._queries(Xq)
-        counts = np.zeros(Xq.shape[0])
-        g = self._directions(Xq)
-        for _, _, A in self.atoms_.blocks():
-            for sl in _batches(Xq.shape[0], A.shape[0]):
-                counts[sl] += np.count_nonzero(g[sl] @ A.T < -1.0 - tol, axis=1)
-        return counts / self.n_samples_
-
-    def grid_minimum(self, X: Any) -> float:
-        """min over training samples x_t and atoms y_s of 1 + h(x_t, y_s) (X: the training inputs)."""
-        X = self._queries(X)
-        psi = self.basis_x_.features(X)
-        return min(grid_minimum(self.coef_, psi, A) for _, _, A in self.atoms_.blocks())
-
-
-def _batches(q: int, atoms: int) -> list[slice]:
-    """Query slices whose (queries x atoms) temporaries stay near ``_QUERY_ELEMENTS`` entries."""
-    step = max(1, _QUERY_ELEMENTS // max(atoms, 1))
-    return [slice(start, min(start + step, q)) for start in range(0, q, step)]

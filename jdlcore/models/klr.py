@@ -39,7 +39,7 @@ import numpy as np
 from scipy.linalg import LinAlgError, cho_factor, cho_solve
 
 from ..lowrank.basis import SpectralBasis, spectral_basis
-from ..lowrank.cholesky import FACTORISATION_PARAMS, Factorisation, pivoted_cholesky
+from ..lowrank.cholesky import DEFAULT_TOL, FACTORISATION_PARAMS, Factorisation, pivoted_cholesky
 from .estimator import Estimator, paired_samples
 from ..kernels import Kernel, kernel_from_dict
 from ..params import Flag, Integer, Number, Param
@@ -267,7 +267,7 @@ class KLR(Estimator):
         kernel_x: Kernel | None = None,
         *,
         reg: float = 1e-3,
-        tol: float = 1e-3,
+        tol: float = DEFAULT_TOL,
         threshold: float | None = None,
         fit_intercept: bool = True,
         pivoting: str = "random",

@@ -43,12 +43,12 @@ import numpy as np
 from ..conditional.atoms import evaluate_function
 from .degeneracy import announce, factor_degeneracies, solver_degeneracy
 from .estimator import Estimator
-from .jdl import kernel_problem
+from .problem import kernel_problem
 from ..kernels import Kernel
 from ..psd.fit import project_psd_affine
 from ..solvers.fista import fista
 from ..conditional.queries import below_thresholds, check_levels, quantiles_from_weights
-from ..lowrank.cholesky import FACTORISATION_PARAMS
+from ..lowrank.cholesky import DEFAULT_TOL, FACTORISATION_PARAMS
 from ..params import Integer, Number, Param
 
 __all__ = ["PSDJDL", "fourth_moments", "diagonal_moments", "apply_T", "psd_jdl_objective"]
@@ -154,7 +154,7 @@ class PSDJDL(Estimator):
     }
 
     def __init__(self, kernel_x: Kernel | None = None, kernel_y: Kernel | None = None, *, reg: float = 1e-3,
-                 tol: float = 1e-3, pivoting: str = "random", max_rank: int | None = None, seed: int | None = 0,
+                 tol: float = DEFAULT_TOL, pivoting: str = "random", max_rank: int | None = None, seed: int | None = 0,
                  block_size: int | None = None, solver_tol: float = 1e-9, max_iter: int = 3000,
                  max_features: int = 400):
         self._keep_params(locals())

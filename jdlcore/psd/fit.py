@@ -31,8 +31,8 @@ Solvers
 Both solvers work in whitened coordinates B = K^{1/2} A K^{1/2} (A = R B R, R = K^{-1/2}, K's
 eigenvalues floored at 1e-12 * max). The PSD cone is invariant under this congruence, the
 regulariser becomes reg |B|_F^2 and f = psi^T B psi with psi = K^{-1/2} k_C(x), |psi|^2 <= 1.
-In the raw A-coordinates the Hessian has condition numbers ~1e12 and |A| is in the thousands;
-FISTA in A stalled at a 1e-3 relative objective gap and Clarabel stopped ~3e-5 short of the optimum.
+In the raw A-coordinates the Hessian is badly conditioned and |A| is large, and neither solver
+reached the optimum there (docs/methods.md, PSD models).
 Centres that make K numerically singular (cond(K) beyond ~1e10) still defeat both solvers: the
 default centre choice stops adding centres before that (see ``_default_centers``), and
 fit_info_["cond_K"] reports it.
@@ -256,7 +256,7 @@ def fit_psd_density(
     objective (J at the returned A), iterations, solver, seconds, min_eigenvalue, integral, m, ...
     """
     X = as_samples(X, "X")
-    n, d = X.shape
+    d = X.shape[1]
     eta = eta_from_lengthscale(lengthscale, d)
     reg = check_nonnegative(reg, "reg")
     check_choice(solver, "solver", ("auto", "cvxpy", "pgd"))
@@ -264,33 +264,72 @@ def fit_psd_density(
         raise ValueError(f"max_iter: must be >= 1, got {max_iter!r}")
     if not (np.isfinite(tol) and tol >= 0):
         raise ValueError(f"tol: must be finite and >= 0, got {tol!r}")
+    C, center_source = _fit_centers(X, centers, m, lengthscale, seed, max_centers)
+    mC = C.shape[0]
+    if solver == "auto":
+        solver = "cvxpy" if mC <= _AUTO_CVXPY_MAX_M else "pgd"
+
+    t0 = time.perf_counter()
+    problem = _density_problem(C, X, eta, reg)
+    if solver == "cvxpy":
+        A, info = _solve_cvxpy(problem, normalize)
+    else:
+        A, info = _solve_pgd(problem, normalize, int(max_iter), float(tol), seed)
+    A, objective, info_extra = _unit_integral(problem, A, normalize)
+    seconds = time.perf_counter() - t0
+    eig_A = np.linalg.eigvalsh(A)
+    info.update(
+        objective=objective,
+        solver=solver if "solver" not in info else info["solver"],
+        seconds=seconds,
+        min_eigenvalue=float(eig_A[0]),
+        min_eigenvalue_relative=float(eig_A[0] / eig_A[-1]) if eig_A[-1] > 0 else 0.0,
+        integral=float(np.sum(problem.N * A)),
+        m=mC,
+        cond_K=float(np.linalg.cond(problem.K)),
+        center_source=center_source,
+        normalize=bool(normalize),
+        **info_extra,
+    )
+    model = GaussianPSDModel.from_eta(A, C, eta)
+    model.fit_info_ = info
+    return model
+
+
+def _fit_centers(X: np.ndarray, centers: Any, m: int, lengthscale: Any, seed: int,
+                 max_centers: int) -> tuple[np.ndarray, str]:
+    """The centres C (m', d) of ``fit_psd_density`` and where they came from: the given ones, else
+    ``_default_centers`` (at most m); ``ValueError`` past ``max_centers``."""
     if centers is None:
         if int(m) < 1:
             raise ValueError(f"m: must be >= 1, got {m!r}")
         _check_size(int(m), max_centers)
         C, center_source = _default_centers(X, int(m), lengthscale, seed)
     else:
-        C = _check_centers(centers, d)
+        C = _check_centers(centers, X.shape[1])
         center_source = "given"
-    mC = C.shape[0]
-    _check_size(mC, max_centers)
-    if solver == "auto":
-        solver = "cvxpy" if mC <= _AUTO_CVXPY_MAX_M else "pgd"
+    _check_size(C.shape[0], max_centers)
+    return C, center_source
 
-    t0 = time.perf_counter()
+
+def _density_problem(C: np.ndarray, X: np.ndarray, eta: np.ndarray, reg: float) -> _Problem:
+    """The terms of J for centres C (m, d), samples X (n, d) and precision eta (d,): the factor of the
+    reduced L2 Gram, K = K_{C,C}, S = K_{C,X} K_{X,C} / n and N = c_{2 eta} K_{C,C,eta/2}."""
     H, iu, w = _reduced_gram(C, eta)
     K = gaussian_block(C, C, eta)
     KX = gaussian_block(C, X, eta)
-    S = KX @ KX.T / n
+    S = KX @ KX.T / X.shape[0]
     N = gaussian_mass(2.0 * eta) * gaussian_block(C, C, eta / 2.0)
-    problem = _Problem(F=_gram_factor(H), iu=iu, w=w, K=K, S=S, N=N, reg=reg, m=mC)
-    if solver == "cvxpy":
-        A, info = _solve_cvxpy(problem, normalize)
-    else:
-        A, info = _solve_pgd(problem, normalize, int(max_iter), float(tol), seed)
+    return _Problem(F=_gram_factor(H), iu=iu, w=w, K=K, S=S, N=N, reg=reg, m=C.shape[0])
+
+
+def _unit_integral(problem: _Problem, A: np.ndarray, normalize: bool) -> tuple[np.ndarray, float, dict[str, Any]]:
+    """A solver's A (m, m) symmetrised and divided by its integral <N, A> (with ``normalize``, this only
+    removes the solver's residual equality violation), J there, and (without ``normalize``) J and the
+    integral of the raw minimiser; ``RuntimeError`` for an integral <= 0."""
     A = (A + A.T) / 2.0
     objective = problem.objective(A)
-    integral = float(np.sum(N * A))
+    integral = float(np.sum(problem.N * A))
     info_extra: dict[str, Any] = {}
     if normalize:
         if integral <= 0:
@@ -304,24 +343,7 @@ def fit_psd_density(
             raise RuntimeError("fit_psd_density: the unnormalised fit is identically zero; cannot renormalise")
         A = A / integral
         objective = problem.objective(A)
-    seconds = time.perf_counter() - t0
-    eig_A = np.linalg.eigvalsh(A)
-    info.update(
-        objective=objective,
-        solver=solver if "solver" not in info else info["solver"],
-        seconds=seconds,
-        min_eigenvalue=float(eig_A[0]),
-        min_eigenvalue_relative=float(eig_A[0] / eig_A[-1]) if eig_A[-1] > 0 else 0.0,
-        integral=float(np.sum(N * A)),
-        m=mC,
-        cond_K=float(np.linalg.cond(K)),
-        center_source=center_source,
-        normalize=bool(normalize),
-        **info_extra,
-    )
-    model = GaussianPSDModel.from_eta(A, C, eta)
-    model.fit_info_ = info
-    return model
+    return A, objective, info_extra
 
 
 # ---------------------------------------------------------------------------------------------
@@ -330,7 +352,7 @@ def fit_psd_density(
 def _gram_factor(H: np.ndarray) -> np.ndarray:
     """F (r, p) with F^T F = the PSD part of H: eigenvalues <= p * eps * max are dropped. The
     computed H is PSD only up to rounding; its slightly negative eigenvalues would make the
-    objective unbounded below along near-null directions (observed: J ~ -1e16 with cond(K) ~ 1e9)."""
+    objective unbounded below along near-null directions (docs/methods.md, PSD models)."""
     lam, U = np.linalg.eigh(H)
     keep = lam > H.shape[0] * np.finfo(float).eps * max(lam[-1], 0.0)
     return np.ascontiguousarray((U[:, keep] * np.sqrt(lam[keep])).T)
@@ -476,7 +498,7 @@ def _solve_pgd(p: _Problem, normalize: bool, max_iter: int, tol: float, seed: in
     """FISTA in whitened coordinates B = K^{1/2} A K^{1/2} (A = R B R, R = K^{-1/2}; K's eigenvalues
     floored at 1e-12 * max). The PSD cone is invariant under this congruence, the regulariser
     becomes reg |B|_F^2 and the model is f = psi^T B psi with psi = K^{-1/2} k_C(x) (|psi|^2 <= 1),
-    which removes most of the ill-conditioning of the A-parametrisation (cond(G) ~ 1e12 is typical)."""
+    which removes most of the ill-conditioning of the A-parametrisation."""
     m = p.m
     lk, Uk = np.linalg.eigh(p.K)
     lk = np.clip(lk, _WHITEN_FLOOR * lk[-1], None)
