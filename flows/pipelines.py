@@ -1,7 +1,7 @@
 """The bodies of jdl's flows as plain functions: stage, tune, fit, score, train-and-score, compress and
 reproduce.
 
-Each validates its parameters first (``flows.settings``: one ``ValueError`` naming the parameter, the
+Each validates its parameters first (``pipeline.settings``: one ``ValueError`` naming the parameter, the
 rule and the value), then runs its stages through ``flows.stage_runner.run_stage``, passing store paths.
 The Prefect flows of ``flows.jdl_flows`` call these functions, so a run in-process and a recorded
 Prefect run do the same work. Parameters left out (or None) take the settings' defaults.
@@ -17,7 +17,7 @@ from pipeline.tuning import load_tuning
 
 from .progress import report
 from .stage_runner import run_stage
-from .settings import CompressSettings, FitSettings, ScoreSettings, StageSettings, TuneSettings, validated
+from pipeline.settings import CompressSettings, FitSettings, ScoreSettings, StageSettings, TuneSettings, validated
 from .stages import StageResult
 
 __all__ = ["stage", "tune", "fit", "score", "train_and_score", "compress", "reproduce", "given"]
@@ -30,12 +30,12 @@ def given(parameters: dict[str, Any]) -> dict[str, Any]:
 
 def stage(**parameters: Any) -> StageResult:
     """Validate the columns x and y of a source table into the staged zarr store ``out``."""
-    return run_stage("stage", validated(StageSettings, "stage", **given(parameters)).model_dump())
+    return run_stage("stage", validated(StageSettings, "stage", **given(parameters)))
 
 
 def tune(**parameters: Any) -> StageResult:
     """Score a hyperparameter grid on (a subsample of) the staged store ``data`` into a tuning store."""
-    return run_stage("tune", validated(TuneSettings, "tune", **given(parameters)).model_dump())
+    return run_stage("tune", validated(TuneSettings, "tune", **given(parameters)))
 
 
 def fit(**parameters: Any) -> StageResult:
@@ -46,21 +46,22 @@ def fit(**parameters: Any) -> StageResult:
         report(f"fit: tuning store {settings.tuning} is missing or from other data; tuning first")
         run_stage("tune", validated(TuneSettings, "tune", **given(dict(
             data=settings.data, out=settings.tuning, tol=settings.tol, seed=settings.seed,
-            scaling=settings.scaling, scheduler=settings.scheduler))).model_dump())
-    return run_stage("fit", settings.model_dump())
+            scaling=settings.scaling, scheduler=settings.scheduler))))
+    return run_stage("fit", settings)
 
 
 def score(**parameters: Any) -> StageResult:
     """Score every row of the staged store ``data`` with the model store ``model`` into ``out``."""
-    return run_stage("score", validated(ScoreSettings, "score", **given(parameters)).model_dump())
+    return run_stage("score", validated(ScoreSettings, "score", **given(parameters)))
 
 
 def train_and_score(
     source: str, workdir: str, x: list[str], y: list[str], categorical: list[str] | None = None,
     score_source: str | None = None,
     functions: list[str] | None = None, lengthscales_x: list[float] | None = None,
-    lengthscales_y: list[float] | None = None, regs: list[float] | None = None, tune_rows: int = 20_000,
-    tol: float | None = None, positivity: str = "auto", chunk_size: int = 65_536, seed: int = 0,
+    lengthscales_y: list[float] | None = None, regs: list[float] | None = None,
+    tune_rows: int = TuneSettings.model_fields["max_rows"].default, tol: float | None = None, positivity: str = "auto",
+    chunk_size: int = StageSettings.model_fields["chunk_size"].default, seed: int = 0,
     scheduler: str | None = None,
 ) -> dict[str, StageResult]:
     """stage -> tune -> fit -> score in ``workdir`` (data.zarr, tuning.zarr, model.zarr, scores.zarr;
@@ -90,18 +91,18 @@ def train_and_score(
     results: dict[str, StageResult] = {}
     with shared_scheduler(fit_settings.scheduler) as address:
         where = {} if address == fit_settings.scheduler else {"scheduler": address}
-        results["stage"] = run_stage("stage", stage_settings.model_dump())
+        results["stage"] = run_stage("stage", stage_settings)
         if batch_settings is not None:
-            results["stage_batch"] = run_stage("stage", batch_settings.model_dump())
-        results["tune"] = run_stage("tune", {**tune_settings.model_dump(), **where})
-        results["fit"] = run_stage("fit", {**fit_settings.model_dump(), **where})
-        results["score"] = run_stage("score", {**score_settings.model_dump(), **where})
+            results["stage_batch"] = run_stage("stage", batch_settings)
+        results["tune"] = run_stage("tune", tune_settings.model_copy(update=where))
+        results["fit"] = run_stage("fit", fit_settings.model_copy(update=where))
+        results["score"] = run_stage("score", score_settings.model_copy(update=where))
     return results
 
 
 def compress(**parameters: Any) -> StageResult:
     """Compress the staged store ``data`` to ``m`` points into the compressed set ``out``."""
-    return run_stage("compress", validated(CompressSettings, "compress", **given(parameters)).model_dump())
+    return run_stage("compress", validated(CompressSettings, "compress", **given(parameters)))
 
 
 def reproduce(kind: str, out: str, quick: bool = False, report: str | None = None, max_n: int = 1_000_000,

@@ -12,7 +12,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from .settings import check_home
+from pipeline.settings import check_home
 
 __all__ = ["load_deployments", "runner_deployments", "serve_deployments"]
 

@@ -6,7 +6,7 @@ from typing import Any
 
 from .context import in_prefect_run
 from .progress import report
-from .stages import RETRY_DELAYS, STAGES, is_transient
+from . import stages
 
 __all__ = ["run_stage"]
 
@@ -18,11 +18,11 @@ def run_stage(name: str, *args: Any) -> Any:
         from .tasks import TASKS  # Prefect is imported only where a Prefect run already loaded it
 
         return TASKS[name](*args)
-    for delay in (*RETRY_DELAYS, None):
+    for delay in (*stages.RETRY_DELAYS, None):  # read at the call: a test may shorten them
         try:
-            return STAGES[name](*args)
+            return stages.STAGES[name](*args)
         except Exception as error:
-            if delay is None or not is_transient(error):
+            if delay is None or not stages.is_transient(error):
                 raise
             report(f"{name}: {type(error).__name__}: {error}; retrying in {delay:g} s")
             time.sleep(delay)

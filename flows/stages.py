@@ -1,6 +1,6 @@
 """The stages of a jdl run as plain functions: stage, tune, fit, score, compress (and one cell of
-the paper's experiments). Each takes its validated settings as a dict and writes one store, passing
-its path on (never arrays).
+the paper's experiments). Each takes its validated settings whole (``pipeline.settings``) and writes
+one store, passing its path on (never arrays).
 
 Every stage computes its run key and reuses, writes or replaces its output store (``flows.resume``).
 Transient failures (lost connections, timeouts, a killed Dask worker) are worth a retry, bad input
@@ -31,7 +31,7 @@ from pipeline.tuning import load_tuning, tune_store
 from .artifacts import publish_fit
 from .progress import report
 from .resume import Decision, decide, run_key, source_fingerprint
-from .settings import CompressSettings, FitSettings, ScoreSettings, StageSettings, TuneSettings
+from pipeline.settings import CompressSettings, FitSettings, ScoreSettings, StageSettings, TuneSettings
 
 __all__ = ["StageResult", "STAGES", "RETRY_DELAYS", "stage", "tune", "fit", "score", "compress", "reproduce_cell",
            "is_transient", "fit_hyperparameters"]
@@ -72,9 +72,8 @@ def _run(stage_name: str, out: str, schema: str, key: str, validate, write) -> S
     return StageResult(path=str(out), reused=action == Decision.REUSE, key=key)
 
 
-def stage(settings: dict[str, Any]) -> StageResult:
+def stage(s: StageSettings) -> StageResult:
     """Validate a source table into a staged zarr store."""
-    s = StageSettings(**settings)
     key = run_key("stage", source=source_fingerprint(s.source), x=s.x, y=s.y, chunk_size=s.chunk_size,
                   **({"categorical": s.categorical} if s.categorical else {}))
     return _run("stage", s.out, DATA_SCHEMA, key, open_staged, lambda overwrite: stage_table(
@@ -87,9 +86,8 @@ def tune_key(s: TuneSettings, fingerprint: str) -> str:
     return run_key("tune", data=fingerprint, **{**s.model_dump(exclude={"data", "out", "scheduler"}), **held_out})
 
 
-def tune(settings: dict[str, Any]) -> StageResult:
+def tune(s: TuneSettings) -> StageResult:
     """Score the hyperparameter grid (pairs of lengthscales fanned out on Dask) into a tuning store."""
-    s = TuneSettings(**settings)
     key = tune_key(s, data_fingerprint(open_staged(s.data)))
     options = s.model_dump(exclude={"data", "out"})
     return _run("tune", s.out, TUNING_SCHEMA, key, load_tuning, lambda overwrite: tune_store(
@@ -108,10 +106,9 @@ def fit_hyperparameters(s: FitSettings) -> tuple[dict[str, Any], str | None]:
              for k in ("lengthscale_x", "lengthscale_y", "reg")}, table.attrs.get("run_key"))
 
 
-def fit(settings: dict[str, Any]) -> StageResult:
+def fit(s: FitSettings) -> StageResult:
     """Fit a model on a staged store (hyperparameters given or from a tuning store); publish
     a summary table and a diagnostics PNG as Prefect artifacts."""
-    s = FitSettings(**settings)
     hyper, tuning_key = fit_hyperparameters(s)
     fingerprint = data_fingerprint(open_staged(s.data))
     options = s.options()
@@ -131,10 +128,9 @@ def fit(settings: dict[str, Any]) -> StageResult:
     return _run("fit", s.out, MODEL_SCHEMA, key, load_model, write)
 
 
-def score(settings: dict[str, Any]) -> StageResult:
+def score(s: ScoreSettings) -> StageResult:
     """Score a staged store with a model store into a scores store. A versioned model store's pointer
     is resolved once: that version keys the run and is read to the end (``pipeline.versions``)."""
-    s = ScoreSettings(**settings)
     lease = lease_model(s.model)
     try:
         key = run_key("score", model=_model_identity(lease.path), data=data_fingerprint(open_staged(s.data)),
@@ -155,9 +151,8 @@ def _model_identity(path: str | os.PathLike) -> str:
         raise ValueError(f"model {path}: attribute 'checksums' is missing") from None
 
 
-def compress(settings: dict[str, Any]) -> StageResult:
+def compress(s: CompressSettings) -> StageResult:
     """Compress a staged store to m points (ACKIP and friends) into a compressed set, itself a staged store."""
-    s = CompressSettings(**settings)
     key = run_key("compress", data=data_fingerprint(open_staged(s.data)),
                   **s.model_dump(exclude={"data", "out", "scheduler"}))
     _refuse_plain_data(s.out)

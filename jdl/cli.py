@@ -18,8 +18,6 @@ import sys
 import warnings
 from typing import Callable
 
-os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
-
 _SCHEDULER_HELP = ("where to run: auto (default: an embedded Dask cluster above 200,000 rows), memory, local "
                    "(embedded Dask cluster) or tcp://HOST:PORT; environment variable JDL_SCHEDULER")
 _PREFECT_HELP = ("record the run in Prefect: on PREFECT_API_URL, or a temporary local Prefect API when none is "
@@ -125,13 +123,17 @@ def _execute(args: argparse.Namespace, name: str, title: str | None = None, **pa
 
 def _run_flow(args: argparse.Namespace, name: str, settings_class, **parameters):
     """Validate first (nothing starts for bad arguments), then run the flow. Its parameters are the
-    arguments named as the settings' fields (the flags' destinations), then ``parameters``."""
+    arguments named as the settings' fields (the flags' destinations), then ``parameters``. The values
+    are validated once in each process: by the flow before its first stage, and here too when the run is
+    recorded in Prefect (whose API would otherwise start first)."""
     from flows.pipelines import given
-    from flows.settings import validated
+    from flows.runner import prefect_requested
+    from pipeline.settings import validated
 
     parameters = {**{field: getattr(args, field) for field in settings_class.model_fields if hasattr(args, field)},
                   **parameters}
-    validated(settings_class, name, **given(parameters))
+    if prefect_requested(args.prefect):  # before a Prefect API starts; in this process the flow validates first
+        validated(settings_class, name, **given(parameters))
     return _execute(args, name, **parameters)
 
 
@@ -141,13 +143,13 @@ def _reused(result: dict) -> str:
 
 def _flow_command(name: str, settings: str, report: Callable[[argparse.Namespace, dict], str],
                   **renamed: str) -> Callable[[argparse.Namespace], int]:
-    """The command that runs the flow ``name`` (its settings: the class ``settings`` of ``flows.settings``;
+    """The command that runs the flow ``name`` (its settings: the class ``settings`` of ``pipeline.settings``;
     ``renamed``: settings fields read from differently named arguments) and prints ``report(args, result)``."""
 
     def run(args: argparse.Namespace) -> int:
-        import flows.settings
+        import pipeline.settings
 
-        result = _run_flow(args, name, getattr(flows.settings, settings),
+        result = _run_flow(args, name, getattr(pipeline.settings, settings),
                            **{field: getattr(args, argument) for field, argument in renamed.items()})
         lines = report(args, result).split("\n")
         print("\n".join([lines[0] + _reused(result)] + lines[1:]))
@@ -331,9 +333,9 @@ def _add_prefect(parser: argparse.ArgumentParser) -> None:
 
 class _Parser(argparse.ArgumentParser):
     """An argument parser that may add some of its arguments only when it is used (``deferred``: functions
-    of the parser, run before it parses or shows help). The arguments read from the method registry use
-    it, since importing jdlcore (and SciPy with it) takes most of a second that every other command
-    (and ``jdl --help``) would pay."""
+    of the parser, run before it parses or shows help). The arguments read from the method registry and
+    the defaults read from a stage's settings use it, since importing jdlcore (and SciPy with it) takes
+    most of a second that every other command (and ``jdl --help``) would pay."""
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
@@ -352,42 +354,77 @@ class _Parser(argparse.ArgumentParser):
         return super().format_help()
 
 
+def _settings_flags(parser: _Parser, settings: str) -> Callable[..., argparse.Action]:
+    """A function adding flags whose defaults are the fields of the same names of ``settings`` (a class of
+    ``pipeline.settings``, where each default is declared): read when the command is used, and written
+    into the help wherever it says {default}."""
+    actions: list[argparse.Action] = []
+
+    def add(*flags: str, help: str, **kwargs) -> argparse.Action:
+        actions.append(parser.add_argument(*flags, help=help, **kwargs))
+        return actions[-1]
+
+    def read_defaults(parser: argparse.ArgumentParser) -> None:
+        import pipeline.settings
+
+        fields = getattr(pipeline.settings, settings).model_fields
+        for action in actions:
+            action.default = fields[action.dest].get_default(call_default_factory=True)
+            action.help = action.help.replace("{default}", str(action.default))
+
+    parser.deferred.append(read_defaults)
+    return add
+
+
 def _add_method_options(parser: argparse.ArgumentParser) -> None:
     """``--method`` and a flag per fit option the methods declare (``jdlcore.models.registry.FIT_OPTIONS``),
     each defaulting to the method's own value."""
     from jdlcore.models.registry import FIT_OPTIONS, METHODS
+    from pipeline.settings import FitSettings
 
     methods = "; ".join(f"{name}: {cls.summary}" for name, cls in METHODS.items())
-    parser.add_argument("--method", default="jdl", help=f"{methods} (default jdl)")
+    default = FitSettings.model_fields["method"].default
+    parser.add_argument("--method", default=default, help=f"{methods} (default {default})")
     for name, option in FIT_OPTIONS.items():
         metavar = "{" + ",".join(option.choices) + "}" if option.choices else name.upper()
         parser.add_argument(f"--{name.replace('_', '-')}", type=option.kind, metavar=metavar, help=option.describe())
 
 
 def _add_scaling(parser: argparse.ArgumentParser, default: str | None) -> None:
-    """``--scaling`` (``jdlcore.scaling.SCALINGS``): how the kernels standardise their inputs."""
+    """``--scaling`` (``jdlcore.scaling.SCALINGS``): how the kernels standardise their inputs; ``default``
+    is the settings' default (None: the tuning store's, else robust)."""
     from jdlcore.scaling import SCALINGS
 
     parser.add_argument("--scaling", choices=SCALINGS, default=default,
                         help="robust: standardise each feature by its median and interquartile range, so lengthscales "
                              "are in standard units; none: the raw columns (default: "
-                             + ("robust)" if default else "the tuning store's, else robust)"))
+                             + (f"{default})" if default else "the tuning store's, else robust)"))
+
+
+def _add_scaling_of(settings: str) -> Callable[[argparse.ArgumentParser], None]:
+    """``--scaling`` with the default of ``settings`` (a class of ``pipeline.settings``)."""
+
+    def add(parser: argparse.ArgumentParser) -> None:
+        import pipeline.settings
+
+        _add_scaling(parser, getattr(pipeline.settings, settings).model_fields["scaling"].default)
+
+    return add
 
 
 def _add_unseen(parser: argparse.ArgumentParser) -> None:
     """``--unseen`` (``data_schemas.data.UNSEEN_RULES``): what scoring does with a level the model lacks."""
     from data_schemas.data import UNSEEN_RULES
+    from pipeline.settings import ScoreSettings
 
-    parser.add_argument("--unseen", choices=UNSEEN_RULES, default="refuse",
-                        help="a categorical level the model was not fitted on: refuse the batch (default), or let it "
-                             "match no level (the row is then equally far from every training row along that column)")
+    default = ScoreSettings.model_fields["unseen"].default
+    parser.add_argument("--unseen", choices=UNSEEN_RULES, default=default,
+                        help=f"a categorical level the model was not fitted on: refuse the batch (default {default}), "
+                             "or let it match no level (the row is then equally far from every training row along "
+                             "that column)")
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="jdl", description="Adaptive joint distribution learning at scale.")
-    parser.add_argument("-v", "--verbose", action="store_true", help="show the runs' log lines on the console")
-    commands = parser.add_subparsers(dest="command", required=True)
-
+def _add_demo(commands) -> None:
     demo = commands.add_parser("demo", help="stage, tune, fit and score a synthetic heteroscedastic data set on an "
                                             "embedded Dask cluster, and report")
     demo.add_argument("--rows", type=int, default=100_000, help="training rows (default 100000)")
@@ -396,22 +433,29 @@ def build_parser() -> argparse.ArgumentParser:
     _add_scheduler(demo, "local")
     demo.set_defaults(run=_demo)
 
+
+def _add_stage(commands) -> None:
     stage = commands.add_parser("stage", help="validate a CSV/Parquet/NumPy/NetCDF/zarr table into a zarr data store",
                                 epilog=_REUSE_NOTE)
+    setting = _settings_flags(stage, "StageSettings")
     stage.add_argument("source", help="source file (.csv, .parquet, .npy, .npz, .nc, .zarr)")
     stage.add_argument("--x", type=_columns, required=True, help="comma-separated input columns (numbers for .npy)")
     stage.add_argument("--y", type=_columns, required=True, help="comma-separated output columns")
     stage.add_argument("--out", required=True, help="the zarr store to write")
-    stage.add_argument("--categorical", type=_columns, default=[],
-                       help="comma-separated x columns holding categories (integer-coded ones, say); text x columns "
-                            "are categorical anyway. They are stored as codes with their levels, and the x kernel "
-                            "compares them as equal or not")
-    stage.add_argument("--chunk-size", type=int, default=65_536, help="rows per chunk (default 65536)")
+    setting("--categorical", type=_columns,
+            help="comma-separated x columns holding categories (integer-coded ones, say); text x columns "
+                 "are categorical anyway. They are stored as codes with their levels, and the x kernel "
+                 "compares them as equal or not")
+    setting("--chunk-size", type=int, help="rows per chunk (default {default})")
     _add_prefect(stage)
     stage.set_defaults(run=_stage)
 
+
+def _add_tune(commands) -> None:
     tune = commands.add_parser("tune", help="score a grid of lengthscales and reg on a staged store (a validation "
-                                            "criterion on 4:1 splits of a subsample, or on a validation store)", epilog=_REUSE_NOTE)
+                                            "criterion on 4:1 splits of a subsample, or on a validation store)",
+                               epilog=_REUSE_NOTE)
+    setting = _settings_flags(tune, "TuneSettings")
     tune.add_argument("data", help="staged data store (from jdl stage)")
     tune.add_argument("--out", required=True, help="the tuning store to write")
     tune.add_argument("--lengthscales-x", type=_floats, help="comma-separated (default: 1/8, 1/4, 1/2 of the median "
@@ -420,28 +464,31 @@ def build_parser() -> argparse.ArgumentParser:
     tune.add_argument("--regs", type=_floats, help="comma-separated, all scored (default: the decades 1e-10 to "
                                                     "1e-3, walked from 1e-6 toward the lower validation loss)")
     tune.add_argument("--tol", type=float, help="relative pivoted-Cholesky tolerance (default: jdl's, 1e-3)")
-    tune.add_argument("--criterion", default="auto",
-                      help="auto (default: crps for a scalar y, else second_moment) | crps (the exact CRPS of the "
-                           "laws; scalar y) | pinball:L1,L2,... (the mean pinball loss at those levels; scalar y) | "
-                           "log (the negative log density of the laws smoothed by the y kernel) | second_moment "
-                           "(the paper's loss (40))")
+    setting("--criterion",
+            help="auto (default: crps for a scalar y, else second_moment) | crps (the exact CRPS of the "
+                 "laws; scalar y) | pinball:L1,L2,... (the mean pinball loss at those levels; scalar y) | "
+                 "log (the negative log density of the laws smoothed by the y kernel) | second_moment "
+                 "(the paper's loss (40))")
     tune.add_argument("--validation", help="a staged store of held-out rows to score on (default: seeded fifths of "
                                            "the subsample, --folds)")
     tune.add_argument("--folds", help="how many disjoint fifths of the subsample to validate on, each candidate fitted "
                                       "on the other rows of each: 1 to 5, or auto (default: one from 10,000 rows of "
                                       "subsample on, else 5, cross-validation)")
-    tune.deferred.append(functools.partial(_add_scaling, default="robust"))
-    tune.add_argument("--search", action=argparse.BooleanOptionalAction, default=True,
-                      help="refine the grid's best to one lengthscale per feature where x (or y) has several; "
-                           "features that do not help end up long (default: on)")
-    tune.add_argument("--max-rows", type=int, default=20_000, help="rows of the subsample (default 20000)")
-    tune.add_argument("--seed", type=int, default=0)
+    tune.deferred.append(_add_scaling_of("TuneSettings"))
+    setting("--search", action=argparse.BooleanOptionalAction,
+            help="refine the grid's best to one lengthscale per feature where x (or y) has several; "
+                 "features that do not help end up long (default: on)")
+    setting("--max-rows", type=int, help="rows of the subsample (default {default})")
+    setting("--seed", type=int, help="seed of the subsample, the folds and the pivoting (default {default})")
     _add_scheduler(tune)
     tune.set_defaults(run=_tune)
 
+
+def _add_fit(commands) -> None:
     fit = commands.add_parser("fit", help="fit a model (JDL or a baseline/variant, --method) on a staged data store "
                                           "and write a model store",
                               epilog=_REUSE_NOTE)
+    setting = _settings_flags(fit, "FitSettings")
     fit.add_argument("data", help="staged data store (from jdl stage)")
     fit.add_argument("--out", required=True, help="the model store to write")
     fit.add_argument("--tuning", help="a tuning store to take the best hyperparameters from (tuned first if missing)")
@@ -450,13 +497,15 @@ def build_parser() -> argparse.ArgumentParser:
     fit.add_argument("--lengthscale-y", type=_lengthscale, help="Gaussian kernel lengthscale on y (or one per y "
                                                                 "feature)")
     fit.add_argument("--reg", type=float, help="regularisation lambda")
-    fit.add_argument("--keep-versions", type=int, help="model versions kept at OUT, the new one included (default 3; "
-                                                      "a version being read is kept until it is free)")
-    fit.deferred.append(functools.partial(_add_scaling, default=None))
+    setting("--keep-versions", type=int, help="model versions kept at OUT, the new one included (default {default}; "
+                                              "a version being read is kept until it is free)")
+    fit.deferred.append(_add_scaling_of("FitSettings"))
     fit.deferred.append(_add_method_options)
     _add_scheduler(fit)
     fit.set_defaults(run=_fit)
 
+
+def _add_score(commands) -> None:
     score = commands.add_parser("score", help="score a staged data store with a model store", epilog=_REUSE_NOTE)
     score.add_argument("model", help="model store (from jdl fit)")
     score.add_argument("data", help="staged data store")
@@ -467,35 +516,37 @@ def build_parser() -> argparse.ArgumentParser:
     _add_scheduler(score)
     score.set_defaults(run=_score)
 
+
+def _add_compress(commands) -> None:
     compress = commands.add_parser("compress", help="compress a staged data store to m points whose conditional "
                                                     "mean embedding matches the data's (ACKIP and friends); the "
                                                     "result is a staged data store", epilog=_REUSE_NOTE)
+    setting = _settings_flags(compress, "CompressSettings")
     compress.add_argument("data", help="staged data store (from jdl stage)")
     compress.add_argument("--out", required=True, help="the compressed set to write (a staged data store)")
-    compress.add_argument("--m", type=int, default=100, help="points in the compressed set (default 100)")
-    compress.add_argument("--method", default="ackip",
-                          help="ackip (default: average conditional kernel inducing points) | ackh (herding) | "
-                               "jkip | jkh (joint kernel) | random (a uniform subsample)")
+    setting("--m", type=int, help="points in the compressed set (default {default})")
+    setting("--method", help="ackip (default: average conditional kernel inducing points) | ackh (herding) | "
+                             "jkip | jkh (joint kernel) | random (a uniform subsample)")
     compress.add_argument("--lengthscale-x", type=float, help="Gaussian kernel lengthscale on x (default: median "
                                                               "heuristic)")
     compress.add_argument("--lengthscale-y", type=float, help="Gaussian kernel lengthscale on y (default: median "
                                                               "heuristic)")
-    compress.add_argument("--kernel-y", default="gaussian",
-                          help="gaussian (default) | delta (y is a class label)")
+    setting("--kernel-y", help="gaussian (default) | delta (y is a class label)")
     compress.add_argument("--reg", type=float, help="the compressed KCME's lambda (default: chosen by validation "
                           "for KCMEs of m points)")
-    compress.add_argument("--seed", type=int, default=0)
+    setting("--seed", type=int, help="seed of the starts and the steps (default {default})")
     compress.add_argument("--steps", type=int, help="Adam steps or L-BFGS iterations (default 500 for the set, 50 "
                                                     "per point for herding)")
-    compress.add_argument("--optimizer", default="adam", help="adam (default) | lbfgs")
-    compress.add_argument("--learning-rate", type=float, default=0.01,
-                          help="Adam's, in column standard deviations (default 0.01)")
-    compress.add_argument("--n-init", type=int, default=10, help="random starts compared (default 10)")
-    compress.add_argument("--amcmd-tol", type=float, default=1e-3,
-                          help="pivoted-Cholesky tolerance of the data's KCME in the reported AMCMD (default 1e-3)")
+    setting("--optimizer", help="adam (default) | lbfgs")
+    setting("--learning-rate", type=float, help="Adam's, in column standard deviations (default {default})")
+    setting("--n-init", type=int, help="random starts compared (default {default})")
+    setting("--amcmd-tol", type=float,
+            help="pivoted-Cholesky tolerance of the data's KCME in the reported AMCMD (default {default})")
     _add_scheduler(compress)
     compress.set_defaults(run=_compress)
 
+
+def _add_reproduce(commands) -> None:
     reproduce = commands.add_parser("reproduce", help="run the paper's experiments (Sec. 5): results as xarray "
                                                       "datasets, PNG figures and a markdown report")
     reproduce.add_argument("experiment", choices=["moments", "classification"],
@@ -514,6 +565,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add_prefect(reproduce)
     reproduce.set_defaults(run=_reproduce)
 
+
+def _add_model_commands(commands) -> None:
+    """``inspect``, ``versions`` and ``serve``."""
     inspect = commands.add_parser("inspect", help="print a model store's card; optionally write diagnostic plots")
     inspect.add_argument("model", help="model store")
     inspect.add_argument("--plots", metavar="DIR", help="write residual_trace.png, conditional_density.png and "
@@ -532,6 +586,17 @@ def build_parser() -> argparse.ArgumentParser:
                        help="the Prefect project file (default deploy/prefect.yaml)")
     serve.add_argument("--limit", type=int, default=None, help="most flow runs at once (default unlimited)")
     serve.set_defaults(run=_serve)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``jdl`` parser: one sub-command per flow, plus inspect, versions and serve. The flags of a stage's
+    settings take their defaults from ``pipeline.settings`` when the command is used."""
+    parser = _Parser(prog="jdl", description="Adaptive joint distribution learning at scale.")
+    parser.add_argument("-v", "--verbose", action="store_true", help="show the runs' log lines on the console")
+    commands = parser.add_subparsers(dest="command", required=True)
+    for add in (_add_demo, _add_stage, _add_tune, _add_fit, _add_score, _add_compress, _add_reproduce,
+                _add_model_commands):
+        add(commands)
     return parser
 
 
@@ -560,6 +625,7 @@ def _terminate_as_interrupt():
 def main(argv: list[str] | None = None) -> int:
     """Run one ``jdl`` command; returns 0, 2 for bad input or a failed run (one line on stderr), or 130
     when stopped by Ctrl-C or SIGTERM (the output is left absent, or as the previous run wrote it)."""
+    os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")  # read by Prefect when a command loads it
     args = build_parser().parse_args(argv)  # before the numerical stack loads: --help stays quick
     from pipeline.locks import LockTimeout
 

@@ -87,8 +87,9 @@ def truth(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def run_demo(n: int = 100_000, workdir: str | Path = "jdl-demo", seed: int = 0, scheduler: str = "local",
-             tune_rows: int = 20_000, prefect: bool = False) -> DemoReport:
+             tune_rows: int | None = None, prefect: bool = False) -> DemoReport:
     """Write the data as Parquet to ``workdir``, run the train-and-score flow on it and report;
+    ``tune_rows``: the tuning's subsample (None: the tuning's default, ``TuneSettings.max_rows``);
     ``prefect``: as a recorded Prefect flow run."""
     from pipeline.model_store import load_model
     from pipeline.tuning import load_tuning, scored_candidates

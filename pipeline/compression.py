@@ -18,9 +18,9 @@ from typing import Any, Callable
 import numpy as np
 import zarr
 
-from jdlcore.compression import ArraySource, CompressionResult, SampleSource, run_compression
+from jdlcore.compression import LEARNING_RATE, N_INIT, ArraySource, CompressionResult, SampleSource, run_compression
 from jdlcore.compression.amcmd import LinearEmbedding, amcmd_between, cme_embedding, data_cme, kcme_embedding
-from jdlcore.lowrank.cholesky import Factorisation
+from jdlcore.lowrank.cholesky import DEFAULT_TOL, Factorisation
 from jdlcore.compression.compress import check_settings
 from jdlcore.compression.sources import Partial, add_partials, chunk_rows_for, reduce_rows
 from jdlcore.kernels import DeltaKernel, GaussianKernel, Kernel, kernel_from_dict
@@ -217,9 +217,9 @@ def compress_store(
     seed: int | None = 0,
     steps: int | None = None,
     optimizer: str = "adam",
-    learning_rate: float = 0.01,
-    n_init: int = 10,
-    amcmd_tol: float = 1e-3,
+    learning_rate: float = LEARNING_RATE,
+    n_init: int = N_INIT,
+    amcmd_tol: float = DEFAULT_TOL,
     scheduler: str | None = None,
     overwrite: bool = False,
     run_key: str | None = None,

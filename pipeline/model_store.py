@@ -27,12 +27,13 @@ from data_schemas.model import (
 from jdlcore.models.registry import METHODS, method_of
 
 from .atomic import refuse_existing
+from .staging import CHUNK_SIZE
 from .versions import DEFAULT_KEEP_VERSIONS, Lease, open_version, publish
 
 __all__ = ["model_to_dataset", "model_from_dataset", "save_model", "load_model", "lease_model", "ESTIMATORS",
            "method_of"]
 
-SAMPLE_CHUNK = 65_536
+SAMPLE_CHUNK = CHUNK_SIZE  # rows per chunk of the atoms, as of a staged store
 ATOMS = "y_atoms"
 ESTIMATORS = METHODS  # the registry: a store's ``method`` attribute names its class
 

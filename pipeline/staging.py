@@ -34,6 +34,7 @@ FORMATS = {".csv": "csv", ".parquet": "parquet", ".pq": "parquet", ".npy": "npy"
            ".nc": "netcdf", ".nc4": "netcdf", ".zarr": "zarr"}
 
 
+CHUNK_SIZE = 65_536  # rows per chunk of a staged store
 DETECT_ROWS = 1000  # first rows of a column that decide whether it is text (categorical)
 
 
@@ -109,7 +110,7 @@ def stage(
     y: list[str],
     *,
     categorical: list[str] | None = None,
-    chunk_size: int = 65_536,
+    chunk_size: int = CHUNK_SIZE,
     overwrite: bool = False,
     run_key: str | None = None,
 ) -> Path:

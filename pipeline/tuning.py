@@ -38,6 +38,9 @@ from .staging import categorical_indices, categorical_levels, data_fingerprint, 
 __all__ = ["tune_store", "load_tuning", "scored_candidates", "tuned_scaling", "default_lengthscales",
            "subsample_rows", "LENGTHSCALE_FACTORS"]
 
+MAX_ROWS = 20_000  # rows of the seeded subsample a tuning scores its candidates on
+
+
 def subsample_rows(n: int, max_rows: int, seed: int) -> np.ndarray:
     """Sorted indices of a seeded random subset of min(n, max_rows) of n rows."""
     if max_rows < 10:
@@ -59,7 +62,7 @@ def tune_store(
     criterion: str = "auto",
     threshold: float | None = None,
     validation: str | os.PathLike | None = None,
-    max_rows: int = 20_000,
+    max_rows: int = MAX_ROWS,
     validation_fraction: float = 0.2,
     folds: int | str = "auto",
     seed: int = 0,
@@ -117,15 +120,8 @@ def tune_store(
                                          lengthscales_x or None, seed, "lengthscales_x", group.attrs["x_features"], "x")
     kernel_y, grid_y = standardised_grid(Y, GaussianKernel(1.0), scaling, lengthscales_y or None, seed,
                                          "lengthscales_y", group.attrs["y_features"], "y")
-    if splits is not None:
-        folds_scored = make_folds(X, Y, splits)
-    else:
-        val = subsample_rows(int(held_out.attrs["n_samples"]), max_rows, seed)
-        # its category codes read as the training data's; a level the training data lacks matches none
-        recoding = level_recoding(categorical_levels(held_out), categorical_levels(group),
-                                  list(group.attrs["x_features"]), "other", f"validation {validation}")
-        folds_scored = [(X, Y, recode(held_out["x"].get_orthogonal_selection((val, slice(None))), recoding),
-                         held_out["y"].get_orthogonal_selection((val, slice(None))))]
+    folds_scored = (make_folds(X, Y, splits) if splits is not None
+                    else _held_out_fold(X, Y, group, held_out, validation, max_rows, seed))
     started = time.perf_counter()
     where = resolve_scheduler(scheduler, rows.size)
     grid = None if where is None else _fan_out(where, base, regs, score, progress)
@@ -146,18 +142,39 @@ def tune_store(
         "constraints": constraints, "rows_used": int(rows.size), "n_samples": n,
         "validation_fraction": float(validation_fraction), "seed": int(seed),
         "validation": "" if held_out is None else str(Path(validation).resolve()),
-        "folds": len(folds_scored), "validation_rows": sum(len(fold[2]) for fold in folds_scored),
-        "best": json.dumps({k: best[k] for k in ("lengthscale_x", "lengthscale_y", "reg", "score", "rank_x", "rank_y")}),
+        **_search_record(folds_scored, table, searched, best, screen),
         "seconds": time.perf_counter() - started, **({"run_key": run_key} if run_key else {}),
-        "failures": json.dumps([{k: row[k] for k in ("lengthscale_x", "lengthscale_y", "reg", "error")}
-                                for row in table + searched if "error" in row]),
-        "search_steps": json.dumps([row["step"] for row in searched]),
-        "grid_rows": int(len(folds_scored[0][0]) if screen.rows is None else screen.size),
     })
     validate_tuning_dataset(ds, f"tuning {target}")
     with atomic_store(target, overwrite=overwrite) as staging:
         ds.to_zarr(staging, mode="w", zarr_format=3, consolidated=False)
     return target
+
+
+def _held_out_fold(X: np.ndarray, Y: np.ndarray, group: zarr.Group, held_out: zarr.Group, validation: Any,
+                   max_rows: int, seed: int) -> list[Fold]:
+    """One fold: the subsample (X, Y) trains, a seeded subsample of at most ``max_rows`` rows of the staged
+    store ``held_out`` validates, its category codes read as the training data's (a level the training
+    data lacks matches none)."""
+    val = subsample_rows(int(held_out.attrs["n_samples"]), max_rows, seed)
+    recoding = level_recoding(categorical_levels(held_out), categorical_levels(group),
+                              list(group.attrs["x_features"]), "other", f"validation {validation}")
+    return [(X, Y, recode(held_out["x"].get_orthogonal_selection((val, slice(None))), recoding),
+             held_out["y"].get_orthogonal_selection((val, slice(None))))]
+
+
+def _search_record(folds: list[Fold], table: list[dict[str, Any]], searched: list[dict[str, Any]],
+                   best: dict[str, Any], screen: Any) -> dict[str, Any]:
+    """The tuning store's attributes that record the search: folds, validated rows, the best setting, the
+    candidates that failed, the search's steps and the rows the grid ran on."""
+    return {
+        "folds": len(folds), "validation_rows": sum(len(fold[2]) for fold in folds),
+        "best": json.dumps({k: best[k] for k in ("lengthscale_x", "lengthscale_y", "reg", "score", "rank_x", "rank_y")}),
+        "failures": json.dumps([{k: row[k] for k in ("lengthscale_x", "lengthscale_y", "reg", "error")}
+                                for row in table + searched if "error" in row]),
+        "search_steps": json.dumps([row["step"] for row in searched]),
+        "grid_rows": int(len(folds[0][0]) if screen.rows is None else screen.size),
+    }
 
 
 def _fan_out(where: str, base: JDL, regs: Regs, score: Callable,

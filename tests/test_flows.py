@@ -126,7 +126,7 @@ def test_environment_variables_in_paths_and_the_scheduler_default(tmp_path, monk
     monkeypatch.setenv("JDL_SCHEDULER", "memory")
     result = stage_flow("${JDL_HOME}/t.npz", "${JDL_HOME}/d.zarr", ["x"], ["y"])
     assert result["path"] == str(tmp_path / "d.zarr")
-    from flows.settings import TuneSettings
+    from pipeline.settings import TuneSettings
 
     assert TuneSettings(data="a", out="b").scheduler == "memory"
 

@@ -113,7 +113,7 @@ def test_method_options_keep_the_methods_own_and_refuse_the_rest():
 
 def test_the_cli_settings_and_fit_flow_offer_exactly_the_fit_options():
     from jdl.cli import build_parser
-    from flows.settings import FitSettings
+    from pipeline.settings import FitSettings
 
     parser = build_parser()
     fit = parser.parse_args(["fit", "d.zarr", "--out", "m.zarr"])

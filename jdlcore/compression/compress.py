@@ -34,8 +34,11 @@ from .optimizers import Adam, minimise_lbfgs
 from .regularisation import select_reg
 from .sources import ArraySource, SampleSource
 
-__all__ = ["METHODS", "OPTIMIZERS", "CompressionResult", "compress", "run_compression", "default_kernel",
+__all__ = ["METHODS", "OPTIMIZERS", "LEARNING_RATE", "N_INIT", "CompressionResult", "compress", "run_compression", "default_kernel",
            "check_settings"]
+
+LEARNING_RATE = 0.01  # Adam's step, in standard deviations of each column of the data
+N_INIT = 10  # random starts compared
 
 METHODS = ("ackip", "ackh", "jkip", "jkh", "random")
 OPTIMIZERS = ("adam", "lbfgs")
@@ -206,8 +209,8 @@ def _validated_reg(source: SampleSource, m: int, kernel_x: Kernel, kernel_y: Ker
 
 def run_compression(source: SampleSource, *, m: int, method: str = "ackip", kernel_x: Kernel | None = None,
                     kernel_y: Kernel | None = None, reg: float | None = None, seed: int | None = None,
-                    steps: int | None = None, optimizer: str = "adam", learning_rate: float = 0.01,
-                    n_init: int = 10) -> CompressionResult:
+                    steps: int | None = None, optimizer: str = "adam", learning_rate: float = LEARNING_RATE,
+                    n_init: int = N_INIT) -> CompressionResult:
     """Compress the samples of ``source`` to m points; see the module docstring and ``compress``."""
     started = time.perf_counter()
     m, steps = check_settings(m, method, optimizer, reg, steps, learning_rate, n_init, source.n)
@@ -252,7 +255,7 @@ def run_compression(source: SampleSource, *, m: int, method: str = "ackip", kern
 
 def compress(X: Any, Y: Any, *, m: int, method: str = "ackip", kernel_x: Kernel | None = None,
              kernel_y: Kernel | None = None, reg: float | None = None, seed: int | None = None, steps: int | None = None,
-             optimizer: str = "adam", learning_rate: float = 0.01, n_init: int = 10,
+             optimizer: str = "adam", learning_rate: float = LEARNING_RATE, n_init: int = N_INIT,
              chunk_rows: int | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Compress paired samples X (n, d_x), Y (n, d_y) to m points (Xc (m, d_x), Yc (m, d_y)).
 

@@ -1,4 +1,9 @@
-"""Validated flow parameters (pydantic): each flow checks its parameters here before any work.
+"""Each stage's settings, declared once: their defaults and rules, validated where a value enters.
+
+``StageSettings``, ``TuneSettings``, ``FitSettings``, ``ScoreSettings`` and ``CompressSettings`` are
+frozen pydantic models. The ``jdl`` command line builds its flags' defaults from them, the Prefect
+flows their signatures, and a flow validates its parameters into one of them (``validated``) before
+any work and passes it whole to its stages.
 
 A violation raises one ``ValueError`` naming the parameter, the rule and the offending value, e.g.
 ``fit: parameter tol: must be in [0, 1) (got 2.0)``. The fit's options are not listed here: they are
@@ -22,16 +27,22 @@ from typing import Annotated, Any, Callable, Literal
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, create_model, field_validator
 
 from data_schemas.data import UNSEEN_RULES
+from jdlcore.compression import LEARNING_RATE, N_INIT
+from jdlcore.lowrank.cholesky import DEFAULT_TOL
 from jdlcore.models.jdl import JDL
 from jdlcore.models.registry import FIT_OPTIONS, METHODS, estimator_class, method_options
 from jdlcore.params import ParameterError
 from jdlcore.scaling import SCALINGS
 from jdlcore.tuning import resolve_criterion, resolve_folds
-from pipeline.scoring import parse_function
-from pipeline.versions import DEFAULT_KEEP_VERSIONS, check_keep
+
+from .fitting import make_estimator
+from .scoring import parse_function
+from .staging import CHUNK_SIZE
+from .tuning import MAX_ROWS
+from .versions import DEFAULT_KEEP_VERSIONS, check_keep
 
 __all__ = ["StageSettings", "TuneSettings", "FitSettings", "ScoreSettings", "CompressSettings", "validated",
-           "expand_path", "writable_parent", "check_home", "with_fit_options"]
+           "expand_path", "writable_parent", "check_home"]
 
 _UNSET = re.compile(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)\}?")
 
@@ -134,7 +145,7 @@ class StageSettings(_Settings):
     x: list[str] = Field(min_length=1)
     y: list[str] = Field(min_length=1)
     categorical: list[str] = []  # x columns only: ``pipeline.staging.stage`` refuses others before it reads
-    chunk_size: int = Field(65_536, ge=1)
+    chunk_size: int = Field(CHUNK_SIZE, ge=1)
 
 
 class TuneSettings(_Settings):
@@ -147,7 +158,7 @@ class TuneSettings(_Settings):
     constraints: Literal[JDL.parameters["constraints"].rule.choices] = JDL.defaults()["constraints"]  # type: ignore
     criterion: str = "auto"
     validation: Path_ | None = None
-    max_rows: int = Field(20_000, ge=10)
+    max_rows: int = Field(MAX_ROWS, ge=10)
     validation_fraction: float = Field(0.2, gt=0, lt=1)
     folds: Literal["auto"] | Annotated[int, Field(ge=1)] = "auto"  # at most the data's blocks: checked by the tuning
     seed: int = 0
@@ -194,8 +205,6 @@ class _FitHyperparameters(_Settings):
             options = method_options(self.method, self.options())
         explicit = self.explicit()
         if explicit is not None:  # every rule of the method, across parameters too
-            from pipeline.fitting import make_estimator
-
             with self._method_rules():
                 make_estimator(self.method, **explicit, **options)
 
@@ -240,18 +249,6 @@ FitSettings = create_model(
     **{name: (_option_type(option), None) for name, option in FIT_OPTIONS.items()})
 
 
-def with_fit_options(function: Callable) -> Callable:
-    """``function`` (whose last parameter is ``**options``) with a signature that names each fit option
-    (``FIT_OPTIONS``) as a keyword-only parameter defaulting to None, so that a Prefect flow's parameter
-    schema and a deployment list them."""
-    signature = inspect.signature(function)
-    fixed = [p for p in signature.parameters.values() if p.kind is not inspect.Parameter.VAR_KEYWORD]
-    options = [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=None, annotation=_option_type(option))
-               for name, option in FIT_OPTIONS.items()]
-    function.__signature__ = signature.replace(parameters=fixed + options)
-    return function
-
-
 class ScoreSettings(_Settings):
     model: Path_
     data: Path_
@@ -282,9 +279,9 @@ class CompressSettings(_Settings):
     seed: int = 0
     steps: int | None = Field(None, ge=0)
     optimizer: Literal["adam", "lbfgs"] = "adam"
-    learning_rate: Positive = 0.01
-    n_init: int = Field(10, ge=1)
-    amcmd_tol: float = Field(1e-3, gt=0, lt=1)
+    learning_rate: Positive = LEARNING_RATE
+    n_init: int = Field(N_INIT, ge=1)
+    amcmd_tol: float = Field(DEFAULT_TOL, gt=0, lt=1)
     scheduler: Scheduler = Field(None, validate_default=True)
 
     def check(self) -> None:
