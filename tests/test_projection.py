@@ -305,7 +305,7 @@ def test_the_exact_line_search_finds_the_minimum_along_the_step():
     then 0); and np.inf where it falls without bound (every atom leaves and b.d < 0)."""
     from scipy.optimize import minimize_scalar
 
-    from jdlcore.conditional import _law_kernels as kernels
+    from jdlcore.conditional import _law_exact as kernels
 
     rng = np.random.default_rng(5)
     M = 80
