@@ -319,7 +319,7 @@ def test_losses_match_definitions(rng):
 
 
 def test_tune_reuses_factors_picks_the_best_and_records_failures(data, monkeypatch):
-    import jdlcore.tuning as tuning_module
+    import jdlcore.tuning.grid as tuning_module
 
     X, Y = data
     factorised, paired = [], []

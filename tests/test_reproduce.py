@@ -240,7 +240,7 @@ def test_the_lengthscale_search_leaves_out_candidates_beyond_the_rank_budget(mon
             evaluated.append((self.kernel_x.lengthscale / scale_x, self.kernel_y.lengthscale / scale_y))
             return super().fit_problem(problem, Y)
 
-    monkeypatch.setattr(tuning, "JDL", Recording)  # the candidates of jdl's grid search (score_grid)
+    monkeypatch.setattr(tuning.grid, "JDL", Recording)  # the candidates of jdl's grid search (score_grid)
     search = dict(lengthscale_factors=(0.25, 8.0), regs=(1e-6,))
     moments._choose_lengthscales(train, validation, moments.MomentSettings(**search), 1e-3, (1200, 300))
     assert sorted(set(np.round(evaluated, 6).ravel())) == [0.25, 8.0]  # without a budget: every candidate

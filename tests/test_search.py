@@ -315,7 +315,7 @@ def test_where_the_grid_reaches_the_rank_cap_it_and_the_search_run_on_a_screen_a
 
     X, Y, noise = relevant_and_noise(900, 4)
     features = np.c_[X, noise]
-    monkeypatch.setattr(tuning, "SEARCH_ROWS", 250)
+    monkeypatch.setattr(tuning.screen, "SEARCH_ROWS", 250)
     result = tune(features, Y, estimator=JDL(max_rank=30), regs=[1e-5, 1e-4], folds=folds)  # the longest needs 30
     splits = fold_rows(len(X), 0.2, folds, 0)
     screen = np.sort(np.random.default_rng(0).choice(len(splits[0][0]), 250, replace=False))  # the seeded screen

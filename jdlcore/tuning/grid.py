@@ -1,0 +1,255 @@
+"""The scoring of a tuning grid: every (k_x, k_y, reg) candidate fitted on each fold's training rows
+and scored on its validation rows (``score_grid``). Each side is factorised once per lengthscale
+(pivoted Cholesky on the training rows; the y factorisations are kept between pairs while they fit
+``CACHE_MEMORY_SHARE`` of the machine's memory), each pair of factorisations gives one problem (bases,
+reductions, support) that every reg reuses, and a candidate that fails is recorded (score NaN) while
+the grid goes on."""
+from __future__ import annotations
+
+import time
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from ..kernels import Kernel
+from ..lowrank.cholesky import Factorisation, PivotedCholesky, pivoted_cholesky
+from ..models.degeneracy import physical_memory, rank_budget
+from ..models.jdl import JDL, ProblemSide, problem_from_factors, problem_side
+from .folds import Fold
+from .regs import Regs, as_regs
+
+__all__ = ["CACHE_MEMORY_SHARE", "screening_params", "score_grid", "best_row", "kernels_at", "score_regs"]
+
+CACHE_MEMORY_SHARE = 0.125  # of physical memory: y factorisations kept between pairs (else recomputed)
+_CANDIDATE_ERRORS = (ValueError, RuntimeError, np.linalg.LinAlgError, MemoryError, FloatingPointError)
+
+
+def screening_params(base: JDL) -> dict[str, Any]:
+    """The estimator's parameters as a tuning candidate scores them: its own, except that grid
+    positivity (a cutting-plane solve per candidate) is screened through the projection, the law
+    it falls back to; the winner is then fitted with the estimator's own rule."""
+    params = base.get_params()
+    if params.get("constraints") == "positivity" and params.get("positivity") == "grid":
+        params["positivity"] = "project"
+    return params
+
+
+def _factoriser(Zs: Sequence[np.ndarray], factorisation: Factorisation) -> tuple[Callable, list[int | None]]:
+    """A function (kernel, its factorisations if already made: one per fold, None where not) -> (the
+    ``ProblemSide`` of the pivoted Cholesky of each fold's rows ``Zs`` with that kernel, or the first
+    error one raised; seconds), each under the default rank budget of its rows where max_rank is None,
+    and those budgets."""
+    budgets = [rank_budget(len(Z)) if factorisation.max_rank is None else None for Z in Zs]
+    options = [factorisation.options(max_rank=_rank_cap(len(Z), factorisation)) for Z in Zs]
+
+    def factorise(kernel: Kernel, given: Sequence[PivotedCholesky | None] | None = None
+                  ) -> tuple[tuple[ProblemSide, ...] | Exception, float]:
+        started = time.perf_counter()
+        try:
+            sides: tuple[ProblemSide, ...] | Exception = tuple(
+                problem_side(pivoted_cholesky(kernel, Z, **option) if made is None else made, kernel)
+                for Z, option, made in zip(Zs, options, given or [None] * len(Zs)))
+        except _CANDIDATE_ERRORS as error:
+            sides = error
+        return sides, time.perf_counter() - started
+
+    return factorise, budgets
+
+
+def _rank_cap(n: int, factorisation: Factorisation) -> int:
+    """The rank a factorisation of n rows stops at: ``max_rank``, else the default budget."""
+    return rank_budget(n) if factorisation.max_rank is None else factorisation.max_rank
+
+
+def score_grid(
+    folds: Sequence[Fold], base: JDL,
+    kernels_x: Sequence[Kernel], kernels_y: Sequence[Kernel], regs: Regs | Sequence[float], score: Callable,
+    progress: Callable[[str], None] | None = None, usable: Callable[[PivotedCholesky], bool] | None = None,
+    factors_x: Sequence[Sequence[PivotedCholesky | None] | None] | None = None, stop_early: bool = False,
+    reg_start: float | None = None,
+) -> list[dict[str, Any]]:
+    """Validation scores of every (k_x, k_y, reg), in that order, on ``folds`` (each (X_train, Y_train,
+    X_val, Y_val); a candidate's score is the mean of its folds' weighted by their validation rows:
+    ``_candidate``): each x factorisation of each fold is computed once
+    and each y factorisation once as long as the kept ones fit ``CACHE_MEMORY_SHARE`` of the machine's
+    memory (else again for each pair), with ``base``'s factorisation settings; each pair's problem
+    (bases, reductions, support) is built once and shared by the regs, and each candidate is ``base``
+    with those kernels and reg (``screening_params``) scored by ``score``. ``regs`` (``as_regs``): with
+    a walk, each pair scores the regs its walk visits, the first pair's walk starting at ``reg_start``
+    (None: ``REG_START``) and each later one at the best reg of the pair before it.
+
+    Returns one row per candidate: lengthscale_x, lengthscale_y, reg, score, rank_x, rank_y, stop_x,
+    stop_y (the factorisations' stop reasons; the highest rank of the folds), seconds (its share of the
+    factorisations and of its pair's problem, plus its own solves and scoring), and ``error`` (the
+    message) for a candidate that failed, whose score is NaN: the search goes on. ``progress`` is called
+    with a line per finished pair. ``usable``: a test of each factorisation; the candidates of a pair
+    with a factorisation that fails it are left out unscored (score NaN, ``error`` says why).
+    ``factors_x``: factorisations of ``kernels_x`` already made, in their order, each one per fold (None
+    where there is none).
+
+    ``stop_early``: ``kernels_x`` (in increasing lengthscale, one number each) are scored from the
+    longest down, and once one's best score is worse than the longer one's, the shorter ones are left
+    out (no rows): past the minimum of the validation loss a shorter lengthscale costs a higher rank and
+    fits worse.
+    """
+    factorisation = Factorisation.of(base)
+    params = screening_params(base)
+    factorise_x, budgets = _factoriser([fold[0] for fold in folds], factorisation)
+    factorise_y, _ = _factoriser([fold[1] for fold in folds], factorisation)
+    kept_y: dict[int, tuple[tuple[ProblemSide, ...] | Exception, float]] = {}
+    room = CACHE_MEMORY_SHARE * physical_memory()
+    regs = as_regs(regs)
+    rows: list[dict[str, Any]] = []
+    pairs = list(zip(kernels_x, factors_x or [None] * len(kernels_x)))
+    previous = np.inf  # the best score of the longer lengthscale, with stop_early
+    done = 0
+    for kernel_x, given in (pairs[::-1] if stop_early else pairs):
+        rows_x: list[dict[str, Any]] = []
+        factor_x, seconds_x = factorise_x(kernel_x, given)
+        for j, kernel_y in enumerate(kernels_y):
+            started = time.perf_counter()
+            if j in kept_y:
+                factor_y, seconds_y = kept_y[j]
+                shared_y = seconds_y / len(kernels_x)
+            else:
+                factor_y, seconds_y = factorise_y(kernel_y)
+                size = 0 if isinstance(factor_y, Exception) else sum(side.nbytes for side in factor_y)
+                shared_y = seconds_y
+                if size <= room:
+                    kept_y[j], room, shared_y = (factor_y, seconds_y), room - size, seconds_y / len(kernels_x)
+            problem, failed = _pair_problem(factor_x, factor_y, kernel_x, kernel_y, folds, base, budgets, usable)
+            shared = seconds_x / len(kernels_y) + shared_y + time.perf_counter() - started
+            pair_rows, reg_start = _pair_rows(problem, failed, params, kernel_x, kernel_y, regs, reg_start, folds,
+                                              score, shared)
+            rows_x += pair_rows
+            done += 1
+            if progress is not None:
+                progress(f"tuned {done}/{len(kernels_x) * len(kernels_y)} lengthscale pairs")
+        rows += rows_x
+        if stop_early:
+            current = min((row["score"] for row in rows_x if np.isfinite(row["score"])), default=np.inf)
+            if current > previous:
+                break
+            previous = min(previous, current)
+    return rows
+
+
+def _pair_problem(factors_x: tuple[ProblemSide, ...] | Exception, factors_y: tuple[ProblemSide, ...] | Exception,
+                  kernel_x: Kernel, kernel_y: Kernel, folds: Sequence[Fold], base: JDL, budgets: Sequence[int | None],
+                  usable: Callable[[PivotedCholesky], bool] | None) -> tuple[tuple[Any, ...] | None, Exception | None]:
+    """(the JDL problem of each fold from its pair of factorisations (their ``ProblemSide``), None) or
+    (None, why the pair has none)."""
+    failed = next((f for f in (factors_x, factors_y) if isinstance(f, Exception)), None)
+    if failed is None and usable is not None:
+        failed = next((_LeftOut(side, f.factor.stop_reason, f.factor.rank)
+                       for side, sides in (("x", factors_x), ("y", factors_y)) for f in sides if not usable(f.factor)),
+                      None)
+    if failed is not None:
+        return None, failed
+    try:
+        return tuple(problem_from_factors(fx, fy, kernel_x, kernel_y, X, Y, support_size=base.support_size,
+                                          seed=base.seed, grid_points=base.grid_points, rank_budget=budget,
+                                          values_x=base.reads_x_values)
+                     for fx, fy, (X, Y, _, _), budget in zip(factors_x, factors_y, folds, budgets)), None
+    except _CANDIDATE_ERRORS as error:
+        return None, error
+
+
+def _pair_rows(problems: tuple[Any, ...] | None, failed: Exception | None, params: dict[str, Any], kernel_x: Kernel,
+               kernel_y: Kernel, regs: Regs, start: float | None, folds: Sequence[Fold], score: Callable,
+               shared_seconds: float) -> tuple[list[dict[str, Any]], float | None]:
+    """(the rows of a pair's regs, in ascending reg: each scored (``Regs.scored`` from ``start``), or
+    every one failed with ``failed`` where the pair has no problems (one per fold); the best reg,
+    ``start`` where there is none). The pair's ``shared_seconds`` are spread over its rows."""
+    if problems is None:
+        rows = [_failed(kernel_x, kernel_y, reg, failed, 0.0) for reg in regs.values]
+    else:
+        rows, start = regs.scored(lambda reg: _candidate(problems, params, kernel_x, kernel_y, reg, folds, score, 0.0),
+                                  start)
+    for row in rows:
+        row["seconds"] += shared_seconds / len(rows)
+    return rows, start
+
+
+class _LeftOut(Exception):
+    """A pair whose factorisation the caller's ``usable`` test refused."""
+
+    def __init__(self, side: str, stop_reason: str, rank: int):
+        super().__init__(f"left out: the {side} factorisation stopped ({stop_reason}) at rank {rank}")
+
+
+def _candidate(problems: tuple[Any, ...], params: dict[str, Any], kernel_x: Kernel, kernel_y: Kernel, reg: float,
+               folds: Sequence[Fold], score: Callable, shared_seconds: float) -> dict[str, Any]:
+    """The table row of one candidate: the estimator fitted on each fold's problem and scored on its
+    validation rows; the score is the mean of the folds' weighted by their validation rows (the
+    criteria being means over rows, the mean over every validated row)."""
+    started = time.perf_counter()
+    try:
+        values = []
+        for problem, (_, Y_train, X_val, Y_val) in zip(problems, folds):
+            model = JDL(**{**params, "kernel_x": kernel_x, "kernel_y": kernel_y, "reg": float(reg)})
+            model.fit_problem(problem, Y_train)
+            values.append(float(score(model, X_val, Y_val)))
+        value = values[0] if len(values) == 1 else float(np.average(values, weights=[len(fold[2]) for fold in folds]))
+    except _CANDIDATE_ERRORS as error:
+        return _failed(kernel_x, kernel_y, reg, error, shared_seconds + time.perf_counter() - started, problems)
+    return {
+        "lengthscale_x": _plain(kernel_x.lengthscale), "lengthscale_y": _plain(kernel_y.lengthscale),
+        "reg": float(reg), "score": value, **_fold_ranks(problems),
+        "seconds": shared_seconds + time.perf_counter() - started,
+    }
+
+
+def _fold_ranks(problems: Sequence[Any]) -> dict[str, Any]:
+    """rank_x, rank_y, stop_x, stop_y of a candidate's problems (one per fold): per side, the highest
+    rank of the folds and that factorisation's stop reason."""
+    highest = {side: max((problem.factors for problem in problems), key=lambda factors: factors[f"rank_{side}"])
+               for side in ("x", "y")}
+    return {**{f"rank_{side}": int(factors[f"rank_{side}"]) for side, factors in highest.items()},
+            **{f"stop_{side}": factors[f"stop_reason_{side}"] for side, factors in highest.items()}}
+
+
+def _failed(kernel_x: Kernel, kernel_y: Kernel, reg: float, error: Exception, seconds: float,
+            problems: Sequence[Any] = ()) -> dict[str, Any]:
+    """The table row of a candidate that raised: score NaN, the error's message kept."""
+    ranks = _fold_ranks(problems) if problems else {"rank_x": 0, "rank_y": 0, "stop_x": None, "stop_y": None}
+    return {"lengthscale_x": _plain(kernel_x.lengthscale), "lengthscale_y": _plain(kernel_y.lengthscale),
+            "reg": float(reg), "score": float("nan"), **ranks, "seconds": seconds,
+            "error": f"{type(error).__name__}: {error}"}
+
+
+def _plain(lengthscale: float | np.ndarray) -> float | list[float]:
+    """A lengthscale as JSON: a float, or a list of floats (one per feature)."""
+    return float(lengthscale) if np.ndim(lengthscale) == 0 else [float(v) for v in lengthscale]
+
+
+def _one_or_each(lengthscale: np.ndarray) -> float | np.ndarray:
+    """A per-feature lengthscale (d,) as the kernel takes it: a float for one feature, else the array."""
+    return lengthscale if lengthscale.size > 1 else float(lengthscale[0])
+
+
+def kernels_at(kernel_x: Kernel, kernel_y: Kernel, row: dict[str, Any]) -> tuple[Kernel, Kernel]:
+    """The kernels (families and scalings of ``kernel_x``, ``kernel_y``) at the lengthscales of a table
+    row (``lengthscale_x``, ``lengthscale_y``: a number, or one per feature)."""
+    return tuple(kernel.with_lengthscale(_one_or_each(np.atleast_1d(np.asarray(row[f"lengthscale_{side}"],
+                                                                               dtype=np.float64))))
+                 for side, kernel in (("x", kernel_x), ("y", kernel_y)))
+
+
+def score_regs(folds: Sequence[Fold], base: JDL, kernel_x: Kernel, kernel_y: Kernel,
+               regs: Regs | Sequence[float], score: Callable, start: float | None = None) -> list[dict[str, Any]]:
+    """``score_grid``'s rows of the regs (every one, or a walk's from ``start``) at the kernels
+    ``kernel_x``, ``kernel_y``, fitted on the training rows of ``folds`` (each X_train, Y_train, X_val,
+    Y_val) and scored on their validation rows, with step "reg"."""
+    return [{**row, "step": "reg"} for row in score_grid(folds, base, [kernel_x], [kernel_y], regs, score,
+                                                        reg_start=start)]
+
+
+def best_row(table: list[dict[str, Any]]) -> dict[str, Any]:
+    """The row with the smallest finite score; ``RuntimeError`` if none is finite."""
+    finite = [row for row in table if np.isfinite(row["score"])]
+    if not finite:
+        errors = sorted({row["error"] for row in table if "error" in row})
+        raise RuntimeError("tune: every candidate scored NaN or inf" + (f" (errors: {'; '.join(errors)[:500]})"
+                                                                         if errors else ""))
+    return min(finite, key=lambda row: row["score"])

@@ -1,0 +1,250 @@
+"""The per-feature lengthscale search of a tuning: from the grid's best row, a coordinate search for
+one lengthscale per feature of x and of y (standard units where the kernels standardise their
+inputs), so features that do not help end up with long lengthscales and the model cheaper. Why it
+moves as it does: docs/tuning.md."""
+from __future__ import annotations
+
+import time
+from collections import OrderedDict
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from ..kernels import Kernel
+from ..lowrank.cholesky import Factorisation
+from ..models.jdl import JDL
+from .folds import Fold
+from .grid import (
+    _candidate, _factoriser, _failed, _one_or_each, _pair_problem, _pair_rows, _plain, _rank_cap, best_row, kernels_at,
+    score_regs, screening_params,
+)
+from .regs import SEARCH_TOLERANCE, Regs, as_regs
+from .screen import SEARCH_ROWS, _fold_subsamples, screened
+
+__all__ = ["SEARCH_STEPS", "SEARCH_LONGEST", "SEARCH_TOLERANCE", "SEARCH_KEPT_FACTORS", "search_lengthscales",
+           "search_best"]
+
+# the steps (one sweep per step) and the longest lengthscale (standard units: the kernel then hardly
+# varies along the feature, which is left out in effect); the score tolerance is ``SEARCH_TOLERANCE``
+SEARCH_STEPS = (4.0, 2.0)  # one sweep per step
+SEARCH_LONGEST = 100.0
+SEARCH_KEPT_FACTORS = 3  # factorisations kept per side (the current lengthscales' among them: each move pairs them)
+
+
+class _FactorCache:
+    """The factorisations of a search, the ``SEARCH_KEPT_FACTORS`` most recently used per side: by side
+    ("x" or "y") and lengthscales (d,), (the kernel, its ``ProblemSide`` per fold or the error raised,
+    seconds)."""
+
+    def __init__(self, families: dict[str, Kernel], factorisers: dict[str, Callable]):
+        self.families = families  # the kernel family and scaling of each side
+        self.factorisers = factorisers  # ``_factoriser``'s function of each side's training rows
+        self.kept: OrderedDict[tuple, Any] = OrderedDict()
+
+    def __call__(self, side: str, lengthscale: np.ndarray) -> tuple[Kernel, Any, float]:
+        key = (side, *lengthscale.tolist())
+        if key not in self.kept:
+            kernel = self.families[side].with_lengthscale(_one_or_each(lengthscale))
+            self.kept[key] = (kernel, *self.factorisers[side](kernel))
+            kept = [other for other in self.kept if other[0] == side]
+            for other in kept[:-SEARCH_KEPT_FACTORS]:
+                del self.kept[other]
+        self.kept.move_to_end(key)
+        return self.kept[key]
+
+
+class _FeatureSearch:
+    """The state of one ``search_lengthscales`` on ``folds`` (those the moves are scored on): the current
+    lengthscales of each side (one per feature), the best score so far, and the rows of every
+    candidate scored (``rows``), each setting scored once. ``subsample``: the training rows of each
+    fold where they are a subsample (recorded on the rows), else None."""
+
+    def __init__(self, folds: Sequence[Fold], base: JDL, factorisation: Factorisation, kernel_x: Kernel,
+                 kernel_y: Kernel, start: dict[str, Any], score: Callable,
+                 progress: Callable[[str], None] | None, subsample: int | None):
+        self.folds, self.base, self.score, self.progress, self.subsample = folds, base, score, progress, subsample
+        self.params = screening_params(base)
+        factorisers = {side: _factoriser([fold[k] for fold in folds], factorisation) for k, side in enumerate("xy")}
+        self.budgets = factorisers["x"][1]
+        self.factor = _FactorCache({"x": kernel_x, "y": kernel_y},
+                                   {side: factorise for side, (factorise, _) in factorisers.items()})
+        self.widths = {"x": folds[0][0].shape[1], "y": folds[0][1].shape[1]}
+        self.current = {side: np.broadcast_to(np.asarray(start[f"lengthscale_{side}"], dtype=np.float64),
+                                              (self.widths[side],)).copy() for side in ("x", "y")}
+        self.reg = float(start["reg"])
+        # where a feature left out comes back
+        self.origin = {side: value.copy() for side, value in self.current.items()}
+        self.rows: list[dict[str, Any]] = []
+        self.scored: dict[tuple, float] = {}
+        # the start is the grid's best row, already scored (the same kernels, factorisations and solve)
+        self.rows.append({**start, "lengthscale_x": _plain(_one_or_each(self.current["x"])),
+                          "lengthscale_y": _plain(_one_or_each(self.current["y"])), "step": "start"})
+        if subsample is not None:  # scored again on the subsample, where the moves are compared
+            self.best = self.evaluate(self.current["x"], self.current["y"], "start")
+        else:
+            self.best = self.scored[self.point(self.current["x"], self.current["y"])] = (
+                start["score"] if np.isfinite(start["score"]) else np.inf)
+
+    def features(self) -> list[tuple[str, int]]:
+        """Every feature (side, index), x's then y's: the order of a sweep."""
+        return [(side, k) for side in ("x", "y") for k in range(self.widths[side])]
+
+    def problem_of(self, lx: np.ndarray, ly: np.ndarray) -> tuple[Any, Exception | None, Kernel, Kernel, float]:
+        """(the problems of each fold at lengthscales lx, ly, or None; why none; the kernels; seconds)."""
+        (kx, fx, tx), (ky, fy, ty) = self.factor("x", lx), self.factor("y", ly)
+        started = time.perf_counter()
+        problem, failed = _pair_problem(fx, fy, kx, ky, self.folds, self.base, self.budgets, None)
+        return problem, failed, kx, ky, tx + ty + time.perf_counter() - started
+
+    @staticmethod
+    def point(lx: np.ndarray, ly: np.ndarray) -> tuple:
+        """The key of a setting in ``scored``."""
+        return (*lx.tolist(), "|", *ly.tolist())
+
+    def evaluate(self, lx: np.ndarray, ly: np.ndarray, step: str) -> float:
+        """The score of lengthscales lx, ly at the start's reg (+inf where not finite), its row recorded
+        with ``step`` the first time it is scored."""
+        key = self.point(lx, ly)
+        if key not in self.scored:
+            problem, failed, kx, ky, seconds = self.problem_of(lx, ly)
+            row = (_failed(kx, ky, self.reg, failed, seconds) if problem is None else
+                   _candidate(problem, self.params, kx, ky, self.reg, self.folds, self.score, seconds))
+            on = {} if self.subsample is None else {"subsample": self.subsample}
+            self.rows.append({**row, "step": step, **on})
+            self.scored[key] = row["score"] if np.isfinite(row["score"]) else np.inf
+        return self.scored[key]
+
+    def scored_with(self, side: str, value: np.ndarray, step: str) -> float:
+        """The score with ``value`` the lengthscales of ``side``, the other side's current."""
+        other = {**self.current, side: value}
+        return self.evaluate(other["x"], other["y"], step)
+
+    def trial(self, side: str, k: int, lengthscale: float) -> tuple[np.ndarray, float]:
+        """(the side's lengthscales with feature k's at ``lengthscale``, at most ``SEARCH_LONGEST``; their score)."""
+        value = self.current[side].copy()
+        value[k] = min(lengthscale, SEARCH_LONGEST)
+        return value, self.scored_with(side, value, f"{side}:{k}")
+
+    def move(self, side: str, k: int, factor_step: float) -> None:
+        """One move of feature k of ``side`` by ``factor_step``. Longer: the feature left out (the longest),
+        else one step; the first within ``SEARCH_TOLERANCE`` of the best score before them is kept (so the
+        step is not scored where leaving the feature out is kept). An only feature of its side stays in,
+        and moves longer only where that lowers the score by more than the tolerance. A feature that is
+        out (here or before) is tried back at its start lengthscale, kept where that lowers the score by
+        more than the tolerance. Unless a longer one was kept, the lengthscale is then made shorter as
+        long as that lowers the score by more than the tolerance."""
+        current = self.current
+        kept = False
+        longer, slack = ((np.inf, factor_step), SEARCH_TOLERANCE) if self.widths[side] > 1 else (
+            (factor_step,), -SEARCH_TOLERANCE)
+        for multiplier in longer if current[side][k] < SEARCH_LONGEST else ():
+            value, result = self.trial(side, k, current[side][k] * multiplier)
+            if result <= self.best + slack * abs(self.best):
+                current[side], self.best, kept = value, min(self.best, result), True
+                break
+        if current[side][k] >= SEARCH_LONGEST > self.origin[side][k]:  # left out (so not kept): back at its start
+            value, result = self.trial(side, k, self.origin[side][k])
+            if result < self.best - SEARCH_TOLERANCE * abs(self.best):
+                current[side], self.best = value, result
+        while not kept:  # shorter, as long as that helps by more than the tolerance
+            value, result = self.trial(side, k, current[side][k] / factor_step)
+            if not result < self.best - SEARCH_TOLERANCE * abs(self.best):
+                break
+            current[side], self.best = value, result
+
+    def sweep(self, factor_step: float, features: list[tuple[str, int]]) -> list[tuple[str, int]]:
+        """The moves of each of ``features`` (side, index) in turn by ``factor_step``; returns those that
+        none of them changed."""
+        stalled = []
+        for side, k in features:
+            before = self.current[side][k]
+            self.move(side, k, factor_step)
+            if self.current[side][k] == before:
+                stalled.append((side, k))
+            if self.progress is not None:
+                self.progress(f"searched {side} feature {k}: lengthscale {self.current[side][k]:.4g}")
+        return stalled
+
+    def shear(self, features: list[tuple[str, int]], factor_step: float) -> bool:
+        """The shear of each of ``features`` that is in, with m > 0 other features of its side in: it
+        ``factor_step`` times shorter, each of the others ``factor_step ** (1 / m)`` times longer (at most
+        ``SEARCH_LONGEST``), so the product of the side's lengthscales (the volume of the kernel's
+        neighbourhood) is kept; kept where that lowers the score by more than ``SEARCH_TOLERANCE``.
+        Returns whether one was kept."""
+        current = self.current
+        kept = False
+        for side, k in features:
+            others = [j for j in range(self.widths[side]) if j != k and current[side][j] < SEARCH_LONGEST]
+            if current[side][k] >= SEARCH_LONGEST or not others:
+                continue
+            value = current[side].copy()
+            value[k] /= factor_step
+            value[others] = np.minimum(value[others] * factor_step ** (1 / len(others)), SEARCH_LONGEST)
+            result = self.scored_with(side, value, f"{side}:{k}:shear")
+            if result < self.best - SEARCH_TOLERANCE * abs(self.best):
+                current[side], self.best, kept = value, result, True
+        return kept
+
+    def regs_here(self, regs: Regs) -> list[dict[str, Any]]:
+        """The rows of ``regs`` (a walk from the start's reg) at the current lengthscales, on ``folds``,
+        with step "reg"."""
+        problem, failed, kx, ky, seconds = self.problem_of(self.current["x"], self.current["y"])
+        final, _ = _pair_rows(problem, failed, self.params, kx, ky, regs, self.reg, self.folds, self.score, seconds)
+        return [{**row, "step": "reg"} for row in final]
+
+
+def search_lengthscales(
+    folds: Sequence[Fold], base: JDL, kernel_x: Kernel, kernel_y: Kernel, regs: Regs | Sequence[float],
+    start: dict[str, Any], score: Callable,
+    progress: Callable[[str], None] | None = None, max_rows: int | None = SEARCH_ROWS, shear: bool = True,
+) -> list[dict[str, Any]]:
+    """A coordinate search for one lengthscale per feature of x and of y, from the grid's best row
+    ``start`` (its lengthscales on every feature, its reg), each candidate scored on ``folds`` (each
+    X_train, Y_train, X_val, Y_val) as ``score_grid`` scores them; ``kernel_x``, ``kernel_y``: the
+    grid's kernels (their families and scalings).
+
+    A sweep per step of ``SEARCH_STEPS`` (4, then 2) moves each feature in turn, x's then y's: tried
+    left out (``SEARCH_LONGEST``) or one step longer, kept there within ``SEARCH_TOLERANCE`` (relative)
+    of the best score, else made shorter while that lowers the score by more than the tolerance
+    (``_FeatureSearch.move``; the only feature of a side is not left out). With ``shear`` (the
+    default; never on a subsample), the features the last sweep left unchanged are then moved again
+    where another moved after them, and sheared at a constant product of their side's lengthscales
+    (``_FeatureSearch.shear``); after a shear is kept every feature is swept again by the last step.
+    Last, the regs of ``regs`` (``as_regs``; a walk from the start's reg) are scored at the lengthscales
+    found.
+
+    Where the start's factorisation reached its rank cap (the default rank budget, or ``base``'s
+    max_rank) and the folds have more than ``max_rows`` training rows (None: no limit), the moves are
+    made on a seeded subsample of ``max_rows`` of each fold's (the start scored again there; those rows
+    carry ``subsample``, their row count), and the regs are scored on all the training rows.
+
+    Returns the rows of every candidate scored (``score_grid``'s columns, lengthscales as lists, plus
+    ``step``: "x:k" / "y:k" for the feature moved, "x:k:shear" / "y:k:shear", "start", or "reg"); the
+    best is ``search_best`` of them (the start is among them).
+    """
+    regs = as_regs(regs)
+    factorisation = Factorisation.of(base)
+    train_rows = min(len(fold[0]) for fold in folds)
+    at_cap = max(start.get("rank_x", 0), start.get("rank_y", 0)) >= _rank_cap(train_rows, factorisation)
+    subsample = at_cap and max_rows is not None and train_rows > max_rows
+    moved_on = screened(folds, _fold_subsamples(folds, max_rows, base.seed)) if subsample else folds
+    search = _FeatureSearch(moved_on, base, factorisation, kernel_x, kernel_y, start, score, progress,
+                            max_rows if subsample else None)
+    everyone = search.features()
+    for factor_step in SEARCH_STEPS:
+        stalled = search.sweep(factor_step, everyone)
+    if shear and not subsample:
+        if len(stalled) < len(everyone):  # their moves again (new candidates only where others moved after them)
+            stalled = search.sweep(SEARCH_STEPS[-1], stalled)
+        if search.shear(stalled, SEARCH_STEPS[-1]):
+            search.sweep(SEARCH_STEPS[-1], everyone)  # the single moves again, from where the shears left them
+    if subsample:  # the lengthscales found, on all the training rows
+        kernels = kernels_at(kernel_x, kernel_y, {f"lengthscale_{side}": search.current[side] for side in ("x", "y")})
+        return search.rows + score_regs(folds, base, *kernels, regs, score, start=search.reg)
+    return search.rows + search.regs_here(regs)
+
+
+def search_best(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """The best row of ``search_lengthscales`` among those scored on all the training rows (the grid's
+    best, the start, among them)."""
+    return best_row([row for row in rows if "subsample" not in row])
