@@ -80,7 +80,7 @@ def _spectral(side: str) -> dict[str, tuple[str, ...]]:
 
 
 def _polynomial(side: str) -> dict[str, tuple[str, ...]]:
-    """A monomial basis (``jdlcore.models.polynomial.PolynomialBasis``): standardisation, exponents, orthonormaliser."""
+    """A monomial basis (``jdlcore.models.polynomial_basis.PolynomialBasis``): standardisation, exponents, orthonormaliser."""
     return {
         f"{side}_center": (f"{side}_feature",),
         f"{side}_scale": (f"{side}_feature",),

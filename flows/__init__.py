@@ -1,2 +1,4 @@
-"""flows: the ``jdl`` command line and (with the ``flows`` extra) the Prefect flows over ``pipeline``."""
+"""flows: jdl's runs over ``pipeline``: the stages as plain functions (``stages``), the flows that chain
+them (``pipelines``), run in this process or, with the ``flows`` extra, as recorded Prefect flows
+(``jdl_flows``, ``runner``), and ``jdl serve`` (``serve``). The command line is ``jdl.cli``."""
 import jdlcore  # noqa: F401  (first: it sets OpenBLAS's idle-thread wait before NumPy loads)

@@ -111,7 +111,7 @@ def fit(s: FitSettings) -> StageResult:
     a summary table and a diagnostics PNG as Prefect artifacts."""
     hyper, tuning_key = fit_hyperparameters(s)
     fingerprint = data_fingerprint(open_staged(s.data))
-    options = s.options()
+    options = s.fit_options()
     # keyed by every parameter the estimator will have, so a default given explicitly is the same run
     params = make_estimator(s.method, **hyper, **options).get_params()
     key = run_key("fit", data=fingerprint, tuning=tuning_key, method=s.method, scaling=s.scaling, **hyper,

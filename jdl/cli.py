@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import functools
 import logging
 import os
 import sys
 import warnings
 from typing import Callable
+
+from . import reports
 
 _SCHEDULER_HELP = ("where to run: auto (default: an embedded Dask cluster above 200,000 rows), memory, local "
                    "(embedded Dask cluster) or tcp://HOST:PORT; environment variable JDL_SCHEDULER")
@@ -158,88 +159,11 @@ def _flow_command(name: str, settings: str, report: Callable[[argparse.Namespace
     return run
 
 
-def _staged(args: argparse.Namespace, result: dict) -> str:
-    from pipeline.staging import categorical_levels, open_staged
-
-    group = open_staged(result["path"])
-    levels = categorical_levels(group)
-    categorical = ("; categorical: " + ", ".join(f"{name} ({len(known)} levels)" for name, known in levels.items())
-                   if levels else "")
-    return (f"staged {group.attrs['n_samples']:,} rows: x {group.attrs['x_features']}, y {group.attrs['y_features']}"
-            f"{categorical} -> {result['path']}")
-
-
-def _tuned(args: argparse.Namespace, result: dict) -> str:
-    import json
-
-    from pipeline.tuning import load_tuning, scored_candidates
-
-    table = load_tuning(result["path"])
-    best = json.loads(table.attrs["best"])
-    setting = ", ".join(f"{name} = {_numbers(best[name])}" for name in ("lengthscale_x", "lengthscale_y", "reg"))
-    size, scored = table["validation_loss"].size, scored_candidates(table)
-    count = f"{size}" if scored == size else f"{scored} of {size}"
-    folds = int(table.attrs.get("folds", 1))
-    on = f"{table.attrs['rows_used']:,} rows" + (f" ({folds} folds)" if folds > 1 else "")
-    return (f"tuned {count} candidates on {on}: best {setting}, "
-            f"validation {table.attrs['criterion']} {best['score']:.5g} -> {result['path']}")
-
-
-def _numbers(value: float | list[float]) -> str:
-    """A number, or a list of them (one per feature), to 4 significant digits."""
-    return "[" + ", ".join(f"{v:.4g}" for v in value) + "]" if isinstance(value, list) else f"{value:.4g}"
-
-
-def _fitted(args: argparse.Namespace, result: dict) -> str:
-    """The fit's line, then a warning line per degeneracy the fit recorded."""
-    from pipeline.model_store import load_model
-
-    model = load_model(result["path"])
-    d = model.diagnostics_
-    ranks = ", ".join(f"m_{side.upper()} = {d[f'rank_{side}']}" for side in ("x", "y") if f"rank_{side}" in d)
-    objective = f", objective {d['objective']:.6g}" if "objective" in d else ""
-    law = f", law {d['law']} on M = {d['support_size']} support atoms" if "support_size" in d else ""
-    version = f" (version {model.store_version_})" if model.store_version_ else ""
-    line = (f"fitted {args.method} on n = {model.n_samples_:,}: {ranks}{objective}{law}, fit {d['fit_seconds']:.1f}s "
-            f"-> {result['path']}{version}")
-    return "\n".join([line] + [f"warning: {kind}: {message}" for kind, message in d.get("degeneracies", {}).items()])
-
-
-def _scored(args: argparse.Namespace, result: dict) -> str:
-    import json
-
-    from jdlcore.conditional.laws import FAILED, LEVELS
-    from pipeline.scoring import open_scores
-
-    attrs = open_scores(result["path"]).attrs
-    version = attrs.get("model_version")
-    scored = f"scored {', '.join(args.function)}{f' with model version {version}' if version else ''}"
-    lines = [f"{scored} -> {result['path']}"]
-    counts = {int(level): count for level, count in json.loads(attrs.get("projection_levels", "{}")).items()}
-    if any(level < attrs.get("projection_full_level", 2) for level in counts):  # some row lost a moment
-        total = sum(counts.values())
-        lines.append("projection: " + ", ".join(f"{counts[level]:,} of {total:,} rows kept {LEVELS[level]}"
-                                                for level in sorted(counts, reverse=True) if level > FAILED))
-    if counts.get(FAILED):
-        lines.append(f"warning: projection_failed: {counts[FAILED]:,} rows are at level {FAILED}: {LEVELS[FAILED]}; "
-                     "they got the nearest probability vector at a lower level (docs/positivity.md)")
-    return "\n".join(lines)
-
-
-def _compressed(args: argparse.Namespace, result: dict) -> str:
-    from pipeline.compression import open_compressed
-
-    c = open_compressed(result["path"]).attrs["compression"]
-    return (f"compressed n = {c['n_data']:,} to m = {c['m']} with {c['method']}: {c['objective']} objective "
-            f"{c['initial_value']:.6g} -> {c['value']:.6g} (reg {c['reg']:.3g}, {c['reg_from']}), AMCMD "
-            f"{c['amcmd']:.4g} (random subsample {c['amcmd_random']:.4g}), {c['seconds']:.1f}s -> {result['path']}")
-
-
-_stage = _flow_command("stage", "StageSettings", _staged)
-_tune = _flow_command("tune", "TuneSettings", _tuned)
-_fit = _flow_command("fit", "FitSettings", _fitted)
-_score = _flow_command("score", "ScoreSettings", _scored, functions="function")
-_compress = _flow_command("compress", "CompressSettings", _compressed)
+_stage = _flow_command("stage", "StageSettings", reports.staged)
+_tune = _flow_command("tune", "TuneSettings", reports.tuned)
+_fit = _flow_command("fit", "FitSettings", reports.fitted)
+_score = _flow_command("score", "ScoreSettings", reports.scored, functions="function")
+_compress = _flow_command("compress", "CompressSettings", reports.compressed)
 
 
 def _reproduce(args: argparse.Namespace) -> int:

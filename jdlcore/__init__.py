@@ -15,12 +15,13 @@ those before it:
   density models.
 
 Importing jdlcore sets ``OPENBLAS_THREAD_TIMEOUT=4`` where the environment has no value, before NumPy
-loads (``pipeline`` and ``flows`` import jdlcore first). OpenBLAS's worker threads otherwise spin about
-2^28 cycles after each call before they sleep, and the kernel thread pool (``kernels``) works on the
-same cores right after BLAS products: the pivoted Cholesky alternates the two in every round. On 2
-cores a tuning ran 1.7x slower for it (diamonds, 20,000 rows: 24.1 s against 14.2 s, the same result
-to the bit). OpenBLAS reads the setting when it loads, so where NumPy was imported before jdlcore its
-threads keep spinning: set the variable in the environment, or import jdlcore first.
+loads. This is the one setting the package makes at import, on purpose: OpenBLAS reads it only when it
+loads, and every way into the product (``pipeline``, ``flows``, the ``jdl`` command, a script that
+imports jdlcore) loads NumPy through here. OpenBLAS's worker threads otherwise spin about 2^28 cycles
+after each call before they sleep, while the kernel thread pool (``kernels``) works on the same cores
+right after BLAS products: the pivoted Cholesky alternates the two in every round (docs/python.md has
+the measurement). Where NumPy was imported before jdlcore its threads keep spinning: set the variable
+in the environment, or import jdlcore first.
 """
 import os as _os
 

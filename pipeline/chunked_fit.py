@@ -21,7 +21,7 @@ from jdlcore.lowrank.basis import (
 )
 from jdlcore.lowrank.cholesky import Factorisation, PivotedCholesky, run_pivoted_cholesky
 from jdlcore.models.degeneracy import rank_budget
-from jdlcore.models.jdl import JDLProblem, factor_diagnostics, marginal_sums, support_resolution
+from jdlcore.models.problem import JDLProblem, factor_diagnostics, marginal_sums, support_resolution
 from jdlcore.kernels import Kernel
 from jdlcore.conditional.support import SupportPlan, default_support_size, finish_support, plan_support, support_partial
 
@@ -119,7 +119,7 @@ def chunked_problem(
     started = time.perf_counter()
     say = progress or (lambda line: None)
     seconds: dict[str, float] = {}
-    options = factorisation.options()
+    options = factorisation.cholesky_arguments()
     factor_x, storage_x = chunked_factor(client, kernel_x, x_chunks, factor_budget=factor_budget, **options)
     say(f"pivots x: rank {factor_x.rank}, relative residual {factor_x.relative_error:.3g}")
     factor_y, storage_y = chunked_factor(client, kernel_y, y_chunks, factor_budget=factor_budget, **options)

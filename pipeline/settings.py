@@ -16,13 +16,12 @@ output path (``out``) is refused when the directory that would hold it cannot be
 from __future__ import annotations
 
 import contextlib
-import inspect
 import math
 import os
 import re
 import tempfile
 from pathlib import Path
-from typing import Annotated, Any, Callable, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, create_model, field_validator
 
@@ -202,7 +201,7 @@ class _FitHyperparameters(_Settings):
 
     def check(self) -> None:
         with self._method_rules():
-            options = method_options(self.method, self.options())
+            options = method_options(self.method, self.fit_options())
         explicit = self.explicit()
         if explicit is not None:  # every rule of the method, across parameters too
             with self._method_rules():
@@ -221,7 +220,7 @@ class _FitHyperparameters(_Settings):
         except ValueError as error:
             raise ValueError(f"parameter {error}") from None
 
-    def options(self) -> dict[str, Any]:
+    def fit_options(self) -> dict[str, Any]:
         """The fit options that were given (None: the method's default)."""
         return {name: getattr(self, name) for name in FIT_OPTIONS if getattr(self, name) is not None}
 

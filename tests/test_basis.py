@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 
 from jdlcore import Factorisation, GaussianKernel, Matern52Kernel, build_problem, pivoted_cholesky, spectral_basis
-from jdlcore.models.jdl import problem_from_factors
+from jdlcore.models.problem import problem_from_factors
 from jdlcore.lowrank.basis import reductions_from_values
 
 

@@ -118,10 +118,10 @@ def test_factorisation_settings_reach_the_decomposition_whole():
     settings = Factorisation.of(JDL(tol=1e-4, max_rank=40, pivoting="greedy", seed=3, block_size=8))
     assert settings == Factorisation(tol=1e-4, max_rank=40, pivoting="greedy", seed=3, block_size=8)
     X = np.random.default_rng(2).standard_normal((300, 2))
-    given = pivoted_cholesky(GaussianKernel(0.7), X, **settings.options())
+    given = pivoted_cholesky(GaussianKernel(0.7), X, **settings.cholesky_arguments())
     spelled = pivoted_cholesky(GaussianKernel(0.7), X, tol=1e-4, max_rank=40, pivoting="greedy", seed=3, block_size=8)
     np.testing.assert_array_equal(given.pivots, spelled.pivots)
-    assert settings.options(max_rank=7)["max_rank"] == 7 and settings.max_rank == 40
+    assert settings.cholesky_arguments(max_rank=7)["max_rank"] == 7 and settings.max_rank == 40
 
 
 def test_the_factor_is_the_same_whether_its_reservation_is_granted_or_refused(monkeypatch, rng):
@@ -168,3 +168,11 @@ def test_the_factor_shrinks_in_place_and_copies_where_a_view_of_its_buffer_is_al
             np.testing.assert_array_equal(view[0], L[:, 0])  # the view still reads the old buffer's first row
         factors.append(L)
     np.testing.assert_array_equal(*factors)
+
+
+def test_the_factorisation_arguments_keep_their_old_name_for_one_release():
+    from jdlcore import Factorisation
+
+    settings = Factorisation(tol=1e-4, max_rank=12)
+    assert settings.options(max_rank=3) == settings.cholesky_arguments(max_rank=3)
+    assert settings.cholesky_arguments()["tol"] == 1e-4

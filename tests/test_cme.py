@@ -4,7 +4,7 @@ import pytest
 
 from jdlcore import CME, GaussianKernel
 from jdlcore import Factorisation
-from jdlcore.models.jdl import build_problem
+from jdlcore.models.problem import build_problem
 from jdlcore.models.cme import solve_cme
 
 

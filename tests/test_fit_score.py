@@ -130,18 +130,18 @@ def test_tuning_records_a_failing_candidate_and_goes_on(staged, monkeypatch):
     search picks the best of the others."""
     import json
 
-    import jdlcore.tuning
+    from jdlcore import JDL
     from pipeline.tuning import load_tuning, tune_store
 
     tmp_path, _, _ = staged
-    real = jdlcore.tuning.JDL.fit_problem
+    real = JDL.fit_problem
 
     def fragile(self, problem, Y):
         if self.reg == 1e-3:
             raise ValueError("this candidate broke")
         return real(self, problem, Y)
 
-    monkeypatch.setattr(jdlcore.tuning.JDL, "fit_problem", fragile)
+    monkeypatch.setattr(JDL, "fit_problem", fragile)  # the class every candidate of the grid is
     path = tune_store(tmp_path / "d.zarr", tmp_path / "t.zarr", lengthscales_x=[0.5], lengthscales_y=[0.5],
                       regs=[1e-5, 1e-3], scheduler="memory")
     table = load_tuning(path)

@@ -23,7 +23,7 @@ from jdlcore import DegeneracyWarning, DeltaKernel, Factorisation, GaussianKerne
 from jdlcore.models.greedy import (
     ClassBasis, GreedyJDL, build_class_problem, class_objective, class_order_indices, solve_class_step,
 )
-from jdlcore.models.jdl import build_problem
+from jdlcore.models.problem import build_problem
 
 THRESHOLDS = np.array([-0.3, -0.2, -0.1])
 

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from jdlcore import JDL, DegeneracyWarning, DeltaKernel, GaussianKernel, tune
-from jdlcore.models.jdl import GridBudgetWarning
+from jdlcore.models.degeneracy import GridBudgetWarning
 from jdlcore.conditional.losses import clipped_logistic_loss, conditional_second_moments, relative_second_moment_loss, second_moment
 
 from .conftest import bivariate_gaussian, step_crps
@@ -422,7 +422,7 @@ def test_negative_share_counts_negative_radon_nikodym_values_block_by_block():
 
 def test_problem_from_factors_is_build_problem_on_given_factorisations(data):
     from jdlcore import Factorisation, build_problem, pivoted_cholesky
-    from jdlcore.models.jdl import problem_from_factors
+    from jdlcore.models.problem import problem_from_factors
 
     X, Y = data
     kx, ky = GaussianKernel(0.5), GaussianKernel(0.4)
@@ -453,7 +453,7 @@ def test_streamed_training_atoms_give_the_same_support_and_diagnostics():
 
 
 def _problem_without_support(model):
-    from jdlcore.models.jdl import JDLProblem
+    from jdlcore.models.problem import JDLProblem
 
     return JDLProblem(model.basis_x_, model.basis_y_, None, None, model.reductions_, {}, dict(model._training_sums))
 
@@ -469,7 +469,7 @@ def test_x_values_are_computed_only_for_the_fits_that_read_them(data):
     """The x basis values A_X = L_X V_X (n x m_X) cost as much as the Gram matrix; the default fit
     never reads them, the tightening does. Without them the fit is the same to the last bit."""
     from jdlcore import Factorisation, build_problem, pivoted_cholesky
-    from jdlcore.models.jdl import problem_side
+    from jdlcore.models.problem import problem_side
 
     X, Y = data
     kx, ky = GaussianKernel(0.5), GaussianKernel(0.4)

@@ -9,10 +9,9 @@ from math import comb
 import numpy as np
 import pytest
 
-from jdlcore.models.polynomial import (
-    PolynomialBasis, PolynomialJDL, build_polynomial_problem, fit_polynomial_basis, gram_exponents,
-    monomial_exponents, solve_sos_positivity, sos_certificate,
-)
+from jdlcore.models.polynomial import PolynomialJDL, build_polynomial_problem
+from jdlcore.models.polynomial_basis import PolynomialBasis, fit_polynomial_basis, monomial_exponents
+from jdlcore.models.sos import gram_exponents, solve_sos_positivity, sos_certificate
 
 
 def gaussian_pairs(n, d, rho=0.7, seed=0):

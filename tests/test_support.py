@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 
 from jdlcore import JDL, Factorisation, GaussianKernel, build_problem
-from jdlcore.models.jdl import marginal_sums
+from jdlcore.models.problem import marginal_sums
 from jdlcore.conditional.support import (
     MarginalSums, Support, build_support, finish_support, plan_support, reweight, sample_rows, sum_groups,
     support_partial,
@@ -173,7 +173,7 @@ def test_support_class_is_plain_data():
 
 def test_build_support_from_blocks_equals_the_single_block(fitted):
     model, X, Y = fitted
-    from jdlcore.models.jdl import marginal_sums
+    from jdlcore.models.problem import marginal_sums
 
     sums = marginal_sums(model.reductions_, model._training_sums)
     args = (Y[sample_rows(Y.shape[0], 0)], 512, model.basis_y_.features, sums, 0, 0.1)

@@ -22,7 +22,7 @@ __all__ = [
 
 
 class Basis(Protocol):
-    """What every basis of one variable provides (``SpectralBasis``, ``jdlcore.models.polynomial.PolynomialBasis``,
+    """What every basis of one variable provides (``SpectralBasis``, ``jdlcore.models.polynomial_basis.PolynomialBasis``,
     ``jdlcore.models.greedy.ClassBasis``): the estimators, the model store and the model card read only this.
 
     size (m) and width (d); raw(Z) (q, r) and coefficients (r, m) with features(Z) = raw(Z) @

@@ -108,10 +108,12 @@ class Factorisation:
         """The factorisation settings held by ``owner`` (an estimator's parameters of the same names)."""
         return cls(**{name: getattr(owner, name) for name in cls.NAMES})
 
-    def options(self, **changes: Any) -> dict[str, Any]:
+    def cholesky_arguments(self, **changes: Any) -> dict[str, Any]:
         """The settings as keyword arguments of ``pivoted_cholesky`` / ``run_pivoted_cholesky``,
         with ``changes`` applied (e.g. a resolved max_rank)."""
         return {**{f.name: getattr(self, f.name) for f in fields(self)}, **changes}
+
+    options = cholesky_arguments  # the name before 0.2 ("options" also names a fit's options): kept one release
 
 
 @dataclass

@@ -165,7 +165,7 @@ def build_class_problem(
     classes, inverse, counts = np.unique(labels[:, 0], return_inverse=True, return_counts=True)
     inverse = inverse.reshape(-1)
     n, D = labels.shape[0], classes.size
-    factor = pivoted_cholesky(kernel_y, Y, **factorisation.options())
+    factor = pivoted_cholesky(kernel_y, Y, **factorisation.cholesky_arguments())
     basis_y = spectral_basis(factor, kernel_y)
     # The basis values through the kernel, Psi_Y(y_j) = k(y_j, pivots) @ coefficients, exactly what the
     # fitted model's queries recompute (``Atoms``), rather than the factor's L V (equal up to rounding,

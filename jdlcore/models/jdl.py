@@ -38,13 +38,6 @@ from .degeneracy import MARGINAL_ROWS, announce, factor_degeneracies, marginal_d
 from .estimator import Estimator, paired_samples
 from .jdl_state import JDLState
 from .problem import GRID_POINTS, JDLProblem, kernel_problem, marginal_sums, support_resolution
-# Re-exported for importers outside jdlcore.models (pipeline.chunked_fit, jdlcore.tuning, tests), until they
-# import from the homes: jdlcore.models.problem, and jdlcore.models.degeneracy for GridBudgetWarning (they
-# also read JDLProblem, marginal_sums and support_resolution here, imported above for JDL's own use).
-from .degeneracy import GridBudgetWarning  # noqa: F401
-from .problem import (  # noqa: F401
-    ProblemSide, build_problem, factor_diagnostics, problem_from_factors, problem_side,
-)
 
 __all__ = ["JDL", "CONSTRAINTS", "POSITIVITY", "SUPPORT_PARAMS"]
 

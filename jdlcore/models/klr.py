@@ -289,7 +289,7 @@ class KLR(Estimator):
             raise ValueError(f"Y: must be one column, shape (n,) or (n, 1), got shape {Y.shape}")
         classes, labels = self._labels(Y[:, 0])
         kernel = self._kernel("kernel_x")
-        factor = pivoted_cholesky(kernel, X, **Factorisation.of(self).options())
+        factor = pivoted_cholesky(kernel, X, **Factorisation.of(self).cholesky_arguments())
         basis = spectral_basis(factor, kernel)
         features = _rotate_rows(factor.L, basis.rotation)  # A = L V = Psi(X); the factor is not used again
         targets = (labels[:, None] == np.arange(1, classes.size)).astype(np.float64)

@@ -24,11 +24,6 @@ from .jdl import JDL, SUPPORT_PARAMS
 from .polynomial_basis import DEGREE, PolynomialBasis, fit_polynomial_basis
 from .problem import GRID_POINTS, JDLProblem
 from .sos import solve_sos_positivity
-# Re-exported for importers outside jdlcore.models (tests), until they import from the homes:
-# jdlcore.models.polynomial_basis and jdlcore.models.sos (they also read PolynomialBasis,
-# fit_polynomial_basis and solve_sos_positivity here, imported above for the estimator's own use).
-from .polynomial_basis import evaluate_monomials, monomial_exponents  # noqa: F401
-from .sos import GRAM_BASES, gram_exponents, sos_certificate  # noqa: F401
 
 __all__ = ["PolynomialJDL", "build_polynomial_problem", "POSITIVITY"]
 

@@ -84,7 +84,7 @@ def build_problem(
     """
     started = time.perf_counter()
     budget = rank_budget(len(X)) if factorisation.max_rank is None else None
-    options = factorisation.options(max_rank=budget or factorisation.max_rank)
+    options = factorisation.cholesky_arguments(max_rank=budget or factorisation.max_rank)
     factor_x = pivoted_cholesky(kernel_x, X, **options)
     factor_y = pivoted_cholesky(kernel_y, Y, **options)
     return problem_from_factors(factor_x, factor_y, kernel_x, kernel_y, X, Y, test_functions=test_functions,

@@ -31,16 +31,12 @@ Their constants are read where they are defined: a test that patches one patches
 """
 from __future__ import annotations
 
-from ..models.jdl import JDL  # the estimator tuned (``TuneResult.model``), read here as before the split
 from .axes import LENGTHSCALE_FACTORS, check_grid, default_lengthscales, scaled_kernel, standardised_grid
 from .criteria import CRITERIA, resolve_criterion
-from .folds import MIN_VALIDATED_ROWS, Fold, _blocks, fold_rows, make_folds, resolve_folds, split_rows, splits_for
-from .grid import (
-    _CANDIDATE_ERRORS, CACHE_MEMORY_SHARE, _candidate, _factoriser, _failed, _fold_ranks, _LeftOut, _one_or_each,
-    _pair_problem, _pair_rows, _plain, _rank_cap, best_row, kernels_at, score_grid, score_regs, screening_params,
-)
+from .folds import MIN_VALIDATED_ROWS, Fold, fold_rows, make_folds, resolve_folds, split_rows, splits_for
+from .grid import CACHE_MEMORY_SHARE, best_row, kernels_at, score_grid, score_regs, screening_params
 from .regs import DEFAULT_REGS, REG_LADDER, REG_START, SEARCH_TOLERANCE, Regs, as_regs, walk_ladder
-from .screen import SEARCH_ROWS, Screen, _fold_subsamples, _subsample, screen_rows, screened
+from .screen import SEARCH_ROWS, Screen, screen_rows, screened
 from .search import SEARCH_KEPT_FACTORS, SEARCH_LONGEST, SEARCH_STEPS, search_best, search_lengthscales
 from .tune import TuneResult, refine, search_grid, tune
 
@@ -49,4 +45,5 @@ __all__ = ["TuneResult", "tune", "Fold", "split_rows", "fold_rows", "resolve_fol
            "Regs", "as_regs", "walk_ladder", "REG_LADDER", "REG_START",
            "check_grid", "default_lengthscales", "scaled_kernel", "standardised_grid", "search_lengthscales", "search_best",
            "refine", "search_grid", "Screen", "screen_rows", "screened", "score_regs", "kernels_at",
-           "LENGTHSCALE_FACTORS", "DEFAULT_REGS", "CRITERIA", "SEARCH_ROWS"]
+           "LENGTHSCALE_FACTORS", "DEFAULT_REGS", "CRITERIA", "SEARCH_ROWS", "SEARCH_TOLERANCE", "SEARCH_LONGEST",
+           "SEARCH_STEPS", "SEARCH_KEPT_FACTORS", "CACHE_MEMORY_SHARE"]

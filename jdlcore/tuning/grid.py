@@ -14,7 +14,8 @@ import numpy as np
 from ..kernels import Kernel
 from ..lowrank.cholesky import Factorisation, PivotedCholesky, pivoted_cholesky
 from ..models.degeneracy import physical_memory, rank_budget
-from ..models.jdl import JDL, ProblemSide, problem_from_factors, problem_side
+from ..models.jdl import JDL
+from ..models.problem import ProblemSide, problem_from_factors, problem_side
 from .folds import Fold
 from .regs import Regs, as_regs
 
@@ -40,7 +41,7 @@ def _factoriser(Zs: Sequence[np.ndarray], factorisation: Factorisation) -> tuple
     error one raised; seconds), each under the default rank budget of its rows where max_rank is None,
     and those budgets."""
     budgets = [rank_budget(len(Z)) if factorisation.max_rank is None else None for Z in Zs]
-    options = [factorisation.options(max_rank=_rank_cap(len(Z), factorisation)) for Z in Zs]
+    options = [factorisation.cholesky_arguments(max_rank=_rank_cap(len(Z), factorisation)) for Z in Zs]
 
     def factorise(kernel: Kernel, given: Sequence[PivotedCholesky | None] | None = None
                   ) -> tuple[tuple[ProblemSide, ...] | Exception, float]:

@@ -65,7 +65,7 @@ def screen_rows(folds: Sequence[Fold], base: JDL, kernel_x: Kernel, max_rows: in
     rows = _fold_subsamples(folds, max_rows, base.seed)
     cap = _rank_cap(max_rows, factorisation)
     try:
-        factor = pivoted_cholesky(kernel_x, folds[0][0][rows[0]], **factorisation.options(max_rank=cap))
+        factor = pivoted_cholesky(kernel_x, folds[0][0][rows[0]], **factorisation.cholesky_arguments(max_rank=cap))
     except _CANDIDATE_ERRORS:
         return Screen(None)
     return Screen(rows, factor) if factor.rank >= cap else Screen(None)
