@@ -21,7 +21,7 @@ from data_schemas.model import SCHEMA_NAME as MODEL_SCHEMA
 from data_schemas.scores import SCHEMA_NAME as SCORES_SCHEMA
 from data_schemas.tuning import SCHEMA_NAME as TUNING_SCHEMA
 from pipeline.compression import compress_store, open_compressed
-from pipeline.fitting import fit_store, make_estimator
+from pipeline.fitting import fit_store, run_parameters
 from pipeline.locks import LockTimeout, store_lock
 from pipeline.model_store import lease_model, load_model
 from pipeline.scoring import open_scores, score_store
@@ -113,9 +113,9 @@ def fit(s: FitSettings) -> StageResult:
     fingerprint = data_fingerprint(open_staged(s.data))
     options = s.fit_options()
     # keyed by every parameter the estimator will have, so a default given explicitly is the same run
-    params = make_estimator(s.method, **hyper, **options).get_params()
+    params = run_parameters(s.method, hyper["reg"], options)
     key = run_key("fit", data=fingerprint, tuning=tuning_key, method=s.method, scaling=s.scaling, **hyper,
-                  **{name: value for name, value in params.items() if name not in hyper and not name.startswith("kernel_")})
+                  **{name: value for name, value in params.items() if name not in hyper})
 
     def write(overwrite: bool) -> None:
         path, model = fit_store(s.data, s.out, **hyper, method=s.method, scaling=s.scaling, **options,

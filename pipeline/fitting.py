@@ -30,7 +30,7 @@ from .model_store import save_model
 from .staging import categorical_indices, categorical_levels, data_fingerprint, open_staged
 from .versions import DEFAULT_KEEP_VERSIONS, check_keep
 
-__all__ = ["fit_store", "make_estimator", "read_rows", "read_sample", "store_chunks", "data_scaling", "METHODS"]
+__all__ = ["fit_store", "make_estimator", "method_kernels", "run_parameters", "read_rows", "read_sample", "store_chunks", "data_scaling", "METHODS"]
 
 
 def read_rows(path: str, role: str, start: int, stop: int) -> np.ndarray:
@@ -79,13 +79,32 @@ def make_estimator(method: str, *, lengthscale_x: float | np.ndarray, lengthscal
     (``jdlcore.models.registry.method_options``: None or positivity "auto" is the method's default; an
     option it does not have is refused)."""
     cls = estimator_class(method)
+    kernels = method_kernels(method, lengthscale_x=lengthscale_x, lengthscale_y=lengthscale_y, scaling=scaling,
+                             categorical=categorical)
+    estimator = cls(**kernels, reg=reg, **method_options(method, options))
+    estimator.check_params()
+    return estimator
+
+
+def method_kernels(method: str, *, lengthscale_x: float | np.ndarray, lengthscale_y: float | np.ndarray,
+                   scaling: dict[str, Scaling] | None = None, categorical: list[int] | None = None
+                   ) -> dict[str, GaussianKernel]:
+    """The Gaussian kernels ``method`` has, by parameter name (``kernel_x``, ``kernel_y``): of the given
+    lengthscales, standardised by ``scaling`` and with the ``categorical`` x columns, as ``make_estimator``
+    describes."""
     scaling = scaling or {}
     kernels = {f"kernel_{side}": GaussianKernel(value, **dict(zip(("location", "scale"), scaling.get(side, ()))),
                                                 categorical=categorical if side == "x" else None)
                for side, value in (("x", lengthscale_x), ("y", lengthscale_y))}
-    estimator = cls(**{name: kernels[name] for name in cls.KERNELS}, reg=reg, **method_options(method, options))
-    estimator.check_params()
-    return estimator
+    return {name: kernels[name] for name in estimator_class(method).KERNELS}
+
+
+def run_parameters(method: str, reg: float, options: dict[str, Any]) -> dict[str, Any]:
+    """The parameters the estimator of ``method`` will have besides its kernels, without building it: its
+    declared defaults, ``reg`` and the fit ``options`` given (``method_options``: None or positivity
+    "auto" is the default), as ``get_params`` would return them. A fit's run key holds them, so a
+    default given explicitly is the same run."""
+    return {**estimator_class(method).defaults(), "reg": reg, **method_options(method, options)}
 
 
 def data_scaling(data: str | os.PathLike, group: zarr.Group) -> dict[str, Scaling]:
@@ -162,7 +181,7 @@ def fit_store(
     """
     check_keep(keep_versions)
     hyper = dict(lengthscale_x=lengthscale_x, lengthscale_y=lengthscale_y, reg=reg)
-    make_estimator(method, **hyper, **options)  # every rule, before anything is read
+    estimator = make_estimator(method, **hyper, **options)  # every rule, before anything is read
     if scaling is not None:
         check_scaling_choice(scaling)
     target = Path(out)
@@ -181,7 +200,9 @@ def fit_store(
         with_x_kernel = [name for name, cls in REGISTRY.items() if "kernel_x" in cls.KERNELS]
         raise ValueError(f"method: {method} has no x kernel to compare the categorical columns "
                          f"({', '.join(x_levels)}) by; use one of {', '.join(with_x_kernel)}")
-    estimator = make_estimator(method, **hyper, scaling=vectors, categorical=categorical_indices(group), **options)
+    estimator.set_params(**method_kernels(method, lengthscale_x=lengthscale_x, lengthscale_y=lengthscale_y,
+                                          scaling=vectors, categorical=categorical_indices(group)))
+    estimator.check_params()
     n = int(group.attrs["n_samples"])
     check_support_rows(getattr(estimator, "support_size", None), n, f"rows of {data}")
     started = time.perf_counter()
