@@ -173,7 +173,7 @@ def _refuse_plain_data(path: str) -> None:
 
 def reproduce_cell(kind: str, part: str, d: int, n: int, replicate: int, quick: bool) -> dict:
     """One cell of the paper's experiments (``experiments``): its metrics per method."""
-    from experiments.runner import Cell, run_cell
+    from experiments.runner import Cell, run_cell  # the reproduce extra: loaded when the experiments run
 
     result = run_cell(Cell(kind, part, d, n, replicate, quick))
     report(f"{kind} {part} d={d} n={n} replicate {replicate}: {result['_meta']['cell_seconds']:.1f} s")
