@@ -31,7 +31,8 @@ lengthscales.
 Screen (optional attribute ``grid_rows``): the training rows the grid was fitted on. Fewer than the
 training rows where the grid's longest x lengthscale reached the rank cap on that many of them
 (``jdlcore.tuning.screen_rows``); the search then moved on the same rows, and ``best`` is the best reg at
-its lengthscales fitted on all the training rows.
+its lengthscales fitted on all the training rows. Optional attribute ``search_rows``: the most training
+rows the screen and the search were judged on (``jdl tune --search-rows``; absent: 4,000).
 
 A model fitted from a tuning store carries the table as ``tuning_validation_loss``, ``tuning_rank_x``
 and ``tuning_rank_y`` over the dims ``tuning_lengthscale_x``, ``tuning_lengthscale_y``, ``tuning_reg``

@@ -20,6 +20,7 @@ from data_schemas.data import SCHEMA_NAME as DATA_SCHEMA
 from data_schemas.model import SCHEMA_NAME as MODEL_SCHEMA
 from data_schemas.scores import SCHEMA_NAME as SCORES_SCHEMA
 from data_schemas.tuning import SCHEMA_NAME as TUNING_SCHEMA
+from jdlcore.tuning import SEARCH_ROWS
 from pipeline.compression import compress_store, open_compressed
 from pipeline.fitting import fit_store, run_parameters
 from pipeline.locks import LockTimeout, store_lock
@@ -83,7 +84,9 @@ def stage(s: StageSettings) -> StageResult:
 
 def tune_key(s: TuneSettings, fingerprint: str) -> str:
     held_out = {} if s.validation is None else {"validation": data_fingerprint(open_staged(s.validation))}
-    return run_key("tune", data=fingerprint, **{**s.model_dump(exclude={"data", "out", "scheduler"}), **held_out})
+    screen = {} if s.search_rows == SEARCH_ROWS else {"search_rows": s.search_rows}  # keys of earlier runs kept
+    return run_key("tune", data=fingerprint, **{**s.model_dump(exclude={"data", "out", "scheduler", "search_rows"}),
+                                                **held_out, **screen})
 
 
 def tune(s: TuneSettings) -> StageResult:

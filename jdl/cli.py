@@ -402,6 +402,10 @@ def _add_tune(commands) -> None:
     setting("--search", action=argparse.BooleanOptionalAction,
             help="refine the grid's best to one lengthscale per feature where x (or y) has several; "
                  "features that do not help end up long (default: on)")
+    setting("--search-rows", type=int,
+            help="where the grid's factorisations reach their rank cap, the grid and the search are judged on this "
+                 "many of the subsample's training rows (default {default}); more keeps effects too weak to show on "
+                 "fewer, at the cost of factorisations at the cap on more rows (docs/tuning.md)")
     setting("--max-rows", type=int, help="rows of the subsample (default {default})")
     setting("--seed", type=int, help="seed of the subsample, the folds and the pivoting (default {default})")
     _add_scheduler(tune)

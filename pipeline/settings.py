@@ -32,7 +32,7 @@ from jdlcore.models.jdl import JDL
 from jdlcore.models.registry import FIT_OPTIONS, METHODS, estimator_class, method_options
 from jdlcore.params import ParameterError
 from jdlcore.scaling import SCALINGS
-from jdlcore.tuning import resolve_criterion, resolve_folds
+from jdlcore.tuning import SEARCH_ROWS, SEARCH_ROWS_PARAM, resolve_criterion, resolve_folds
 
 from .fitting import make_estimator
 from .scoring import parse_function
@@ -97,7 +97,11 @@ def _scheduler(value: str | None) -> str | None:
 def _declared_by(cls: type, name: str) -> AfterValidator:
     """The rule ``cls`` declares for its parameter ``name``, stated alone (``validated`` adds the name and
     the value)."""
-    rule = cls.parameters[name].rule
+    return _meets(cls.parameters[name].rule)
+
+
+def _meets(rule: Any) -> AfterValidator:
+    """A validator of a declared rule (``jdlcore.params.Rule``), stated alone."""
 
     def check(value):
         if rule.violation(value) is not None:
@@ -163,6 +167,7 @@ class TuneSettings(_Settings):
     seed: int = 0
     scaling: Scaling = "robust"
     search: bool = True
+    search_rows: Annotated[int, _meets(SEARCH_ROWS_PARAM.rule)] = SEARCH_ROWS
     scheduler: Scheduler = Field(None, validate_default=True)
 
     @field_validator("criterion")

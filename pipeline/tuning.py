@@ -27,8 +27,8 @@ from data_schemas.tuning import SCHEMA_NAME, SCHEMA_VERSION, validate_tuning_dat
 from jdlcore import JDL, GaussianKernel
 from jdlcore.scaling import check_scaling_choice
 from jdlcore.tuning import (
-    LENGTHSCALE_FACTORS, Fold, Regs, as_regs, check_grid, default_lengthscales, make_folds, resolve_criterion,
-    score_grid, search_grid, splits_for, standardised_grid,
+    LENGTHSCALE_FACTORS, SEARCH_ROWS, Fold, Regs, as_regs, check_grid, check_search_rows, default_lengthscales,
+    make_folds, resolve_criterion, score_grid, search_grid, splits_for, standardised_grid,
 )
 
 from .atomic import atomic_store, refuse_existing
@@ -68,6 +68,7 @@ def tune_store(
     seed: int = 0,
     scaling: str = "robust",
     search: bool = True,
+    search_rows: int = SEARCH_ROWS,
     scheduler: str | None = None,
     overwrite: bool = False,
     run_key: str | None = None,
@@ -85,8 +86,9 @@ def tune_store(
     grid's best is refined to one lengthscale per feature of x and y (``jdlcore.tuning.search_lengthscales``, in
     this process); the store keeps every candidate of that search (``search_*``) and its best is the
     store's best. Where the grid's longest x lengthscale reaches the rank cap on a screen of the
-    training rows (``jdlcore.tuning.screen_rows``; the store's ``grid_rows``), the grid and the search
-    run on that screen and the best found there is scored on all of them.
+    training rows (``jdlcore.tuning.screen_rows``: ``search_rows`` of them, default ``SEARCH_ROWS``; the
+    store's ``grid_rows``), the grid and the search run on that screen and the best found there is
+    scored on all of them; a larger ``search_rows`` judges the candidates on more rows, at more cost.
     ``criterion``: "auto" (crps for a scalar y, else second_moment), "second_moment", "crps",
     "pinball:LEVELS" or "logistic" (``jdlcore.tuning.resolve_criterion``); the store records the one used.
     ``validation``: a staged store of held-out rows (the same features) to score on, the candidates
@@ -109,6 +111,7 @@ def tune_store(
     for name, values in (("lengthscales_x", lengthscales_x), ("lengthscales_y", lengthscales_y)):
         if values is not None:
             check_grid(values, name)
+    search_rows = check_search_rows(search_rows)
     base = JDL(tol=tol, constraints=constraints, seed=seed)
     base.check_params()
     n = int(group.attrs["n_samples"])
@@ -127,7 +130,7 @@ def tune_store(
     grid = None if where is None else _fan_out(where, base, regs, score, progress)
     table, searched, best, screen = search_grid(folds_scored, base, kernel_x, kernel_y, grid_x, grid_y, regs, score,
                                                 search=search, stop_early=not lengthscales_x, progress=progress,
-                                                grid=grid)
+                                                grid=grid, search_rows=search_rows)
     ds = _tuning_dataset(table, grid_x, grid_y, regs)
     if searched:
         ds = ds.merge(_search_dataset(searched, X.shape[1], Y.shape[1], len(folds_scored[0][0])))
@@ -141,7 +144,7 @@ def tune_store(
         "data_fingerprint": data_fingerprint(group), "criterion": getattr(score, "name", str(criterion)), "tol": float(tol),
         "constraints": constraints, "rows_used": int(rows.size), "n_samples": n,
         "validation_fraction": float(validation_fraction), "seed": int(seed),
-        "validation": "" if held_out is None else str(Path(validation).resolve()),
+        "validation": "" if held_out is None else str(Path(validation).resolve()), "search_rows": search_rows,
         **_search_record(folds_scored, table, searched, best, screen),
         "seconds": time.perf_counter() - started, **({"run_key": run_key} if run_key else {}),
     })

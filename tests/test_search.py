@@ -307,16 +307,15 @@ def test_the_pipeline_keeps_the_search_and_fits_its_lengthscales(tmp_path, capsy
 
 @pytest.mark.filterwarnings("ignore::jdlcore.models.degeneracy.DegeneracyWarning")  # a rank cap of 30
 @pytest.mark.parametrize("folds", [1, 2])
-def test_where_the_grid_reaches_the_rank_cap_it_and_the_search_run_on_a_screen_and_all_rows_choose(monkeypatch, folds):
+def test_where_the_grid_reaches_the_rank_cap_it_and_the_search_run_on_a_screen_and_all_rows_choose(folds):
     """With two folds the screen is the same seeded positions of each fold's training rows, and each
     score the mean of the folds'."""
-    import jdlcore.tuning as tuning
     from jdlcore.tuning import best_row
 
     X, Y, noise = relevant_and_noise(900, 4)
     features = np.c_[X, noise]
-    monkeypatch.setattr(tuning.screen, "SEARCH_ROWS", 250)
-    result = tune(features, Y, estimator=JDL(max_rank=30), regs=[1e-5, 1e-4], folds=folds)  # the longest needs 30
+    result = tune(features, Y, estimator=JDL(max_rank=30), regs=[1e-5, 1e-4], folds=folds,
+                  search_rows=250)  # the longest needs 30
     splits = fold_rows(len(X), 0.2, folds, 0)
     screen = np.sort(np.random.default_rng(0).choice(len(splits[0][0]), 250, replace=False))  # the seeded screen
     assert all(row["subsample"] == 250 for row in result.table) and max(row["rank_x"] for row in result.table) == 30
@@ -345,7 +344,7 @@ def test_where_the_grid_reaches_the_rank_cap_it_and_the_search_run_on_a_screen_a
     # the factorisation that decided the screen is the one of the first fold's screen (the grid's, reused by it)
     from jdlcore.tuning import make_folds, screen_rows
     longest = kernel_x.with_lengthscale(best_row(result.table)["lengthscale_x"])
-    decided = screen_rows(make_folds(features, Y, splits), JDL(max_rank=30), longest)
+    decided = screen_rows(make_folds(features, Y, splits), JDL(max_rank=30), longest, max_rows=250)
     assert decided.factor_x.rank == 30 and len(decided.rows) == folds
     assert all(np.array_equal(rows, screen) for rows in decided.rows)
     assert decided.factor_x.L.shape == (250, 30)
@@ -380,3 +379,34 @@ def test_the_default_x_grid_stops_where_a_shorter_lengthscale_scores_worse():
         assert row["score"] == scores[row["lengthscale_x"], row["lengthscale_y"], row["reg"]]
     assert {k: v for k, v in default.best.items() if k != "seconds"} == {
         k: v for k, v in every.best.items() if k != "seconds"}
+
+
+def spread_column(seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """5,000 rows: x1 sets the mean, x2 only the spread (0.15 + 0.3 |x2|), x3 is noise."""
+    rng = np.random.default_rng(seed)
+    X = rng.uniform(-2.0, 2.0, (5000, 3))
+    Y = np.sin(2.0 * X[:, 0]) + (0.15 + 0.3 * np.abs(X[:, 1])) * rng.standard_normal(5000)
+    return X, Y[:, None]
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_a_column_too_weak_for_the_screen_is_kept_when_the_search_is_judged_on_more_rows(seed):
+    """At a rank cap of 100 the grid's best factorisation reaches the cap, so the search moves on a
+    subsample of ``search_rows`` training rows. On 300 rows the column that only sets the spread does not
+    show and is left out; judged on all 4,000 training rows it is kept, and the noise column is left out
+    either way."""
+    X, Y = spread_column(seed)
+    screened = tune(X, Y, estimator=JDL(max_rank=100), folds=1, search_rows=300, refit=False)
+    whole = tune(X, Y, estimator=JDL(max_rank=100), folds=1, search_rows=4000, refit=False)
+    assert any(row.get("subsample") == 300 for row in screened.search)  # the moves, judged on 300 rows
+    assert {row.get("subsample") for row in screened.search} == {None, 300}  # the start and regs on all
+    assert all("subsample" not in row for row in whole.table + whole.search)  # on every training row
+    assert screened.best["lengthscale_x"][1] == SEARCH_LONGEST
+    assert whole.best["lengthscale_x"][1] < SEARCH_LONGEST / 10
+    assert screened.best["lengthscale_x"][2] == whole.best["lengthscale_x"][2] == SEARCH_LONGEST
+
+
+def test_search_rows_is_checked_where_it_enters():
+    X, Y = spread_column(0)
+    with pytest.raises(ValueError, match=r"^search_rows: must be an integer >= 100, got 50$"):
+        tune(X[:200], Y[:200], search_rows=50)

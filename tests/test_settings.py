@@ -132,3 +132,26 @@ def test_a_bad_value_gets_the_same_line_from_every_entry(tmp_path, capsys):
         tune_flow.fn(data=data, out=out, max_rows=5)
     assert str(raised.value) == expected
     assert not Path(out).exists()
+
+
+def test_search_rows_reaches_the_tuning_and_its_default_keeps_the_run_key(tmp_path, capsys):
+    """``jdl tune --search-rows``: recorded in the tuning store; given at its default it is the same run
+    (reused), another value is another run (replaced)."""
+    import numpy as np
+
+    from jdl.cli import main
+    from pipeline.tuning import load_tuning
+
+    rng = np.random.default_rng(0)
+    x = rng.uniform(-2, 2, (600, 2))
+    np.savez(tmp_path / "t.npz", a=x[:, 0], b=x[:, 1], c=np.sin(x[:, 0]) + 0.2 * rng.standard_normal(600))
+    data, out = str(tmp_path / "d.zarr"), str(tmp_path / "t.zarr")
+    assert main(["stage", str(tmp_path / "t.npz"), "--x", "a,b", "--y", "c", "--out", data]) == 0
+    tune = ["tune", data, "--out", out, "--lengthscales-x", "1", "--lengthscales-y", "1", "--regs", "1e-4", "--folds", "1"]
+    assert main(tune) == 0
+    assert load_tuning(out).attrs["search_rows"] == TuneSettings.model_fields["search_rows"].default
+    capsys.readouterr()
+    assert main(tune + ["--search-rows", str(TuneSettings.model_fields["search_rows"].default)]) == 0
+    assert "(reused: inputs unchanged)" in capsys.readouterr().out
+    assert main(tune + ["--search-rows", "200"]) == 0
+    assert "reused" not in capsys.readouterr().out and load_tuning(out).attrs["search_rows"] == 200

@@ -1,25 +1,29 @@
 """The screen of a tuning: where even the grid's longest x lengthscale needs a factorisation at the
-rank cap, the grid and the per-feature search are scored on a seeded subsample of ``SEARCH_ROWS`` of
-each fold's training rows, and their result on all of them."""
+rank cap, the grid and the per-feature search are scored on a seeded subsample of ``search_rows``
+(default ``SEARCH_ROWS``) of each fold's training rows, and their result on all of them."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Any, Sequence
 
 import numpy as np
 
 from ..kernels import Kernel
 from ..lowrank.cholesky import Factorisation, PivotedCholesky, pivoted_cholesky
 from ..models.jdl import JDL
+from ..params import Integer, Param
 from .folds import Fold
 from .grid import _CANDIDATE_ERRORS, _rank_cap
 
-__all__ = ["SEARCH_ROWS", "Screen", "screen_rows", "screened"]
+__all__ = ["SEARCH_ROWS", "MIN_SEARCH_ROWS", "Screen", "check_search_rows", "screen_rows", "screened"]
 
 # the training rows of the screen (screen_rows) and of the search's subsample, used where the grid's longest
 # factorisation reaches its rank cap on them (each candidate on all n rows would then cost O(n cap^2) at
 # least); their results are scored on all the rows
 SEARCH_ROWS = 4_000
+MIN_SEARCH_ROWS = 100
+SEARCH_ROWS_PARAM = Param(Integer(low=MIN_SEARCH_ROWS), "training rows the grid and the search are judged on where "
+                          f"the grid's factorisations reach the rank cap on them (default {SEARCH_ROWS})")
 
 
 def _subsample(n: int, max_rows: int, seed: int | None) -> np.ndarray:
@@ -46,6 +50,12 @@ class Screen:
     def size(self) -> int | None:
         """The training rows of each fold on the screen (None: all of them)."""
         return None if self.rows is None else int(self.rows[0].size)
+
+
+def check_search_rows(search_rows: Any) -> int:
+    """``search_rows`` if it is an integer >= ``MIN_SEARCH_ROWS``, else ``ParameterError`` naming the rule."""
+    SEARCH_ROWS_PARAM.check("search_rows", search_rows)
+    return int(search_rows)
 
 
 def screen_rows(folds: Sequence[Fold], base: JDL, kernel_x: Kernel, max_rows: int | None = None) -> Screen:

@@ -15,7 +15,7 @@ from .criteria import resolve_criterion
 from .folds import Fold, make_folds, splits_for
 from .grid import best_row, kernels_at, score_grid, score_regs
 from .regs import Regs, as_regs
-from .screen import Screen, screen_rows, screened
+from .screen import SEARCH_ROWS, Screen, check_search_rows, screen_rows, screened
 from .search import search_best, search_lengthscales
 
 __all__ = ["TuneResult", "tune", "refine", "search_grid"]
@@ -41,9 +41,11 @@ class TuneResult:
 def refine(folds: Sequence[Fold], base: JDL, kernel_x: Kernel, kernel_y: Kernel, regs: Regs | Sequence[float],
            best: dict[str, Any], score: Callable, search: bool = True,
            progress: Callable[[str], None] | None = None, screen: Screen | None = None,
-           ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+           search_rows: int = SEARCH_ROWS) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """(the rows that refined the grid, the best row). ``folds``: each X_train, Y_train, X_val, Y_val;
-    ``screen``: where the grid was scored (``screen_rows``; None: on all the training rows).
+    ``screen``: where the grid was scored (``screen_rows``; None: on all the training rows);
+    ``search_rows``: the most training rows the search moves on where its factorisations reach the
+    rank cap (``search_lengthscales``' ``max_rows``).
 
     With ``search`` and several features in x or y, ``search_lengthscales`` from the grid's ``best`` on
     the same training rows. On all of them the best is its ``search_best``; without a search it is
@@ -58,7 +60,8 @@ def refine(folds: Sequence[Fold], base: JDL, kernel_x: Kernel, kernel_y: Kernel,
     if screen.rows is None:
         if not searching:
             return [], best
-        searched = search_lengthscales(folds, base, kernel_x, kernel_y, regs, best, score, progress)
+        searched = search_lengthscales(folds, base, kernel_x, kernel_y, regs, best, score, progress,
+                                       max_rows=search_rows)
         return searched, search_best(searched)
     if not searching:
         final = score_regs(folds, base, *kernels_at(kernel_x, kernel_y, best), regs, score, start=best["reg"])
@@ -75,15 +78,16 @@ def search_grid(
     folds: Sequence[Fold], base: JDL, kernel_x: Kernel, kernel_y: Kernel, grid_x: Sequence[float],
     grid_y: Sequence[float], regs: Regs | Sequence[float], score: Callable, *, search: bool = True,
     stop_early: bool = False,
-    progress: Callable[[str], None] | None = None, grid: Callable | None = None,
+    progress: Callable[[str], None] | None = None, grid: Callable | None = None, search_rows: int = SEARCH_ROWS,
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]], dict[str, Any], Screen]:
     """The whole tuning search on ``folds`` (each X_train, Y_train, X_val, Y_val): the screen
     (``screen_rows`` at the grid's longest x lengthscale), the grid grid_x x grid_y x regs of ``kernel_x``,
     ``kernel_y`` scored on it (``score_grid`` with ``stop_early``; or ``grid(folds, kernels_x, kernels_y)`` -> its
-    rows, e.g. fanned out over Dask), then ``refine``. Returns (the grid's rows, rows scored on a
+    rows, e.g. fanned out over Dask), then ``refine``. ``search_rows``: the screen's rows (``screen_rows``'
+    ``max_rows``) and the most the search moves on. Returns (the grid's rows, rows scored on a
     screen carrying ``subsample``; the refining rows; the best row; the screen)."""
     kernels_x, kernels_y = [kernel_x.with_lengthscale(v) for v in grid_x], [kernel_y.with_lengthscale(v) for v in grid_y]
-    screen = screen_rows(folds, base, kernels_x[-1])
+    screen = screen_rows(folds, base, kernels_x[-1], max_rows=search_rows)
     if screen.rows is not None and progress is not None:
         progress(f"the grid's longest x lengthscale reaches the rank cap on {screen.size:,} of the "
                  f"{len(folds[0][0]):,} training rows: the grid and the search run on those, the result on all")
@@ -94,7 +98,8 @@ def search_grid(
              if grid is None else grid(grid_folds, kernels_x, kernels_y))
     if screen.rows is not None:
         table = [{**row, "subsample": screen.size} for row in table]
-    searched, best = refine(folds, base, kernel_x, kernel_y, regs, best_row(table), score, search, progress, screen)
+    searched, best = refine(folds, base, kernel_x, kernel_y, regs, best_row(table), score, search, progress, screen,
+                            search_rows)
     return table, searched, best, screen
 
 
@@ -114,6 +119,7 @@ def tune(
     seed: int = 0,
     scaling: str = "robust",
     search: bool = True,
+    search_rows: int = SEARCH_ROWS,
     refit: bool = True,
 ) -> TuneResult:
     """Grid search over kernel lengthscales and ``reg`` for a JDL ``estimator`` (its kernel families,
@@ -135,9 +141,11 @@ def tune(
     (``search_lengthscales``: features that do not help end up with long lengthscales).
 
     Where even the grid's longest x lengthscale needs a factorisation at the rank cap on a seeded screen
-    of ``SEARCH_ROWS`` training rows (``screen_rows``), the grid and the search are scored on that
-    screen, and the lengthscales found there are scored with the regs on all the training rows, which
-    choose the best (``refine``)."""
+    of ``search_rows`` training rows (default ``SEARCH_ROWS``; ``screen_rows``), the grid and the search
+    are scored on that screen, and the lengthscales found there are scored with the regs on all the
+    training rows, which choose the best (``refine``). A larger ``search_rows`` judges the candidates on
+    more rows, so an effect too weak to show on the screen can be kept, at the cost of factorisations
+    at the rank cap on those rows (docs/tuning.md)."""
     X = as_samples(X, "X", min_rows=5)
     Y = as_samples(Y, "Y", min_rows=5)
     check_paired(X, Y)
@@ -158,7 +166,8 @@ def tune(
                                          role="Y")
     folds_scored = [(X, Y, X_val, Y_val)] if splits is None else make_folds(X, Y, splits)
     table, searched, best, _ = search_grid(folds_scored, base, kernel_x, kernel_y, grid_x, grid_y, regs, score,
-                                           search=search, stop_early=lengthscales_x is None)
+                                           search=search, stop_early=lengthscales_x is None,
+                                           search_rows=check_search_rows(search_rows))
     params = {
         **base.get_params(),
         "kernel_x": kernel_x.with_lengthscale(np.asarray(best["lengthscale_x"])),
