@@ -15,7 +15,7 @@ from ..params import Integer, Param
 from .folds import Fold
 from .grid import _CANDIDATE_ERRORS, _rank_cap
 
-__all__ = ["SEARCH_ROWS", "MIN_SEARCH_ROWS", "Screen", "check_search_rows", "screen_rows", "screened"]
+__all__ = ["SEARCH_ROWS", "MIN_SEARCH_ROWS", "SEARCH_ROWS_PARAM", "Screen", "check_search_rows", "screen_rows", "screened"]
 
 # the training rows of the screen (screen_rows) and of the search's subsample, used where the grid's longest
 # factorisation reaches its rank cap on them (each candidate on all n rows would then cost O(n cap^2) at
