@@ -82,13 +82,11 @@ def tune_store(
     in the resulting units. Lengthscales default to ``LENGTHSCALE_FACTORS`` times the median heuristic
     of the (standardised) subsample. ``regs`` given are all scored; None (the default) walks
     ``jdlcore.tuning.REG_LADDER`` per pair of lengthscales (``jdlcore.tuning.walk_ladder``), the rungs
-    not visited left NaN in the store. ``search`` (the default): where x (or y) has several features, the
-    grid's best is refined to one lengthscale per feature of x and y (``jdlcore.tuning.search_lengthscales``, in
-    this process); the store keeps every candidate of that search (``search_*``) and its best is the
-    store's best. Where the grid's longest x lengthscale reaches the rank cap on a screen of the
-    training rows (``jdlcore.tuning.screen_rows``: ``search_rows`` of them, default ``SEARCH_ROWS``; the
-    store's ``grid_rows``), the grid and the search run on that screen and the best found there is
-    scored on all of them; a larger ``search_rows`` judges the candidates on more rows, at more cost.
+    not visited left NaN in the store. ``search`` (the default) refines the grid's best to one lengthscale
+    per feature (``jdlcore.tuning.search_lengthscales``, in this process); the store keeps its candidates
+    (``search_*``) and its best is the store's. Where the grid reaches the rank cap on ``search_rows``
+    training rows, the grid and the search are judged on those (``jdlcore.tuning.screen_rows``; the
+    store's ``grid_rows``) and their best on all of them.
     ``criterion``: "auto" (crps for a scalar y, else second_moment), "second_moment", "crps",
     "pinball:LEVELS" or "logistic" (``jdlcore.tuning.resolve_criterion``); the store records the one used.
     ``validation``: a staged store of held-out rows (the same features) to score on, the candidates
