@@ -149,3 +149,17 @@ def test_no_private_name_crosses_a_package(package):
                   and not (isinstance(node.value, ast.Name) and node.value.id in ("self", "cls"))):
                 offending.append(f"{path.relative_to(ROOT)}:{node.lineno}: {ast.unparse(node)}")  # another's private
     assert not offending, offending
+
+
+@pytest.mark.parametrize("package", ["jdlcore", "pipeline", "flows", "jdl"])
+def test_modules_and_functions_stay_small(package):
+    """No module over 600 lines and no function over 100 lines: a reader can hold each in mind."""
+    long_modules, long_functions = [], []
+    for path in sorted((ROOT / package).rglob("*.py")):
+        text = path.read_text()
+        if len(text.splitlines()) > 600:
+            long_modules.append(str(path.relative_to(ROOT)))
+        for node in ast.walk(ast.parse(text, str(path))):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.end_lineno - node.lineno + 1 > 100:
+                long_functions.append(f"{path.relative_to(ROOT)}:{node.name}")
+    assert not long_modules and not long_functions, (long_modules, long_functions)
