@@ -28,7 +28,6 @@ Needs the ``peers`` extra (LightGBM): pip install -e '.[peers]'.
 from __future__ import annotations
 
 import argparse
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -38,9 +37,8 @@ import numpy as np
 import pandas as pd
 from scipy.stats import gamma
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import PeakMemory, write_json  # noqa: E402
-from peers import LEVELS, quantile_figures, run_jdl_pipeline, run_lightgbm  # noqa: E402
+from _common import PeakMemory, write_json
+from peers import LEVELS, quantile_figures, run_jdl_pipeline, run_lightgbm
 
 TARGET = "y"
 SHAPE = 2.0  # of the Gamma noise

@@ -12,12 +12,12 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.cluster import shared_scheduler
+from pipeline.settings import CompressSettings, FitSettings, ScoreSettings, StageSettings, TuneSettings, validated
 from pipeline.staging import data_fingerprint, open_staged
 from pipeline.tuning import load_tuning
 
 from .progress import report
 from .stage_runner import run_stage
-from pipeline.settings import CompressSettings, FitSettings, ScoreSettings, StageSettings, TuneSettings, validated
 from .stages import StageResult
 
 __all__ = ["stage", "tune", "fit", "score", "train_and_score", "compress", "reproduce", "given"]

@@ -15,24 +15,24 @@ import os
 from typing import Any, TypedDict
 
 import zarr
+from pydantic import BaseModel
 
 from data_schemas.data import SCHEMA_NAME as DATA_SCHEMA
 from data_schemas.model import SCHEMA_NAME as MODEL_SCHEMA
 from data_schemas.scores import SCHEMA_NAME as SCORES_SCHEMA
 from data_schemas.tuning import SCHEMA_NAME as TUNING_SCHEMA
-from jdlcore.tuning import SEARCH_ROWS
 from pipeline.compression import compress_store, open_compressed
 from pipeline.fitting import fit_store, run_parameters
 from pipeline.locks import LockTimeout, store_lock
 from pipeline.model_store import lease_model, load_model
 from pipeline.scoring import open_scores, score_store
+from pipeline.settings import CompressSettings, FitSettings, ScoreSettings, StageSettings, TuneSettings
 from pipeline.staging import data_fingerprint, open_staged, stage as stage_table
 from pipeline.tuning import load_tuning, tune_store
 
 from .artifacts import publish_fit
 from .progress import report
 from .resume import Decision, decide, run_key, source_fingerprint
-from pipeline.settings import CompressSettings, FitSettings, ScoreSettings, StageSettings, TuneSettings
 
 __all__ = ["StageResult", "STAGES", "RETRY_DELAYS", "stage", "tune", "fit", "score", "compress", "reproduce_cell",
            "is_transient", "fit_hyperparameters"]
@@ -82,11 +82,16 @@ def stage(s: StageSettings) -> StageResult:
         run_key=key))
 
 
+def _unless_default(s: BaseModel, *names: str) -> dict[str, Any]:
+    """The fields ``names`` of the settings ``s`` whose values differ from their declared defaults. A field
+    added after runs were keyed is keyed only where it is given otherwise, so the keys of those runs hold."""
+    return {name: getattr(s, name) for name in names if getattr(s, name) != type(s).model_fields[name].default}
+
+
 def tune_key(s: TuneSettings, fingerprint: str) -> str:
     held_out = {} if s.validation is None else {"validation": data_fingerprint(open_staged(s.validation))}
-    screen = {} if s.search_rows == SEARCH_ROWS else {"search_rows": s.search_rows}  # keys of earlier runs kept
     return run_key("tune", data=fingerprint, **{**s.model_dump(exclude={"data", "out", "scheduler", "search_rows"}),
-                                                **held_out, **screen})
+                                                **held_out, **_unless_default(s, "search_rows")})
 
 
 def tune(s: TuneSettings) -> StageResult:
@@ -137,7 +142,7 @@ def score(s: ScoreSettings) -> StageResult:
     lease = lease_model(s.model)
     try:
         key = run_key("score", model=_model_identity(lease.path), data=data_fingerprint(open_staged(s.data)),
-                      functions=s.functions, **({"unseen": s.unseen} if s.unseen != "refuse" else {}))
+                      functions=s.functions, **_unless_default(s, "unseen"))
         return _run("score", s.out, SCORES_SCHEMA, key, open_scores, lambda overwrite: score_store(
             lease.path, s.data, s.out, s.functions, unseen=s.unseen, overwrite=overwrite, scheduler=s.scheduler,
             run_key=key, progress=report))

@@ -314,24 +314,19 @@ def _add_method_options(parser: argparse.ArgumentParser) -> None:
         parser.add_argument(f"--{name.replace('_', '-')}", type=option.kind, metavar=metavar, help=option.describe())
 
 
-def _add_scaling(parser: argparse.ArgumentParser, default: str | None) -> None:
-    """``--scaling`` (``jdlcore.scaling.SCALINGS``): how the kernels standardise their inputs; ``default``
-    is the settings' default (None: the tuning store's, else robust)."""
-    from jdlcore.scaling import SCALINGS
-
-    parser.add_argument("--scaling", choices=SCALINGS, default=default,
-                        help="robust: standardise each feature by its median and interquartile range, so lengthscales "
-                             "are in standard units; none: the raw columns (default: "
-                             + (f"{default})" if default else "the tuning store's, else robust)"))
-
-
-def _add_scaling_of(settings: str) -> Callable[[argparse.ArgumentParser], None]:
-    """``--scaling`` with the default of ``settings`` (a class of ``pipeline.settings``)."""
+def _add_scaling(settings: str) -> Callable[[argparse.ArgumentParser], None]:
+    """``--scaling`` (``jdlcore.scaling.SCALINGS``): how the kernels standardise their inputs, with the
+    default of ``settings`` (a class of ``pipeline.settings``; None: the tuning store's, else robust)."""
 
     def add(parser: argparse.ArgumentParser) -> None:
         import pipeline.settings
+        from jdlcore.scaling import SCALINGS
 
-        _add_scaling(parser, getattr(pipeline.settings, settings).model_fields["scaling"].default)
+        default = getattr(pipeline.settings, settings).model_fields["scaling"].default
+        parser.add_argument("--scaling", choices=SCALINGS, default=default,
+                            help="robust: standardise each feature by its median and interquartile range, so "
+                                 "lengthscales are in standard units; none: the raw columns (default: "
+                                 + (f"{default})" if default else "the tuning store's, else robust)"))
 
     return add
 
@@ -398,7 +393,7 @@ def _add_tune(commands) -> None:
     tune.add_argument("--folds", help="how many disjoint fifths of the subsample to validate on, each candidate fitted "
                                       "on the other rows of each: 1 to 5, or auto (default: one from 10,000 rows of "
                                       "subsample on, else 5, cross-validation)")
-    tune.deferred.append(_add_scaling_of("TuneSettings"))
+    tune.deferred.append(_add_scaling("TuneSettings"))
     setting("--search", action=argparse.BooleanOptionalAction,
             help="refine the grid's best to one lengthscale per feature where x (or y) has several; "
                  "features that do not help end up long (default: on)")
@@ -427,7 +422,7 @@ def _add_fit(commands) -> None:
     fit.add_argument("--reg", type=float, help="regularisation lambda")
     setting("--keep-versions", type=int, help="model versions kept at OUT, the new one included (default {default}; "
                                               "a version being read is kept until it is free)")
-    fit.deferred.append(_add_scaling_of("FitSettings"))
+    fit.deferred.append(_add_scaling("FitSettings"))
     fit.deferred.append(_add_method_options)
     _add_scheduler(fit)
     fit.set_defaults(run=_fit)

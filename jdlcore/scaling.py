@@ -22,10 +22,11 @@ import numpy as np
 
 from .validation import as_samples
 
-__all__ = ["robust_scaling", "check_scaling", "check_scaling_choice", "NORMAL_IQR", "SCALING_ROWS", "SCALINGS"]
+__all__ = ["robust_scaling", "check_scaling", "check_scaling_choice", "NORMAL_IQR", "SCALING_ROWS", "SCALINGS", "DEFAULT_SCALING"]
 
 NORMAL_IQR = 1.3489795003921634  # interquartile range of the standard normal: 2 * Phi^{-1}(0.75)
 SCALINGS = ("robust", "none")  # how a fit or tuning standardises its kernels' inputs
+DEFAULT_SCALING = "robust"
 SCALING_ROWS = 100_000  # rows of a large table the pipeline estimates the scaling from (a seeded sample)
 
 

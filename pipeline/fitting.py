@@ -22,7 +22,7 @@ from jdlcore.models.estimator import Estimator
 from jdlcore.models.registry import METHODS as REGISTRY, estimator_class, method_options
 from jdlcore.models.degeneracy import MARGINAL_ROWS
 from jdlcore.conditional.support import check_support_rows, sample_rows
-from jdlcore.scaling import SCALING_ROWS, check_scaling_choice, robust_scaling
+from jdlcore.scaling import DEFAULT_SCALING, SCALING_ROWS, check_scaling_choice, robust_scaling
 
 from .atomic import refuse_existing
 from .cluster import dask_client, resolve_scheduler
@@ -30,7 +30,8 @@ from .model_store import save_model
 from .staging import categorical_indices, categorical_levels, data_fingerprint, open_staged
 from .versions import DEFAULT_KEEP_VERSIONS, check_keep
 
-__all__ = ["fit_store", "make_estimator", "method_kernels", "run_parameters", "read_rows", "read_sample", "store_chunks", "data_scaling", "METHODS"]
+__all__ = ["fit_store", "make_estimator", "method_kernels", "run_parameters", "read_rows", "read_sample", "store_chunks",
+           "data_scaling", "METHODS"]
 
 
 def read_rows(path: str, role: str, start: int, stop: int) -> np.ndarray:
@@ -139,7 +140,7 @@ def fit_scaling(scaling: str | None, data: str | os.PathLike, group: zarr.Group,
             raise ValueError(f"scaling: the tuning store was tuned with scaling {tuned!r}, and its lengthscales are in "
                              f"those units; fit with scaling {tuned!r} or leave it out (got {scaling!r})")
         return tuned, vectors
-    scaling = scaling or "robust"
+    scaling = scaling or DEFAULT_SCALING
     return scaling, data_scaling(data, group) if scaling == "robust" else {}
 
 

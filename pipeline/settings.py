@@ -31,8 +31,8 @@ from jdlcore.lowrank.cholesky import DEFAULT_TOL
 from jdlcore.models.jdl import JDL
 from jdlcore.models.registry import FIT_OPTIONS, METHODS, estimator_class, method_options
 from jdlcore.params import ParameterError
-from jdlcore.scaling import SCALINGS
-from jdlcore.tuning import SEARCH_ROWS, SEARCH_ROWS_PARAM, resolve_criterion, resolve_folds
+from jdlcore.scaling import DEFAULT_SCALING, SCALINGS
+from jdlcore.tuning import SEARCH_ROWS, SEARCH_ROWS_PARAM, VALIDATION_FRACTION, resolve_criterion, resolve_folds
 
 from .fitting import make_estimator
 from .scoring import parse_function
@@ -94,14 +94,9 @@ def _scheduler(value: str | None) -> str | None:
     raise ValueError(f"{value!r} is not auto, memory, local or an address like tcp://HOST:PORT")
 
 
-def _declared_by(cls: type, name: str) -> AfterValidator:
-    """The rule ``cls`` declares for its parameter ``name``, stated alone (``validated`` adds the name and
-    the value)."""
-    return _meets(cls.parameters[name].rule)
-
-
 def _meets(rule: Any) -> AfterValidator:
-    """A validator of a declared rule (``jdlcore.params.Rule``), stated alone."""
+    """A validator of a declared rule (``jdlcore.params.Rule``), stated alone (``validated`` adds the
+    name and the value)."""
 
     def check(value):
         if rule.violation(value) is not None:
@@ -157,15 +152,15 @@ class TuneSettings(_Settings):
     lengthscales_x: list[Positive] | None = Field(None, min_length=1)
     lengthscales_y: list[Positive] | None = Field(None, min_length=1)
     regs: list[Positive] | None = Field(None, min_length=1)  # None: jdlcore.tuning's walked ladder
-    tol: Annotated[float, _declared_by(JDL, "tol")] = JDL.defaults()["tol"]
+    tol: Annotated[float, _meets(JDL.parameters["tol"].rule)] = JDL.defaults()["tol"]
     constraints: Literal[JDL.parameters["constraints"].rule.choices] = JDL.defaults()["constraints"]  # type: ignore
     criterion: str = "auto"
     validation: Path_ | None = None
     max_rows: int = Field(MAX_ROWS, ge=10)
-    validation_fraction: float = Field(0.2, gt=0, lt=1)
+    validation_fraction: float = Field(VALIDATION_FRACTION, gt=0, lt=1)
     folds: Literal["auto"] | Annotated[int, Field(ge=1)] = "auto"  # at most the data's blocks: checked by the tuning
     seed: int = 0
-    scaling: Scaling = "robust"
+    scaling: Scaling = DEFAULT_SCALING
     search: bool = True
     search_rows: Annotated[int, _meets(SEARCH_ROWS_PARAM.rule)] = SEARCH_ROWS
     scheduler: Scheduler = Field(None, validate_default=True)

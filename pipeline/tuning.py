@@ -25,9 +25,9 @@ import zarr
 
 from data_schemas.tuning import SCHEMA_NAME, SCHEMA_VERSION, validate_tuning_dataset
 from jdlcore import JDL, GaussianKernel
-from jdlcore.scaling import check_scaling_choice
+from jdlcore.scaling import DEFAULT_SCALING, check_scaling_choice
 from jdlcore.tuning import (
-    LENGTHSCALE_FACTORS, SEARCH_ROWS, Fold, Regs, as_regs, check_grid, check_search_rows, default_lengthscales,
+    LENGTHSCALE_FACTORS, SEARCH_ROWS, VALIDATION_FRACTION, Fold, Regs, as_regs, check_grid, check_search_rows, default_lengthscales,
     make_folds, resolve_criterion, score_grid, search_grid, splits_for, standardised_grid,
 )
 
@@ -58,15 +58,15 @@ def tune_store(
     lengthscales_y: Sequence[float] | None = None,
     regs: Sequence[float] | None = None,
     tol: float = JDL.defaults()["tol"],
-    constraints: str = "positivity",
+    constraints: str = JDL.defaults()["constraints"],
     criterion: str = "auto",
     threshold: float | None = None,
     validation: str | os.PathLike | None = None,
     max_rows: int = MAX_ROWS,
-    validation_fraction: float = 0.2,
+    validation_fraction: float = VALIDATION_FRACTION,
     folds: int | str = "auto",
     seed: int = 0,
-    scaling: str = "robust",
+    scaling: str = DEFAULT_SCALING,
     search: bool = True,
     search_rows: int = SEARCH_ROWS,
     scheduler: str | None = None,

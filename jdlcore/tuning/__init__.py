@@ -33,7 +33,7 @@ from __future__ import annotations
 
 from .axes import LENGTHSCALE_FACTORS, check_grid, default_lengthscales, scaled_kernel, standardised_grid
 from .criteria import CRITERIA, resolve_criterion
-from .folds import MIN_VALIDATED_ROWS, Fold, fold_rows, make_folds, resolve_folds, split_rows, splits_for
+from .folds import MIN_VALIDATED_ROWS, VALIDATION_FRACTION, Fold, fold_rows, make_folds, resolve_folds, split_rows, splits_for
 from .grid import CACHE_MEMORY_SHARE, best_row, kernels_at, score_grid, score_regs, screening_params
 from .regs import DEFAULT_REGS, REG_LADDER, REG_START, SEARCH_TOLERANCE, Regs, as_regs, walk_ladder
 from .screen import MIN_SEARCH_ROWS, SEARCH_ROWS, SEARCH_ROWS_PARAM, Screen, check_search_rows, screen_rows, screened
@@ -46,4 +46,4 @@ __all__ = ["TuneResult", "tune", "Fold", "split_rows", "fold_rows", "resolve_fol
            "check_grid", "default_lengthscales", "scaled_kernel", "standardised_grid", "search_lengthscales", "search_best",
            "refine", "search_grid", "Screen", "screen_rows", "screened", "score_regs", "kernels_at",
            "LENGTHSCALE_FACTORS", "DEFAULT_REGS", "CRITERIA", "SEARCH_ROWS", "SEARCH_TOLERANCE", "SEARCH_LONGEST",
-           "SEARCH_STEPS", "SEARCH_KEPT_FACTORS", "CACHE_MEMORY_SHARE", "MIN_SEARCH_ROWS", "SEARCH_ROWS_PARAM", "check_search_rows"]
+           "SEARCH_STEPS", "SEARCH_KEPT_FACTORS", "CACHE_MEMORY_SHARE", "MIN_SEARCH_ROWS", "SEARCH_ROWS_PARAM", "check_search_rows", "VALIDATION_FRACTION"]

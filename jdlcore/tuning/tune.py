@@ -9,10 +9,11 @@ import numpy as np
 
 from ..kernels import Kernel
 from ..models.jdl import JDL
+from ..scaling import DEFAULT_SCALING
 from ..validation import as_samples, check_paired
 from .axes import standardised_grid
 from .criteria import resolve_criterion
-from .folds import Fold, make_folds, splits_for
+from .folds import VALIDATION_FRACTION, Fold, make_folds, splits_for
 from .grid import best_row, kernels_at, score_grid, score_regs
 from .regs import Regs, as_regs
 from .screen import SEARCH_ROWS, Screen, check_search_rows, screen_rows, screened
@@ -114,10 +115,10 @@ def tune(
     criterion: str | Callable = "auto",
     threshold: float | None = None,
     validation: tuple[Any, Any] | None = None,
-    validation_fraction: float = 0.2,
+    validation_fraction: float = VALIDATION_FRACTION,
     folds: int | str = "auto",
     seed: int = 0,
-    scaling: str = "robust",
+    scaling: str = DEFAULT_SCALING,
     search: bool = True,
     search_rows: int = SEARCH_ROWS,
     refit: bool = True,
