@@ -208,6 +208,7 @@ def run_jdl_pipeline(train: pd.DataFrame, test: pd.DataFrame, target: str, work:
     from pipeline.model_store import load_model
     from pipeline.scoring import score_store
     from pipeline.staging import categorical_levels, level_recoding, open_staged, recode, stage
+    from pipeline.summaries import with_summaries
     from pipeline.tuning import tune_store
 
     x = [c for c in train.columns if c != target]
@@ -233,7 +234,7 @@ def run_jdl_pipeline(train: pd.DataFrame, test: pd.DataFrame, target: str, work:
     model = load_model(work / "model.zarr")
     group = open_staged(work / "test.zarr")
     tables = level_recoding(categorical_levels(group), model.provenance_.get("x_levels") or {}, x, "other")
-    X = recode(group["x"][:], tables)
+    X = with_summaries(model.x_summaries_, recode(group["x"][:], tables))
     y = test[target].to_numpy(float)
     out = quantile_figures(scores_array(scores, functions[1])[:], y, scores["mean"][:, 0])
     out["crps"] = float(np.mean(model.crps(X, y)))

@@ -52,7 +52,9 @@ loading, in one pass, as the fit would build it); 5 adds the kernels' scalings (
 ``scale`` in ``kernel_x`` / ``kernel_y``, which earlier readers would ignore), with the same variables;
 6 adds the x kernel's categorical columns (``categorical`` in its spec: an earlier reader would
 compare their codes as numbers, so it must refuse the store) and the levels (``x_levels`` in the
-provenance).
+provenance); 7 adds the optional boosted summaries of x (``x_summaries``, as in ``data_schemas.tuning``:
+the x kernel reads x with them appended, so an earlier reader must refuse the store; their names in
+the provenance's ``x_summaries``).
 """
 from __future__ import annotations
 
@@ -60,11 +62,11 @@ import json
 
 from jdlcore.models.registry import METHODS
 
-from .tuning import validate_grid
+from .tuning import validate_grid, validate_summaries
 
 SCHEMA_NAME = "jdl.model"
-SCHEMA_VERSION = 6
-READABLE_VERSIONS = (2, 3, 4, 5, 6)  # version 2 had only the "jdl" method, with the same variables as in 3
+SCHEMA_VERSION = 7
+READABLE_VERSIONS = (2, 3, 4, 5, 6, 7)  # version 2 had only the "jdl" method, with the same variables as in 3
 SUPPORT_VERSION = 4  # the first version with support atoms
 
 
@@ -206,5 +208,6 @@ def validate_model_dataset(ds, where: str = "model") -> None:
             if tuple(ds[name].dims) != dims:
                 raise ValueError(f"{where}: variable {name!r} has dims {tuple(ds[name].dims)}, expected {dims}")
         validate_grid(ds, TUNING_DIMS["tuning_validation_loss"], where)
+    validate_summaries(ds, where)
     if method in ATOM_STORES and ds.sizes["sample"] != ds.attrs["n_samples"]:
         raise ValueError(f"{where}: {ds.sizes['sample']} samples but attribute n_samples={ds.attrs['n_samples']}")

@@ -34,6 +34,11 @@ training rows where the grid's longest x lengthscale reached the rank cap on tha
 its lengthscales fitted on all the training rows. Optional attribute ``search_rows``: the most training
 rows the screen and the search were judged on (``jdl tune --search-rows``; absent: 4,000).
 
+Boosted summaries (version 3, optional): ``x_summaries`` (summaries_byte), uint8, the JSON record of
+``pipeline.summaries.BoostedSummaries`` (LightGBM text models), and attribute ``x_summaries`` (JSON: the
+summaries' names, appended to the x features in this order: the lengthscales, the scaling and the
+search's x_feature have that many more entries than the data's x features); attribute ``summaries``:
+the rule asked for ("auto", "boosted" or "none"). A store of version 2 has none.
 A model fitted from a tuning store carries the table as ``tuning_validation_loss``, ``tuning_rank_x``
 and ``tuning_rank_y`` over the dims ``tuning_lengthscale_x``, ``tuning_lengthscale_y``, ``tuning_reg``
 (see ``data_schemas.model.TUNING_DIMS``).
@@ -47,7 +52,9 @@ import numpy as np
 from jdlcore.scaling import SCALINGS
 
 SCHEMA_NAME = "jdl.tuning"
-SCHEMA_VERSION = 2  # 2: the scaling
+SCHEMA_VERSION = 3  # 2: the scaling; 3: the boosted summaries of x
+SUMMARIES_VARIABLE = "x_summaries"  # the map's JSON bytes, in tuning and model stores alike
+SUMMARIES_DIM = "summaries_byte"
 SCALING_DIMS = {"x_location": ("x_feature",), "x_scale": ("x_feature",), "y_location": ("y_feature",),
                 "y_scale": ("y_feature",)}
 SEARCH_DIMS = {"search_lengthscale_x": ("search_candidate", "x_feature"),
@@ -78,6 +85,15 @@ def _require_variables(ds, dims: dict[str, tuple[str, ...]], where: str) -> None
             raise ValueError(f"{where}: variable {name!r} is missing or does not have dims {expected}")
 
 
+def validate_summaries(ds, where: str) -> None:
+    """``ValueError`` unless a store's optional ``SUMMARIES_VARIABLE`` is uint8 bytes along ``SUMMARIES_DIM``."""
+    if SUMMARIES_VARIABLE in ds.variables:
+        variable = ds[SUMMARIES_VARIABLE]
+        if tuple(variable.dims) != (SUMMARIES_DIM,) or variable.dtype != np.uint8:
+            raise ValueError(f"{where}: variable {SUMMARIES_VARIABLE!r} must be uint8 along ({SUMMARIES_DIM!r},), got "
+                             f"{variable.dtype} along {tuple(variable.dims)}")
+
+
 def validate_tuning_dataset(ds, where: str = "tuning") -> None:
     """Raise ``ValueError`` naming the first broken rule of the tuning contract."""
     if ds.attrs.get("schema") != SCHEMA_NAME:
@@ -90,6 +106,7 @@ def validate_tuning_dataset(ds, where: str = "tuning") -> None:
             raise ValueError(f"{where}: attribute {name!r} is missing")
     validate_grid(ds, GRID, where)
     _require_variables(ds, VARIABLE_DIMS, where)
+    validate_summaries(ds, where)
     try:
         best = json.loads(ds.attrs["best"])
         ok = all(k in best for k in ("lengthscale_x", "lengthscale_y", "reg", "score"))

@@ -14,6 +14,7 @@ import contextlib
 import logging
 import os
 import sys
+import typing
 import warnings
 from typing import Callable
 
@@ -281,7 +282,8 @@ class _Parser(argparse.ArgumentParser):
 def _settings_flags(parser: _Parser, settings: str) -> Callable[..., argparse.Action]:
     """A function adding flags whose defaults are the fields of the same names of ``settings`` (a class of
     ``pipeline.settings``, where each default is declared): read when the command is used, and written
-    into the help wherever it says {default}."""
+    into the help wherever it says {default}; a field declared as a ``Literal`` has its choices written
+    wherever the help says {choices}."""
     actions: list[argparse.Action] = []
 
     def add(*flags: str, help: str, **kwargs) -> argparse.Action:
@@ -293,7 +295,10 @@ def _settings_flags(parser: _Parser, settings: str) -> Callable[..., argparse.Ac
 
         fields = getattr(pipeline.settings, settings).model_fields
         for action in actions:
-            action.default = fields[action.dest].get_default(call_default_factory=True)
+            field = fields[action.dest]
+            action.default = field.get_default(call_default_factory=True)
+            if typing.get_origin(field.annotation) is typing.Literal:  # checked by the settings, with their error
+                action.help = action.help.replace("{choices}", ", ".join(map(str, typing.get_args(field.annotation))))
             action.help = action.help.replace("{default}", str(action.default))
 
     parser.deferred.append(read_defaults)
@@ -401,6 +406,10 @@ def _add_tune(commands) -> None:
             help="where the grid's factorisations reach their rank cap, the grid and the search are judged on this "
                  "many of the subsample's training rows (default {default}); more keeps effects too weak to show on "
                  "fewer, at the cost of factorisations at the cap on more rows (docs/tuning.md)")
+    setting("--summaries",
+            help="{choices}: boosted summaries of x for the x kernel, cross-fitted quantile boosters' median and log "
+                 "spread appended to the columns (boosted); auto (the default) searches with and without them and "
+                 "keeps them where they score 0.2%% better; docs/tuning.md")
     setting("--max-rows", type=int, help="rows of the subsample (default {default})")
     setting("--seed", type=int, help="seed of the subsample, the folds and the pivoting (default {default})")
     _add_scheduler(tune)

@@ -19,6 +19,8 @@ import pandas as pd
 import zarr
 from scipy.stats import norm
 
+from .reports import numbers
+
 LEVELS = (0.1, 0.5, 0.9)
 BATCH_ROWS = 2_000
 
@@ -41,6 +43,10 @@ class DemoReport:
     reused: dict
     seconds: float
     stores: dict = field(default_factory=dict)
+    summaries: list = field(default_factory=list)  # the boosted summaries the x kernel reads after x
+
+    def _x_names(self) -> str:
+        return f" (x, {', '.join(self.summaries)})" if self.summaries else ""
 
     def lines(self) -> list[str]:
         b = self.best
@@ -48,7 +54,8 @@ class DemoReport:
         return [
             f"data        n = {self.n:,} rows of y = sin(x) + x/3 + (0.15 + 0.25|x|) e; "
             f"scored a new batch of {BATCH_ROWS:,} rows",
-            f"tuned       lengthscale_x = {b['lengthscale_x']:.3g}, lengthscale_y = {b['lengthscale_y']:.3g}, "
+            f"tuned       lengthscale_x = {numbers(b['lengthscale_x'])}{self._x_names()}, "
+            f"lengthscale_y = {numbers(b['lengthscale_y'])}, "
             f"reg = {b['reg']:.0e}: validation {self.criterion} {b['score']:.4f}, best of {self.candidates} "
             f"on {self.tune_rows:,} rows",
             f"fitted      m_X = {self.rank_x}, m_Y = {self.rank_y}, positivity {self.positivity}: the signed law's "
@@ -124,6 +131,7 @@ def run_demo(n: int = 100_000, workdir: str | Path = "jdl-demo", seed: int = 0, 
     d = model.diagnostics_
     return DemoReport(
         n=n, workdir=root, best=json.loads(tuning.attrs["best"]), criterion=tuning.attrs["criterion"],
+        summaries=json.loads(tuning.attrs.get("x_summaries", "[]")),
         candidates=scored_candidates(tuning),
         tune_rows=int(tuning.attrs["rows_used"]), rank_x=d["rank_x"], rank_y=d["rank_y"], positivity=model.positivity,
         negative_mass_max=float(d.get("negative_mass_max", np.nan)),

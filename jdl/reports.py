@@ -30,7 +30,9 @@ def tuned(args: argparse.Namespace, result: dict) -> str:
     count = f"{size}" if scored == size else f"{scored} of {size}"
     folds = int(table.attrs.get("folds", 1))
     on = f"{table.attrs['rows_used']:,} rows" + (f" ({folds} folds)" if folds > 1 else "")
-    return (f"tuned {count} candidates on {on}: best {setting}, "
+    summaries = json.loads(table.attrs.get("x_summaries", "[]"))
+    with_summaries = f" with x summaries {', '.join(summaries)}" if summaries else ""
+    return (f"tuned {count} candidates on {on}{with_summaries}: best {setting}, "
             f"validation {table.attrs['criterion']} {best['score']:.5g} -> {result['path']}")
 
 

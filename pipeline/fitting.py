@@ -27,10 +27,11 @@ from jdlcore.scaling import DEFAULT_SCALING, SCALING_ROWS, check_scaling_choice,
 from .atomic import refuse_existing
 from .cluster import dask_client, resolve_scheduler
 from .model_store import save_model
-from .staging import categorical_indices, categorical_levels, data_fingerprint, open_staged
+from .staging import categorical_indices, categorical_levels, data_fingerprint, open_staged, read_sample
+from .summaries import BoostedSummaries, read_summaries, with_summaries
 from .versions import DEFAULT_KEEP_VERSIONS, check_keep
 
-__all__ = ["fit_store", "make_estimator", "method_kernels", "run_parameters", "read_rows", "read_sample", "store_chunks",
+__all__ = ["fit_store", "make_estimator", "method_kernels", "run_parameters", "read_rows", "store_chunks",
            "data_scaling", "METHODS"]
 
 
@@ -46,18 +47,6 @@ def store_chunks(client, data: str | os.PathLike, group: zarr.Group) -> dict[str
     bounds = [(start, min(start + step, n)) for start in range(0, n, step)]
     path = str(Path(data).resolve())
     return {role: [client.submit(read_rows, path, role, a, b, pure=False) for a, b in bounds] for role in ("x", "y")}
-
-
-def read_sample(path: str | os.PathLike, role: str, rows: np.ndarray) -> np.ndarray:
-    """Rows ``rows`` (ascending indices) of array ``role`` of a staged store, read chunk by chunk."""
-    array = zarr.open_group(str(path), mode="r", zarr_format=3)[role]
-    step = array.chunks[0]
-    parts = []
-    for start in range(0, array.shape[0], step):
-        inside = rows[(rows >= start) & (rows < start + step)]
-        if inside.size:
-            parts.append(np.asarray(array[start:start + step])[inside - start])
-    return np.vstack(parts).astype(np.float64) if parts else np.empty((0, array.shape[1]))
 
 
 PROBES = 16  # first rows of x at which the stored model reports its signed law's negative mass
@@ -118,11 +107,14 @@ def data_scaling(data: str | os.PathLike, group: zarr.Group) -> dict[str, Scalin
             for role in ("x", "y")}
 
 
-def check_lengthscale_widths(method: str, hyper: dict[str, Any], group: zarr.Group) -> None:
+def check_lengthscale_widths(method: str, hyper: dict[str, Any], group: zarr.Group,
+                             summaries: BoostedSummaries | None = None) -> None:
     """``ValueError`` unless each per-feature lengthscale of a kernel ``method`` has (``hyper``'s
-    lengthscale_x, lengthscale_y) has one entry per feature of the staged store."""
+    lengthscale_x, lengthscale_y) has one entry per feature of the staged store (x's followed by the
+    kept ``summaries``)."""
+    extra = {"x": list(summaries.kept) if summaries else [], "y": []}
     for side in ("x", "y"):
-        value, names = hyper[f"lengthscale_{side}"], list(group.attrs[f"{side}_features"])
+        value, names = hyper[f"lengthscale_{side}"], list(group.attrs[f"{side}_features"]) + extra[side]
         if f"kernel_{side}" in estimator_class(method).KERNELS and np.ndim(value) == 1 and len(value) != len(names):
             raise ValueError(f"lengthscale_{side}: has {len(value)} entries but the data has {len(names)} {side} "
                              f"features ({', '.join(names)})")
@@ -188,12 +180,8 @@ def fit_store(
     target = Path(out)
     refuse_existing(target, overwrite)  # before the fit, not after it
     group = open_staged(data)
-    table = None
-    if tuning is not None:
-        from .tuning import load_tuning
-
-        table = load_tuning(tuning)
-    check_lengthscale_widths(method, hyper, group)
+    table, summaries = _tuning_record(tuning)
+    check_lengthscale_widths(method, hyper, group, summaries)
     # a method without kernels (jpdl) has nothing to standardise
     scaling, vectors = fit_scaling(scaling, data, group, table) if estimator_class(method).KERNELS else ("none", {})
     x_levels = categorical_levels(group)
@@ -212,16 +200,16 @@ def fit_store(
             raise ValueError(f"scheduler: method {method} fits in memory; use --scheduler memory or auto "
                              f"(got {scheduler!r})")
         scheduler = None
-        model = _fit_in_memory(estimator, group)
+        model = estimator.fit(with_summaries(summaries, group["x"][:]), group["y"][:])
     else:
         scheduler = resolve_scheduler(scheduler, n)
-        model = _fit_from_reductions(estimator, data, group, scheduler, progress)
+        model = _fit_from_reductions(estimator, data, group, scheduler, progress, summaries)
     model.diagnostics_["fit_seconds"] = time.perf_counter() - started
     if hasattr(model, "check_degeneracies"):  # warns; the findings go into the store's diagnostics
         rows = sample_rows(n, model.seed, MARGINAL_ROWS)
-        model.check_degeneracies(read_sample(data, "x", rows), read_sample(data, "y", rows))
+        model.check_degeneracies(with_summaries(summaries, read_sample(data, "x", rows)), read_sample(data, "y", rows))
     if hasattr(model, "negative_support_mass"):
-        probes = np.asarray(group["x"][:PROBES], dtype=np.float64)
+        probes = with_summaries(summaries, np.asarray(group["x"][:PROBES], dtype=np.float64))
         negative = model.negative_support_mass(probes)
         model.diagnostics_.update({"negative_mass_max": float(negative.max()),
                                    "negative_mass_mean": float(negative.mean()), "negative_mass_probes": PROBES})
@@ -232,34 +220,41 @@ def fit_store(
         "x_features": group.attrs["x_features"], "y_features": group.attrs["y_features"],
         "scheduler": scheduler or "in-memory", "scaling": scaling,
         **({"x_levels": x_levels} if x_levels else {}),
+        **({"x_summaries": list(summaries.kept)} if summaries else {}),
     }
     if table is not None:
         provenance["tuning"] = {"store": str(Path(tuning).resolve()), "best": json.loads(table.attrs["best"]),
                                 "criterion": table.attrs["criterion"], "rows_used": table.attrs["rows_used"]}
     model.provenance_ = provenance
     mark = time.perf_counter()
+    model.x_summaries_ = summaries
     path = save_model(model, target, overwrite=overwrite, provenance=provenance, tuning=table, run_key=run_key,
-                      keep_versions=keep_versions)
+                      keep_versions=keep_versions, summaries=summaries)
     model.diagnostics_["write_seconds"] = time.perf_counter() - mark
     return path, model
 
 
-def _fit_in_memory(estimator: Any, group: zarr.Group) -> Any:
-    """Methods fitted on the whole table in this process (the atom models register the mean and second
-    moment themselves)."""
-    return estimator.fit(group["x"][:], group["y"][:])
+def _tuning_record(tuning: str | os.PathLike | None) -> tuple[Any, BoostedSummaries | None]:
+    """(the tuning store's Dataset, its boosted summaries of x), each None where there is none."""
+    if tuning is None:
+        return None, None
+    from .tuning import load_tuning
+
+    table = load_tuning(tuning)
+    return table, read_summaries(table, f"tuning {tuning}")
 
 
-def _fit_from_reductions(estimator: Any, data: str | os.PathLike, group: zarr.Group,
-                         scheduler: str | None, progress: Callable[[str], None] | None) -> Any:
+def _fit_from_reductions(estimator: Any, data: str | os.PathLike, group: zarr.Group, scheduler: str | None,
+                         progress: Callable[[str], None] | None, summaries: BoostedSummaries | None) -> Any:
     """JDL and CME from the factorisations and m x m reductions: in this process (``scheduler`` None)
-    or chunk by chunk on Dask, where each chunk is a task reading its own rows of the store."""
+    or chunk by chunk on Dask, where each chunk is a task reading its own rows of the store (and adding
+    its summaries)."""
     factorisation = Factorisation.of(estimator)
     on_atoms = estimator.laws_on_atoms  # a support and a grid sample to build as well
     options = dict(support_size=estimator.support_size, grid_points=estimator.grid_points) if on_atoms else {}
     if scheduler is None:
         Y = group["y"][:]
-        problem = build_problem(group["x"][:], Y, estimator.kernel_x, estimator.kernel_y, factorisation,
+        problem = build_problem(with_summaries(summaries, group["x"][:]), Y, estimator.kernel_x, estimator.kernel_y, factorisation,
                                 values_x=estimator.reads_x_values, **options)
     else:
         from .chunked_fit import chunked_problem
@@ -269,9 +264,13 @@ def _fit_from_reductions(estimator: Any, data: str | os.PathLike, group: zarr.Gr
         samples = {}
         if on_atoms:
             samples = dict(y_sample=read_sample(data, "y", sample_rows(n, estimator.seed)),
-                           grid_x=read_sample(data, "x", sample_rows(n, estimator.seed, estimator.grid_points)))
+                           grid_x=with_summaries(summaries, read_sample(data, "x", sample_rows(n, estimator.seed,
+                                                                                          estimator.grid_points))))
         with dask_client(scheduler) as client:
             chunks = store_chunks(client, data, group)
+            if summaries is not None:  # each chunk's summaries, a task of its own after its read
+                shipped = client.scatter(summaries, broadcast=True)
+                chunks["x"] = [client.submit(with_summaries, shipped, block) for block in chunks["x"]]
             problem = chunked_problem(client, chunks["x"], chunks["y"], estimator.kernel_x, estimator.kernel_y,
                                       factorisation, extremes=estimator.reads_x_values, progress=progress,
                                       **samples, **options)

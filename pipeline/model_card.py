@@ -50,7 +50,10 @@ def _width(model: Any, side: str) -> int:
 
 def _names(model: Any, side: str) -> list[str]:
     width = _width(model, side)
-    names = model.provenance_.get(f"{side}_features") if isinstance(model.provenance_, dict) else None
+    provenance = model.provenance_ if isinstance(model.provenance_, dict) else {}
+    names = provenance.get(f"{side}_features")
+    if names and side == "x":  # a boosted-summaries model's x kernel reads them after the columns
+        names = list(names) + list(provenance.get("x_summaries", []))
     return [str(n) for n in names] if names and len(names) == width else [f"{side}{k}" for k in range(width)]
 
 
@@ -279,7 +282,7 @@ def _plot_trace(ax: Any, model: Any) -> None:
 
 def _plot_class_probabilities(ax: Any, model: Any) -> None:
     """A classifier (KLR): P(class | x) along the first x feature, the others at their pivots' median."""
-    x = default_x_values(model, 64)
+    x = _slice_points(model, 64)
     proba = model.predict_proba(x)
     x_name = _names(model, "x")[0]
     for k, label in enumerate(model.classes_):
@@ -290,8 +293,20 @@ def _plot_class_probabilities(ax: Any, model: Any) -> None:
     ax.legend(fontsize="small")
 
 
+def _slice_points(model: Any, n: int) -> np.ndarray:
+    """``default_x_values`` (the first feature at quantiles, the others at their medians); for a model
+    with boosted summaries, the summaries of those points appended in place of the pivots' medians."""
+    x = default_x_values(model, n)
+    summaries = getattr(model, "x_summaries_", None)
+    return x if summaries is None else summaries.augment(x[:, :summaries.width])
+
+
 def _slices(model: JDL, x_values: Any, n_slices: int):
-    x = default_x_values(model, n_slices) if x_values is None else query_points(model, x_values)
+    summaries = getattr(model, "x_summaries_", None)
+    if x_values is None:
+        x = _slice_points(model, n_slices)
+    else:  # the data's columns, with a summaries model's summaries appended
+        x = query_points(model, x_values if summaries is None else summaries.augment(np.atleast_2d(x_values)))
     grid = default_grid(model, 0)
     density, cdf = conditional_curves(model, x, grid)
     return x, grid, density, cdf

@@ -37,6 +37,7 @@ from jdlcore.tuning import SEARCH_ROWS, SEARCH_ROWS_PARAM, VALIDATION_FRACTION, 
 from .fitting import make_estimator
 from .scoring import parse_function
 from .staging import CHUNK_SIZE
+from .summaries import DEFAULT_SUMMARIES, SUMMARY_RULES
 from .tuning import MAX_ROWS
 from .versions import DEFAULT_KEEP_VERSIONS, check_keep
 
@@ -163,6 +164,7 @@ class TuneSettings(_Settings):
     scaling: Scaling = DEFAULT_SCALING
     search: bool = True
     search_rows: Annotated[int, _meets(SEARCH_ROWS_PARAM.rule)] = SEARCH_ROWS
+    summaries: Literal[SUMMARY_RULES] = DEFAULT_SUMMARIES  # type: ignore[valid-type]
     scheduler: Scheduler = Field(None, validate_default=True)
 
     @field_validator("criterion")

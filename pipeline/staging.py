@@ -28,7 +28,7 @@ from .atomic import atomic_store
 
 __all__ = ["stage", "open_staged", "combined_fingerprint", "data_fingerprint", "arrays_fingerprint",
            "create_data_arrays", "data_attrs", "categorical_levels", "categorical_indices", "level_recoding", "recode",
-           "FORMATS", "DETECT_ROWS", "UNSEEN_RULES", "OTHER_CODE"]
+           "FORMATS", "DETECT_ROWS", "UNSEEN_RULES", "OTHER_CODE", "read_sample"]
 
 FORMATS = {".csv": "csv", ".parquet": "parquet", ".pq": "parquet", ".npy": "npy", ".npz": "npz",
            ".nc": "netcdf", ".nc4": "netcdf", ".zarr": "zarr"}
@@ -297,3 +297,15 @@ def recode(block: np.ndarray, tables: dict[int, np.ndarray]) -> np.ndarray:
     for j, table in tables.items():
         block[:, j] = table[block[:, j].astype(np.intp)]
     return block
+
+
+def read_sample(path: str | os.PathLike, role: str, rows: np.ndarray) -> np.ndarray:
+    """Rows ``rows`` (ascending indices) of array ``role`` of a staged store, read chunk by chunk."""
+    array = zarr.open_group(str(path), mode="r", zarr_format=3)[role]
+    step = array.chunks[0]
+    parts = []
+    for start in range(0, array.shape[0], step):
+        inside = rows[(rows >= start) & (rows < start + step)]
+        if inside.size:
+            parts.append(np.asarray(array[start:start + step])[inside - start])
+    return np.vstack(parts).astype(np.float64) if parts else np.empty((0, array.shape[1]))

@@ -16,6 +16,7 @@ import itertools
 import json
 import os
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -23,17 +24,20 @@ import numpy as np
 import xarray as xr
 import zarr
 
-from data_schemas.tuning import SCHEMA_NAME, SCHEMA_VERSION, validate_tuning_dataset
+from data_schemas.tuning import SCHEMA_NAME, SCHEMA_VERSION, SUMMARIES_VARIABLE, validate_tuning_dataset
 from jdlcore import JDL, GaussianKernel
 from jdlcore.scaling import DEFAULT_SCALING, check_scaling_choice
 from jdlcore.tuning import (
-    LENGTHSCALE_FACTORS, SEARCH_ROWS, VALIDATION_FRACTION, Fold, Regs, as_regs, check_grid, check_search_rows, default_lengthscales,
+    LENGTHSCALE_FACTORS, SEARCH_ROWS, SEARCH_TOLERANCE, VALIDATION_FRACTION, Fold, Regs, as_regs, check_grid, check_search_rows, default_lengthscales,
     make_folds, resolve_criterion, score_grid, search_grid, splits_for, standardised_grid,
 )
 
 from .atomic import atomic_store, refuse_existing
 from .cluster import dask_client, resolve_scheduler
-from .staging import categorical_indices, categorical_levels, data_fingerprint, level_recoding, open_staged, recode
+from .staging import categorical_indices, categorical_levels, data_fingerprint, level_recoding, open_staged, read_sample, recode
+from .summaries import (
+    DEFAULT_SUMMARIES, MAX_ROWS as SUMMARY_ROWS, BoostedSummaries, fit_summaries, summaries_variable, summary_rule, with_summaries,
+)
 
 __all__ = ["tune_store", "load_tuning", "scored_candidates", "tuned_scaling", "default_lengthscales",
            "subsample_rows", "LENGTHSCALE_FACTORS"]
@@ -69,6 +73,7 @@ def tune_store(
     scaling: str = DEFAULT_SCALING,
     search: bool = True,
     search_rows: int = SEARCH_ROWS,
+    summaries: str = DEFAULT_SUMMARIES,
     scheduler: str | None = None,
     overwrite: bool = False,
     run_key: str | None = None,
@@ -87,6 +92,10 @@ def tune_store(
     (``search_*``) and its best is the store's. Where the grid reaches the rank cap on ``search_rows``
     training rows, the grid and the search are judged on those (``jdlcore.tuning.screen_rows``; the
     store's ``grid_rows``) and their best on all of them.
+    ``summaries``: "boosted" appends the boosted summaries of x of a scalar y (``pipeline.summaries``) to
+    the columns the x kernel reads; "auto" (the default) searches with and without them and keeps them
+    where they gain more than ``SEARCH_TOLERANCE`` (``_with_or_without``); "none" does not. The store
+    keeps the map (and ``summaries_gain``), and a fit from it and the scoring of its model apply it.
     ``criterion``: "auto" (crps for a scalar y, else second_moment), "second_moment", "crps",
     "pinball:LEVELS" or "logistic" (``jdlcore.tuning.resolve_criterion``); the store records the one used.
     ``validation``: a staged store of held-out rows (the same features) to score on, the candidates
@@ -95,9 +104,8 @@ def tune_store(
     "auto" (the default) is one where that validates ``jdlcore.tuning.MIN_VALIDATED_ROWS`` rows (from
     10,000 rows of subsample on), else cross-validation (5 folds). ``scheduler`` (see
     ``pipeline.cluster``; "auto" means this process, the subsample being small) decides where the
-    pairs run. In this process the default x lengthscales are scored
-    from the longest down and the shorter ones left out (NaN) once one scores worse than the longer
-    (``score_grid``'s ``stop_early``); on Dask every pair is scored at once.
+    pairs run. In this process the default x lengthscales are scored from the longest down and the
+    shorter ones left out (NaN) once one scores worse (``score_grid``'s ``stop_early``); on Dask all at once.
     """
     target = Path(out)
     refuse_existing(target, overwrite)
@@ -115,27 +123,21 @@ def tune_store(
     n = int(group.attrs["n_samples"])
     rows = subsample_rows(n, max_rows, seed)
     splits = splits_for(rows.size, validation_fraction, folds, seed, held_out=held_out is not None)
-    X = group["x"].get_orthogonal_selection((rows, slice(None)))
-    Y = group["y"].get_orthogonal_selection((rows, slice(None)))
-    kernel_x, grid_x = standardised_grid(X, GaussianKernel(1.0, categorical=categorical_indices(group)), scaling,
-                                         lengthscales_x or None, seed, "lengthscales_x", group.attrs["x_features"], "x")
-    kernel_y, grid_y = standardised_grid(Y, GaussianKernel(1.0), scaling, lengthscales_y or None, seed,
-                                         "lengthscales_y", group.attrs["y_features"], "y")
-    folds_scored = (make_folds(X, Y, splits) if splits is not None
-                    else _held_out_fold(X, Y, group, held_out, validation, max_rows, seed))
+    fitted, summaries_seconds = _fitted_summaries(data, group, summaries, seed, progress)
     started = time.perf_counter()
     where = resolve_scheduler(scheduler, rows.size)
-    grid = None if where is None else _fan_out(where, base, regs, score, progress)
-    table, searched, best, screen = search_grid(folds_scored, base, kernel_x, kernel_y, grid_x, grid_y, regs, score,
-                                                search=search, stop_early=not lengthscales_x, progress=progress,
-                                                grid=grid, search_rows=search_rows)
-    ds = _tuning_dataset(table, grid_x, grid_y, regs)
+    job = _SearchJob(group, group["x"].get_orthogonal_selection((rows, slice(None))),
+                     group["y"].get_orthogonal_selection((rows, slice(None))), splits, base, regs, score, scaling,
+                     lengthscales_x, lengthscales_y, seed, search, search_rows,
+                     None if where is None else _fan_out(where, base, regs, score, progress),
+                     held_out, validation, max_rows, progress)
+    run, gain = _with_or_without(job, fitted, summaries)
+    table, searched, best, screen = run.table, run.searched, run.best, run.screen
+    ds = _tuning_dataset(table, run.grid_x, run.grid_y, regs)
     if searched:
-        ds = ds.merge(_search_dataset(searched, X.shape[1], Y.shape[1], len(folds_scored[0][0])))
-    if scaling == "robust":
-        for role, kernel in (("x", kernel_x), ("y", kernel_y)):  # in the staged store's feature order
-            ds[f"{role}_location"] = xr.DataArray(kernel.location, dims=f"{role}_feature")
-            ds[f"{role}_scale"] = xr.DataArray(kernel.scale, dims=f"{role}_feature")
+        X, Y = run.folds[0][:2]  # a fold's training rows: the columns the kernels read
+        ds = ds.merge(_search_dataset(searched, X.shape[1], Y.shape[1], len(X)))
+    _add_maps(ds, run.summaries, run.kernel_x, run.kernel_y)
     ds.attrs.update({
         "scaling": scaling,
         "schema": SCHEMA_NAME, "schema_version": SCHEMA_VERSION, "data": str(Path(data).resolve()),
@@ -143,7 +145,9 @@ def tune_store(
         "constraints": constraints, "rows_used": int(rows.size), "n_samples": n,
         "validation_fraction": float(validation_fraction), "seed": int(seed),
         "validation": "" if held_out is None else str(Path(validation).resolve()), "search_rows": search_rows,
-        **_search_record(folds_scored, table, searched, best, screen),
+        "summaries": summaries, "x_summaries": json.dumps(list(run.summaries.kept) if run.summaries else []),
+        "summaries_seconds": summaries_seconds, "summaries_gain": gain,
+        **_search_record(run.folds, table, searched, best, screen),
         "seconds": time.perf_counter() - started, **({"run_key": run_key} if run_key else {}),
     })
     validate_tuning_dataset(ds, f"tuning {target}")
@@ -152,15 +156,125 @@ def tune_store(
     return target
 
 
+@dataclass
+class _SearchJob:
+    """The inputs of one tuning's search, shared by its runs with and without the summaries of x: the
+    subsample (X, Y: the staged columns), its splits (None: the held-out store validates) and the
+    search's settings."""
+
+    group: zarr.Group
+    X: np.ndarray
+    Y: np.ndarray
+    splits: Any
+    base: JDL
+    regs: Regs
+    score: Callable
+    scaling: str
+    lengthscales_x: Sequence[float] | None
+    lengthscales_y: Sequence[float] | None
+    seed: int
+    search: bool
+    search_rows: int
+    grid: Callable | None
+    held_out: zarr.Group | None
+    validation: Any
+    max_rows: int
+    progress: Callable[[str], None] | None
+
+    def run(self, summaries: BoostedSummaries | None) -> "_SearchRun":
+        """The grid and the search on the columns, with ``summaries`` appended where given."""
+        X = with_summaries(summaries, self.X)
+        (kernel_x, grid_x), (kernel_y, grid_y) = _kernels(X, self.Y, self.group, summaries, self.scaling,
+                                                          self.lengthscales_x, self.lengthscales_y, self.seed)
+        folds = (make_folds(X, self.Y, self.splits) if self.splits is not None else
+                 _held_out_fold(X, self.Y, self.group, self.held_out, self.validation, self.max_rows, self.seed,
+                                summaries))
+        found = search_grid(folds, self.base, kernel_x, kernel_y, grid_x, grid_y, self.regs, self.score,
+                            search=self.search, stop_early=not self.lengthscales_x, progress=self.progress,
+                            grid=self.grid, search_rows=self.search_rows)
+        return _SearchRun(summaries, kernel_x, grid_x, kernel_y, grid_y, folds, *found)
+
+
+@dataclass
+class _SearchRun:
+    summaries: BoostedSummaries | None
+    kernel_x: Any
+    grid_x: list[float]
+    kernel_y: Any
+    grid_y: list[float]
+    folds: list[Fold]
+    table: list[dict[str, Any]]
+    searched: list[dict[str, Any]]
+    best: dict[str, Any]
+    screen: Any
+
+
+def _with_or_without(job: _SearchJob, summaries: BoostedSummaries | None,
+                     rule: str) -> tuple[_SearchRun, float | None]:
+    """The search that decides the tuning, and the summaries' gain (None where not compared): with the
+    summaries where "boosted" asks for them; under "auto" with them only where their best validation
+    score beats the columns' own by more than ``SEARCH_TOLERANCE`` (relative), as the search keeps a
+    feature, else without them (a smooth law of few columns needs no summaries, and their noise costs)."""
+    if summaries is None or rule == "boosted":
+        return job.run(summaries), None
+    plain, summarised = job.run(None), job.run(summaries)
+    before, after = plain.best["score"], summarised.best["score"]
+    gain = (before - after) / abs(before) if before != 0 else 0.0
+    if job.progress is not None:
+        job.progress(f"summaries: validation {before:.6g} without, {after:.6g} with ({100 * gain:+.2f}%)")
+    return (summarised if gain > SEARCH_TOLERANCE else plain), gain
+
+
+def _add_maps(ds: xr.Dataset, summaries: BoostedSummaries | None, kernel_x: Any, kernel_y: Any) -> None:
+    """The tuning store's record of what the kernels read: the summaries' map, and the robust scaling
+    (where the kernels have one) in the features' order, x's summaries after its columns."""
+    if summaries is not None:
+        ds[SUMMARIES_VARIABLE] = summaries_variable(summaries)
+    for role, kernel in (("x", kernel_x), ("y", kernel_y)):
+        if kernel.scale is not None:
+            ds[f"{role}_location"] = xr.DataArray(kernel.location, dims=f"{role}_feature")
+            ds[f"{role}_scale"] = xr.DataArray(kernel.scale, dims=f"{role}_feature")
+
+
+def _kernels(X: np.ndarray, Y: np.ndarray, group: zarr.Group, summaries: BoostedSummaries | None, scaling: str,
+             lengthscales_x: Sequence[float] | None, lengthscales_y: Sequence[float] | None,
+             seed: int) -> tuple[tuple[Any, list[float]], tuple[Any, list[float]]]:
+    """The (kernel, lengthscale grid) of x and of y on the subsample (``standardised_grid``); x's features
+    are the store's followed by the kept summaries."""
+    x_names = list(group.attrs["x_features"]) + list(summaries.kept if summaries else ())
+    return (standardised_grid(X, GaussianKernel(1.0, categorical=categorical_indices(group)), scaling,
+                              lengthscales_x or None, seed, "lengthscales_x", x_names, "x"),
+            standardised_grid(Y, GaussianKernel(1.0), scaling, lengthscales_y or None, seed, "lengthscales_y",
+                              group.attrs["y_features"], "y"))
+
+
+def _fitted_summaries(data: str | os.PathLike, group: zarr.Group, rule: str, seed: int,
+                      progress: Callable[[str], None] | None) -> tuple[BoostedSummaries | None, float]:
+    """The boosted summaries of x the ``rule`` asks for (``summary_rule``; None where it asks for none),
+    fitted on a seeded sample of at most ``SUMMARY_ROWS`` rows of the store, and the seconds they took."""
+    if not summary_rule(rule, group["y"].shape[1]):
+        return None, 0.0
+    rows = subsample_rows(int(group.attrs["n_samples"]), SUMMARY_ROWS, seed)
+    started = time.perf_counter()
+    fitted = fit_summaries(read_sample(data, "x", rows), read_sample(data, "y", rows)[:, 0],
+                           categorical_indices(group), seed=seed)
+    seconds = time.perf_counter() - started
+    if progress is not None:
+        kept = ", ".join(fitted.kept) if fitted else "none (no summary varies)"
+        progress(f"summaries: {kept} from boosters on {rows.size:,} rows in {seconds:.1f} s")
+    return fitted, seconds
+
+
 def _held_out_fold(X: np.ndarray, Y: np.ndarray, group: zarr.Group, held_out: zarr.Group, validation: Any,
-                   max_rows: int, seed: int) -> list[Fold]:
+                   max_rows: int, seed: int, summaries: BoostedSummaries | None) -> list[Fold]:
     """One fold: the subsample (X, Y) trains, a seeded subsample of at most ``max_rows`` rows of the staged
     store ``held_out`` validates, its category codes read as the training data's (a level the training
-    data lacks matches none)."""
+    data lacks matches none) and its summaries added where the training's are."""
     val = subsample_rows(int(held_out.attrs["n_samples"]), max_rows, seed)
     recoding = level_recoding(categorical_levels(held_out), categorical_levels(group),
                               list(group.attrs["x_features"]), "other", f"validation {validation}")
-    return [(X, Y, recode(held_out["x"].get_orthogonal_selection((val, slice(None))), recoding),
+    X_held = recode(held_out["x"].get_orthogonal_selection((val, slice(None))), recoding)
+    return [(X, Y, with_summaries(summaries, X_held),
              held_out["y"].get_orthogonal_selection((val, slice(None))))]
 
 

@@ -18,6 +18,7 @@ from flows import jdl_flows  # noqa: E402
 from flows.jdl_flows import fit_flow, score_flow, stage_flow, train_and_score_flow, tune_flow  # noqa: E402
 from flows.stages import is_transient  # noqa: E402
 from pipeline.model_store import load_model  # noqa: E402
+from pipeline.summaries import with_summaries  # noqa: E402
 from pipeline.tuning import load_tuning  # noqa: E402
 
 from .conftest import write_table  # noqa: E402
@@ -46,16 +47,18 @@ def test_train_and_score_writes_consistent_stores_and_resumes(tmp_path):
     loss = table["validation_loss"]
     assert loss.shape == (2, 2, 2) and np.all(np.isfinite(loss.values))
     best = json.loads(table.attrs["best"])
-    assert best["score"] == float(loss.min())
+    assert best["score"] <= float(loss.min())  # with boosted summaries of x, searched per feature from the grid's best
     model = load_model(first["fit"]["path"])
-    assert (model.basis_x_.kernel.lengthscale, model.basis_y_.kernel.lengthscale, model.reg) == (
-        best["lengthscale_x"], best["lengthscale_y"], best["reg"])
+    summaries = model.x_summaries_  # None where the tuning kept x alone
+    assert np.size(best["lengthscale_x"]) == 1 + (len(summaries.kept) if summaries else 0)
+    np.testing.assert_array_equal(model.basis_x_.kernel.lengthscale, best["lengthscale_x"])
+    assert (model.basis_y_.kernel.lengthscale, model.reg) == (best["lengthscale_y"], best["reg"])
     assert model.provenance_["tuning"]["best"] == best
     import xarray as xr
 
     with xr.open_zarr(first["fit"]["path"], consolidated=False) as stored:  # the table is in the model store
         np.testing.assert_array_equal(stored["tuning_validation_loss"].values, loss.values)
-    x_batch = zarr.open_group(first["stage_batch"]["path"], mode="r")["x"][:]
+    x_batch = with_summaries(summaries, zarr.open_group(first["stage_batch"]["path"], mode="r")["x"][:])
     scores = zarr.open_group(first["score"]["path"], mode="r")
     np.testing.assert_allclose(scores["mean"][:], model.conditional_expectation(x_batch), rtol=0, atol=1e-12)
     np.testing.assert_array_equal(scores["quantile:0.25,0.75"][:], model.conditional_quantile(x_batch, [0.25, 0.75]))
@@ -182,10 +185,9 @@ def test_flows_run_their_dask_work_on_a_real_scheduler(tmp_path, dask_client):
     address = dask_client.scheduler.address
     source = write_table(tmp_path / "t.npz", 2000, 8)
     data = stage_flow(str(source), str(tmp_path / "d.zarr"), ["x"], ["y"], chunk_size=512)["path"]
-    tuned = tune_flow(data, str(tmp_path / "t.zarr"), lengthscales_x=[0.4, 0.8], lengthscales_y=[0.3],
-                      regs=[1e-4, 1e-3], scheduler=address)
-    in_process = tune_flow(data, str(tmp_path / "t-mem.zarr"), lengthscales_x=[0.4, 0.8], lengthscales_y=[0.3],
-                           regs=[1e-4, 1e-3], scheduler="memory")
+    grid = dict(lengthscales_x=[0.4, 0.8], lengthscales_y=[0.3], regs=[1e-4, 1e-3], summaries="boosted")
+    tuned = tune_flow(data, str(tmp_path / "t.zarr"), **grid, scheduler=address)
+    in_process = tune_flow(data, str(tmp_path / "t-mem.zarr"), **grid, scheduler="memory")
     # equal to rounding: the workers' BLAS runs one thread, this process's several (other partial sums)
     np.testing.assert_allclose(load_tuning(tuned["path"])["validation_loss"].values,
                                load_tuning(in_process["path"])["validation_loss"].values, rtol=1e-12, atol=0)
@@ -195,14 +197,15 @@ def test_flows_run_their_dask_work_on_a_real_scheduler(tmp_path, dask_client):
     assert model.provenance_["scheduler"] == address
     reference = load_model(fit_flow(data, str(tmp_path / "m-mem.zarr"), tuning=tuned["path"],
                                     constraints="normalization", scheduler="memory")["path"])
-    Xq = np.linspace(-3, 3, 17)[:, None]
+    augment = model.x_summaries_.augment  # the tuning's boosted summaries, read after x
+    Xq = augment(np.linspace(-3, 3, 17)[:, None])
     # support weights agree to ~1e-5 relative (an ill-conditioned reweighting of sums taken in another
     # order), the moments they keep to rounding
     np.testing.assert_allclose(model.conditional_weights(Xq), reference.conditional_weights(Xq), rtol=0, atol=1e-6)
     np.testing.assert_allclose(model.conditional_expectation(Xq), reference.conditional_expectation(Xq), rtol=0,
                                atol=1e-10)
     scores = score_flow(on_dask["path"], data, str(tmp_path / "s.zarr"), functions=["mean"], scheduler=address)
-    x = zarr.open_group(data, mode="r")["x"][:]
+    x = augment(zarr.open_group(data, mode="r")["x"][:])
     np.testing.assert_allclose(zarr.open_group(scores["path"], mode="r")["mean"][:],
                                model.conditional_expectation(x), rtol=0, atol=1e-12)
 

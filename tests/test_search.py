@@ -273,7 +273,8 @@ def test_the_pipeline_keeps_the_search_and_fits_its_lengthscales(tmp_path, capsy
     X, Y, noise = relevant_and_noise(800, 3)
     np.savez(tmp_path / "src.npz", a=X[:, 0], b=X[:, 1], noise=noise[:, 0], t=Y[:, 0])
     assert main(["stage", str(tmp_path / "src.npz"), "--x", "a,b,noise", "--y", "t", "--out", str(tmp_path / "d.zarr")]) == 0
-    assert main(["tune", str(tmp_path / "d.zarr"), "--out", str(tmp_path / "t.zarr"), "--regs", "1e-5,1e-4"]) == 0
+    assert main(["tune", str(tmp_path / "d.zarr"), "--out", str(tmp_path / "t.zarr"), "--regs", "1e-5,1e-4",
+                 "--summaries", "none"]) == 0  # the columns' own lengthscales (tests/test_summaries.py: with them)
     table = load_tuning(tmp_path / "t.zarr")
     best = json.loads(table.attrs["best"])
     assert isinstance(best["lengthscale_x"], list) and len(best["lengthscale_x"]) == 3

@@ -1,0 +1,215 @@
+"""Boosted summaries of x: a learned feature map that the x kernel reads beside the columns.
+
+A product of per-feature kernels needs a basis that grows with the rows once several columns count at
+short lengthscales; gradient-boosted trees resolve such structure cheaply. ``fit_summaries`` fits
+quantile boosters (LightGBM, levels ``LEVELS``) of a scalar y on x and ``BoostedSummaries.features``
+turns their predictions into two summaries of the conditional law of y given x:
+
+  summary_median       the predicted median, in y's units
+  summary_log_spread   log of the predicted 10%-90% spread (floored at ``SPREAD_FLOOR`` of y's own)
+
+The x kernel of the fit then compares rows by their columns and by these summaries (``augment``), at
+lengthscales the tuning chooses; a summary it finds useless gets a long lengthscale like any column.
+
+**Cross-fitting, as a function of x.** Predictions of a booster at its own training rows are closer to
+y than at new rows, and a conditional law learned from them would be too narrow. Each row is assigned
+to one of ``FOLDS`` folds by a hash of its x values (``row_folds``); fold k's boosters are trained on
+the rows of the other folds and summarise the rows of fold k, training rows and new rows alike. The
+map is thus one function of x: the summaries of a training row are out-of-fold, and a new row is
+summarised exactly as a training row with its x would be (rows with equal x share a fold).
+
+The boosters train on a seeded sample of at most ``MAX_ROWS`` rows; the rest are summarised like new
+rows. The map is stored as JSON bytes (``to_bytes`` / ``from_bytes``): LightGBM's text model format,
+readable by any LightGBM release that reads it.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+import numpy as np
+import xarray as xr
+
+from data_schemas.tuning import SUMMARIES_DIM, SUMMARIES_VARIABLE
+
+__all__ = ["BoostedSummaries", "fit_summaries", "row_folds", "summary_rule", "with_summaries", "summaries_variable",
+           "read_summaries", "DEFAULT_SUMMARIES", "LEVELS", "FOLDS", "MAX_ROWS", "NAMES", "SUMMARY_RULES", "BOOSTER_PARAMS", "ROUNDS"]
+
+LEVELS = (0.1, 0.5, 0.9)  # the boosters' quantile levels: the spread is 0.9's less 0.1's
+FOLDS = 5  # of the cross-fitting
+MAX_ROWS = 1_000_000  # rows the boosters train on (a seeded sample above that)
+ROUNDS = 100  # boosting rounds per booster
+NAMES = ("summary_median", "summary_log_spread")
+SPREAD_FLOOR = 1e-3  # the spread's floor, as a share of y's own 10%-90% spread (quantile boosters may cross)
+SUMMARY_RULES = ("auto", "boosted", "none")
+DEFAULT_SUMMARIES = "auto"
+BOOSTER_PARAMS: dict[str, Any] = {  # LightGBM's defaults, written out, deterministic
+    "objective": "quantile", "learning_rate": 0.1, "num_leaves": 31, "min_data_in_leaf": 20,
+    "deterministic": True, "force_col_wise": True, "verbosity": -1,
+}
+FORMAT_VERSION = 1
+
+
+def summary_rule(rule: str, y_width: int) -> bool:
+    """Whether a tuning with ``rule`` ("auto": the default, "boosted", "none") uses summaries for a y of
+    ``y_width`` columns: "auto" and "boosted" do for a scalar y; "boosted" with a wider y is a
+    ``ValueError`` (the summaries are quantiles of one y column)."""
+    if rule not in SUMMARY_RULES:
+        raise ValueError(f"summaries: unknown rule {rule!r}; choose one of {', '.join(map(repr, SUMMARY_RULES))}")
+    if rule == "boosted" and y_width != 1:
+        raise ValueError(f"summaries: 'boosted' summarises a scalar y, and y has {y_width} columns; use 'auto' or 'none'")
+    return rule != "none" and y_width == 1
+
+
+def row_folds(X: np.ndarray, folds: int = FOLDS) -> np.ndarray:
+    """The fold of each row of X (n, d), shape (n,) in [0, folds): a 64-bit mix of the row's float64 bits
+    (-0.0 read as 0.0), the same on every machine; equal rows share a fold."""
+    bits = np.ascontiguousarray(np.asarray(X, dtype=np.float64) + 0.0).view(np.uint64)
+    mixed = np.full(bits.shape[0], 0x9E3779B97F4A7C15, dtype=np.uint64)
+    for column in bits.T:
+        mixed = _splitmix(mixed ^ column)
+    return (mixed >> np.uint64(33)) % np.uint64(folds)
+
+
+def _splitmix(z: np.ndarray) -> np.ndarray:
+    """SplitMix64's finaliser, elementwise on uint64 (wrapping arithmetic)."""
+    z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return z ^ (z >> np.uint64(31))
+
+
+@dataclass
+class BoostedSummaries:
+    """The fitted map: ``boosters[k][j]`` is fold k's booster at ``LEVELS[j]`` (LightGBM model text).
+
+    width: x's columns; categorical: their category-code columns (LightGBM splits them as categories;
+    negative codes, the unseen level, read as missing); floor: the spread floor in y's units; kept: the
+    summaries in use (a summary constant on the training rows is left out, ``NAMES`` order)."""
+
+    boosters: list[list[str]]
+    width: int
+    categorical: tuple[int, ...]
+    floor: float
+    kept: tuple[str, ...] = NAMES
+    _loaded: list[list[Any]] | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def folds(self) -> int:
+        return len(self.boosters)
+
+    def predictions(self, X: np.ndarray) -> np.ndarray:
+        """The boosters' quantiles at the rows of X (n, width), each row by its fold's, shape (n, len(LEVELS))."""
+        X = self._check(X)
+        out = np.empty((X.shape[0], len(LEVELS)))
+        folds = row_folds(X, self.folds)
+        for k, boosters in enumerate(self._boosters()):
+            rows = np.flatnonzero(folds == k)
+            if rows.size:
+                for j, booster in enumerate(boosters):
+                    out[rows, j] = booster.predict(X[rows], num_threads=0)
+        return out
+
+    def features(self, X: np.ndarray) -> np.ndarray:
+        """The kept summaries of the rows of X (n, width), shape (n, len(kept)), in ``NAMES`` order."""
+        return self._summaries(self.predictions(X))[:, [NAMES.index(name) for name in self.kept]]
+
+    def augment(self, X: np.ndarray) -> np.ndarray:
+        """X (n, width) with its kept summaries appended: shape (n, width + len(kept)), float64."""
+        X = self._check(X)
+        return np.hstack([X, self.features(X)])
+
+    def _summaries(self, Q: np.ndarray) -> np.ndarray:
+        spread = np.maximum(Q[:, 2] - Q[:, 0], self.floor)
+        return np.column_stack([Q[:, 1], np.log(spread)])
+
+    def _check(self, X: Any) -> np.ndarray:
+        X = np.asarray(X, dtype=np.float64)
+        if X.ndim != 2 or X.shape[1] != self.width:
+            raise ValueError(f"x: the summaries were fitted on {self.width} columns, got shape {X.shape}")
+        return X
+
+    def _boosters(self) -> list[list[Any]]:
+        if self._loaded is None:
+            lightgbm = _lightgbm()
+            self._loaded = [[lightgbm.Booster(model_str=text) for text in fold] for fold in self.boosters]
+        return self._loaded
+
+    def __getstate__(self) -> dict[str, Any]:  # Dask ships the text; each process loads its own boosters
+        return {**self.__dict__, "_loaded": None}
+
+    def to_bytes(self) -> bytes:
+        """The map as UTF-8 JSON (``from_bytes`` inverts it)."""
+        return json.dumps({"format": FORMAT_VERSION, "levels": list(LEVELS), "width": self.width,
+                           "categorical": list(self.categorical), "floor": self.floor, "kept": list(self.kept),
+                           "boosters": self.boosters}).encode()
+
+    @classmethod
+    def from_bytes(cls, data: bytes, where: str = "summaries") -> "BoostedSummaries":
+        """The map ``to_bytes`` wrote; ``ValueError`` naming ``where`` for a foreign or newer record."""
+        try:
+            spec = json.loads(bytes(data).decode())
+        except (UnicodeDecodeError, json.JSONDecodeError) as error:
+            raise ValueError(f"{where}: not a summaries record ({error})") from None
+        if not isinstance(spec, dict) or spec.get("format") != FORMAT_VERSION or spec.get("levels") != list(LEVELS):
+            raise ValueError(f"{where}: a summaries record of another format (format {spec.get('format')!r}, "
+                             f"this jdl reads {FORMAT_VERSION})")
+        return cls(boosters=[list(fold) for fold in spec["boosters"]], width=int(spec["width"]),
+                   categorical=tuple(int(j) for j in spec["categorical"]), floor=float(spec["floor"]),
+                   kept=tuple(spec["kept"]))
+
+
+def fit_summaries(X: np.ndarray, y: np.ndarray, categorical: Sequence[int] = (), *, seed: int = 0,
+                  folds: int = FOLDS, rounds: int = ROUNDS) -> BoostedSummaries | None:
+    """Cross-fitted quantile boosters of y (n,) on X (n, d) (see the module's docstring); None where no
+    summary varies over the rows (too few rows for a split, or y constant): then there is nothing to add.
+
+    ``categorical``: the category-code columns. The caller samples the rows (``MAX_ROWS``)."""
+    lightgbm = _lightgbm()
+    X = np.asarray(X, dtype=np.float64)
+    y = np.asarray(y, dtype=np.float64).reshape(-1)
+    fold = row_folds(X, folds)
+    boosters = []
+    for k in range(folds):
+        rows = np.flatnonzero(fold != k)
+        train = lightgbm.Dataset(X[rows], y[rows], categorical_feature=list(categorical) or "auto",
+                                 free_raw_data=False, params={"verbosity": -1})
+        boosters.append([lightgbm.train({**BOOSTER_PARAMS, "alpha": level, "seed": seed}, train,
+                                        num_boost_round=rounds).model_to_string() for level in LEVELS])
+    low, high = np.quantile(y, [LEVELS[0], LEVELS[-1]])
+    floor = SPREAD_FLOOR * float(high - low) if high > low else float(np.finfo(float).tiny)
+    summaries = BoostedSummaries(boosters, X.shape[1], tuple(int(j) for j in categorical), floor)
+    values = summaries.features(X)
+    varying = tuple(name for name, column in zip(NAMES, values.T) if np.ptp(column) > 0)
+    if not varying:
+        return None
+    summaries.kept = varying
+    return summaries
+
+
+def with_summaries(summaries: BoostedSummaries | None, X: np.ndarray) -> np.ndarray:
+    """The x rows (n, d) as a kernel fitted with ``summaries`` reads them: X itself without summaries,
+    else ``summaries.augment(X)``."""
+    return X if summaries is None else summaries.augment(X)
+
+
+def summaries_variable(summaries: BoostedSummaries) -> xr.DataArray:
+    """The map as a store variable (``data_schemas.tuning.SUMMARIES_VARIABLE``): its JSON bytes as uint8."""
+    return xr.DataArray(np.frombuffer(summaries.to_bytes(), dtype=np.uint8), dims=SUMMARIES_DIM)
+
+
+def read_summaries(ds: xr.Dataset, where: str) -> BoostedSummaries | None:
+    """The map a validated tuning or model store holds (None where it has none); ``ValueError`` naming
+    ``where`` for a record of another format."""
+    if SUMMARIES_VARIABLE not in ds.variables:
+        return None
+    return BoostedSummaries.from_bytes(np.asarray(ds[SUMMARIES_VARIABLE].values).tobytes(),
+                                       f"{where}: {SUMMARIES_VARIABLE}")
+
+
+def _lightgbm() -> Any:
+    try:
+        import lightgbm
+    except ImportError:  # pragma: no cover - lightgbm is a dependency of the pipeline extra
+        raise ImportError("summaries: the boosted summaries need LightGBM: pip install 'jdl[pipeline]'") from None
+    return lightgbm

@@ -1,0 +1,166 @@
+"""The boosted summaries of x (pipeline.summaries): the cross-fitting checked against boosters trained
+directly on the other folds, the leak it prevents, the record's round trip, and the path through tune,
+fit (in memory and on a real Dask scheduler) and score."""
+import json
+
+import numpy as np
+import pytest
+
+lightgbm = pytest.importorskip("lightgbm")
+zarr = pytest.importorskip("zarr")
+from jdl.cli import main  # noqa: E402
+from pipeline.model_store import load_model  # noqa: E402
+from pipeline.summaries import (  # noqa: E402
+    BOOSTER_PARAMS, LEVELS, NAMES, BoostedSummaries, fit_summaries, row_folds, summary_rule,
+)
+from pipeline.staging import OTHER_CODE, categorical_levels, level_recoding, open_staged, recode  # noqa: E402
+from pipeline.tuning import load_tuning, tune_store  # noqa: E402
+from jdlcore.tuning import SEARCH_TOLERANCE  # noqa: E402
+
+
+def _table(n: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """x: two continuous columns and a 4-level code; y's median and spread both depend on x."""
+    rng = np.random.default_rng(seed)
+    X = np.column_stack([rng.standard_normal(n), rng.uniform(-2, 2, n), rng.integers(0, 4, n)]).astype(float)
+    y = np.sin(1.5 * X[:, 0]) + 0.5 * X[:, 2] + (0.2 + 0.3 * np.abs(X[:, 1])) * rng.standard_normal(n)
+    return X, y
+
+
+def test_row_folds_are_a_function_of_the_row_and_balanced():
+    X, _ = _table(20_000)
+    folds = row_folds(X, 5)
+    assert folds.shape == (20_000,) and set(np.unique(folds)) == set(range(5))
+    assert np.all(np.abs(np.bincount(folds) - 4_000) < 300)  # a 64-bit mix: about n / K each
+    np.testing.assert_array_equal(row_folds(X[::-1], 5), folds[::-1])  # of the row, not of its position
+    doubled = np.vstack([X[:50], X[:50]])
+    np.testing.assert_array_equal(row_folds(doubled, 5)[:50], row_folds(doubled, 5)[50:])
+    assert row_folds(np.array([[-0.0, 1.0]]), 5)[0] == row_folds(np.array([[0.0, 1.0]]), 5)[0]
+    assert (row_folds(X[:, ::-1], 5) != folds).mean() > 0.7  # the columns' order counts
+
+
+def test_each_row_is_summarised_by_boosters_trained_without_its_fold():
+    """Brute force: for each fold, train LightGBM on the other folds' rows with the same settings; the
+    map's quantiles at the fold's rows are those boosters' predictions, for training and new rows."""
+    X, y = _table(3_000)
+    summaries = fit_summaries(X, y, [2], seed=3, folds=3, rounds=20)
+    new, _ = _table(500, seed=1)
+    for rows in (X, new):
+        folds = row_folds(rows, 3)
+        Q = summaries.predictions(rows)
+        for k in range(3):
+            train = np.flatnonzero(row_folds(X, 3) != k)
+            for j, level in enumerate(LEVELS):
+                booster = lightgbm.train({**BOOSTER_PARAMS, "alpha": level, "seed": 3},
+                                         lightgbm.Dataset(X[train], y[train], categorical_feature=[2]),
+                                         num_boost_round=20)
+                np.testing.assert_allclose(Q[folds == k, j], booster.predict(rows[folds == k]), rtol=0, atol=1e-12)
+    features = summaries.features(new)
+    Q = summaries.predictions(new)
+    np.testing.assert_allclose(features[:, 0], Q[:, 1])
+    np.testing.assert_allclose(features[:, 1], np.log(np.maximum(Q[:, 2] - Q[:, 0], summaries.floor)))
+    assert summaries.augment(new).shape == (500, 3 + len(NAMES))
+
+
+def test_cross_fitting_keeps_the_training_rows_noise_out_of_their_summaries():
+    """y independent of x: boosters predicting their own training rows follow the noise; the
+    cross-fitted summaries of the training rows do not."""
+    rng = np.random.default_rng(5)
+    X, y = rng.standard_normal((4_000, 3)), rng.standard_normal(4_000)
+    summaries = fit_summaries(X, y, seed=0)
+    out_of_fold = summaries.features(X)[:, 0]
+    in_sample = lightgbm.train({**BOOSTER_PARAMS, "alpha": 0.5}, lightgbm.Dataset(X, y), 100).predict(X)
+    assert abs(np.corrcoef(out_of_fold, y)[0, 1]) < 0.06
+    assert np.corrcoef(in_sample, y)[0, 1] > 0.3
+
+
+def test_the_record_round_trips_and_refuses_another_format():
+    X, y = _table(1_000)
+    summaries = fit_summaries(X, y, [2], rounds=10)
+    again = BoostedSummaries.from_bytes(summaries.to_bytes())
+    assert again.kept == summaries.kept and again.categorical == (2,) and again.width == 3
+    np.testing.assert_array_equal(again.features(X), summaries.features(X))
+    record = json.loads(summaries.to_bytes())
+    with pytest.raises(ValueError, match="another format"):
+        BoostedSummaries.from_bytes(json.dumps({**record, "format": 99}).encode(), "model m")
+    with pytest.raises(ValueError, match="not a summaries record"):
+        BoostedSummaries.from_bytes(b"\xff\xfe", "model m")
+    with pytest.raises(ValueError, match="fitted on 3 columns"):
+        summaries.augment(X[:, :2])
+
+
+def test_nothing_to_summarise_and_the_rules():
+    X, _ = _table(500)
+    assert fit_summaries(X, np.full(500, 2.0), rounds=5) is None  # y constant: no summary varies
+    assert summary_rule("auto", 1) and not summary_rule("auto", 2) and not summary_rule("none", 1)
+    with pytest.raises(ValueError, match="y has 2 columns"):
+        summary_rule("boosted", 2)
+    with pytest.raises(ValueError, match="unknown rule 'trees'"):
+        summary_rule("trees", 1)
+
+
+@pytest.fixture
+def staged(tmp_path):
+    import pandas as pd
+
+    X, y = _table(2_000)
+    frame = pd.DataFrame({"a": X[:, 0], "b": X[:, 1], "c": np.array(["p", "q", "r", "s"], dtype=object)[X[:, 2].astype(int)],
+                          "t": y})
+    frame.to_parquet(tmp_path / "src.parquet")
+    new = frame.iloc[:300].copy()
+    new.loc[new.index[:5], "c"] = "unseen"
+    new.to_parquet(tmp_path / "new.parquet")
+    for name in ("src", "new"):
+        assert main(["stage", str(tmp_path / f"{name}.parquet"), "--x", "a,b,c", "--y", "t", "--out",
+                     str(tmp_path / f"{name}.zarr"), "--chunk-size", "500"]) == 0
+    return tmp_path
+
+
+def test_tune_fit_and_score_carry_the_summaries_in_memory_and_on_dask(staged, dask_client, capsys):
+    tmp = staged
+    assert main(["tune", str(tmp / "src.zarr"), "--out", str(tmp / "tuning.zarr")]) == 0
+    assert "with x summaries summary_median, summary_log_spread" in capsys.readouterr().out
+    tuning = load_tuning(tmp / "tuning.zarr")
+    assert json.loads(tuning.attrs["x_summaries"]) == list(NAMES) and tuning.attrs["summaries"] == "auto"
+    assert tuning.attrs["summaries_gain"] > SEARCH_TOLERANCE  # "auto" kept them: they beat the columns alone
+    assert tuning.sizes["x_feature"] == 3 + len(NAMES) and len(json.loads(tuning.attrs["best"])["lengthscale_x"]) == 5
+    models = {}
+    for name, scheduler in (("memory", "memory"), ("dask", dask_client.scheduler.address)):
+        assert main(["fit", str(tmp / "src.zarr"), "--tuning", str(tmp / "tuning.zarr"), "--out",
+                     str(tmp / f"{name}.zarr"), "--scheduler", scheduler]) == 0
+        models[name] = load_model(tmp / f"{name}.zarr")
+    memory, dask = models["memory"], models["dask"]
+    assert memory.provenance_["x_summaries"] == list(NAMES) and memory.basis_x_.width == 5
+    assert dask.x_summaries_.to_bytes() == memory.x_summaries_.to_bytes()
+    new = open_staged(tmp / "new.zarr")  # its codes read as the model's, the unseen level as OTHER_CODE
+    X_new = recode(new["x"][:], level_recoding(categorical_levels(new), memory.provenance_["x_levels"], ["a", "b", "c"],
+                                               "other"))
+    assert np.all(X_new[:5, 2] == OTHER_CODE) and np.all(X_new[5:, 2] >= 0)
+    Xq = memory.x_summaries_.augment(X_new)
+    np.testing.assert_allclose(dask.conditional_expectation(Xq), memory.conditional_expectation(Xq), rtol=0, atol=1e-8)
+    for name, scheduler in (("s-mem.zarr", "memory"), ("s-dask.zarr", dask_client.scheduler.address)):
+        assert main(["score", str(tmp / "memory.zarr"), str(tmp / "new.zarr"), "--out", str(tmp / name),
+                     "--function", "mean", "--function", "quantile:0.1,0.9", "--unseen", "other",
+                     "--scheduler", scheduler]) == 0
+        scores = zarr.open_group(tmp / name, mode="r")
+        np.testing.assert_allclose(scores["mean"][:], memory.conditional_expectation(Xq), rtol=0, atol=1e-12)
+        assert (scores["quantile:0.1,0.9"][:] == memory.conditional_quantile(Xq, [0.1, 0.9])).mean() > 0.99
+    assert main(["tune", str(tmp / "src.zarr"), "--out", str(tmp / "plain.zarr"), "--summaries", "none"]) == 0
+    plain = load_tuning(tmp / "plain.zarr")
+    assert plain.sizes["x_feature"] == 3 and "x_summaries" not in plain.variables
+    assert main(["fit", str(tmp / "src.zarr"), "--tuning", str(tmp / "plain.zarr"), "--out", str(tmp / "p.zarr")]) == 0
+    assert load_model(tmp / "p.zarr").x_summaries_ is None
+
+
+def test_auto_leaves_the_summaries_out_where_the_columns_alone_do_as_well(tmp_path):
+    """One smooth column: a kernel on x resolves the law, the boosters' summaries only add their noise;
+    "auto" compares the two searches and keeps the columns alone, "boosted" keeps the summaries."""
+    rng = np.random.default_rng(2)
+    x = rng.uniform(-3, 3, 3_000)
+    np.savez(tmp_path / "s.npz", x=x, y=np.sin(x) + x / 3 + (0.15 + 0.25 * np.abs(x)) * rng.standard_normal(3_000))
+    assert main(["stage", str(tmp_path / "s.npz"), "--x", "x", "--y", "y", "--out", str(tmp_path / "d.zarr")]) == 0
+    auto = load_tuning(tune_store(tmp_path / "d.zarr", tmp_path / "auto.zarr"))
+    assert auto.attrs["summaries_gain"] <= SEARCH_TOLERANCE and json.loads(auto.attrs["x_summaries"]) == []
+    assert "x_summaries" not in auto.variables and np.ndim(json.loads(auto.attrs["best"])["lengthscale_x"]) == 0
+    boosted = load_tuning(tune_store(tmp_path / "d.zarr", tmp_path / "boosted.zarr", summaries="boosted"))
+    assert boosted.attrs["summaries_gain"] is None and json.loads(boosted.attrs["x_summaries"]) == list(NAMES)
+    assert len(json.loads(boosted.attrs["best"])["lengthscale_x"]) == 3
