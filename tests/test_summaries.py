@@ -164,3 +164,25 @@ def test_auto_leaves_the_summaries_out_where_the_columns_alone_do_as_well(tmp_pa
     boosted = load_tuning(tune_store(tmp_path / "d.zarr", tmp_path / "boosted.zarr", summaries="boosted"))
     assert boosted.attrs["summaries_gain"] is None and json.loads(boosted.attrs["x_summaries"]) == list(NAMES)
     assert len(json.loads(boosted.attrs["best"])["lengthscale_x"]) == 3
+
+
+def test_stores_written_before_the_summaries_still_load_and_fit(staged):
+    """A tuning store of schema version 2 and a model store of version 6 (no summaries): a fit reads the
+    tuning as the columns alone, and the model loads with none."""
+    from pipeline.fitting import fit_store
+
+    tmp = staged
+    path = tune_store(tmp / "src.zarr", tmp / "old.zarr", summaries="none", lengthscales_x=[1.0], regs=[1e-4],
+                      search=False)
+    old = zarr.open_group(path, mode="r+")
+    old.attrs["schema_version"] = 2
+    for name in ("summaries", "x_summaries", "summaries_gain", "summaries_seconds"):
+        del old.attrs[name]
+    best = json.loads(load_tuning(path).attrs["best"])
+    model_path, _ = fit_store(tmp / "src.zarr", tmp / "m.zarr", tuning=path,
+                              **{k: best[k] for k in ("lengthscale_x", "lengthscale_y", "reg")})
+    model = load_model(model_path)
+    assert model.x_summaries_ is None and model.basis_x_.width == 3
+    zarr.open_group(model.store_path_, mode="r+").attrs["schema_version"] = 6
+    again = load_model(model_path)
+    assert again.x_summaries_ is None and int(zarr.open_group(again.store_path_).attrs["schema_version"]) == 6
