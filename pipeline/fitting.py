@@ -225,9 +225,8 @@ def fit_store(
     if table is not None:
         provenance["tuning"] = {"store": str(Path(tuning).resolve()), "best": json.loads(table.attrs["best"]),
                                 "criterion": table.attrs["criterion"], "rows_used": table.attrs["rows_used"]}
-    model.provenance_ = provenance
+    model.provenance_, model.x_summaries_ = provenance, summaries
     mark = time.perf_counter()
-    model.x_summaries_ = summaries
     path = save_model(model, target, overwrite=overwrite, provenance=provenance, tuning=table, run_key=run_key,
                       keep_versions=keep_versions, summaries=summaries)
     model.diagnostics_["write_seconds"] = time.perf_counter() - mark
@@ -254,7 +253,8 @@ def _fit_from_reductions(estimator: Any, data: str | os.PathLike, group: zarr.Gr
     options = dict(support_size=estimator.support_size, grid_points=estimator.grid_points) if on_atoms else {}
     if scheduler is None:
         Y = group["y"][:]
-        problem = build_problem(with_summaries(summaries, group["x"][:]), Y, estimator.kernel_x, estimator.kernel_y, factorisation,
+        X = with_summaries(summaries, group["x"][:])
+        problem = build_problem(X, Y, estimator.kernel_x, estimator.kernel_y, factorisation,
                                 values_x=estimator.reads_x_values, **options)
     else:
         from .chunked_fit import chunked_problem
@@ -263,9 +263,9 @@ def _fit_from_reductions(estimator: Any, data: str | os.PathLike, group: zarr.Gr
         n = int(group.attrs["n_samples"])
         samples = {}
         if on_atoms:
+            grid_rows = sample_rows(n, estimator.seed, estimator.grid_points)
             samples = dict(y_sample=read_sample(data, "y", sample_rows(n, estimator.seed)),
-                           grid_x=with_summaries(summaries, read_sample(data, "x", sample_rows(n, estimator.seed,
-                                                                                          estimator.grid_points))))
+                           grid_x=with_summaries(summaries, read_sample(data, "x", grid_rows)))
         with dask_client(scheduler) as client:
             chunks = store_chunks(client, data, group)
             if summaries is not None:  # each chunk's summaries, a task of its own after its read

@@ -186,3 +186,22 @@ def test_stores_written_before_the_summaries_still_load_and_fit(staged):
     zarr.open_group(model.store_path_, mode="r+").attrs["schema_version"] = 6
     again = load_model(model_path)
     assert again.x_summaries_ is None and int(zarr.open_group(again.store_path_).attrs["schema_version"]) == 6
+
+
+def test_the_x_kernel_with_summaries_is_a_psd_kernel_of_x():
+    """The summaries are one function of x, so the kernel on (x, summaries) is a kernel of x: a
+    training row and a new row with its x get the same summaries (kernel value 1 between them), and
+    the Gram matrix over training rows, new rows and repeats is positive semi-definite."""
+    from jdlcore import GaussianKernel
+
+    X, y = _table(2_000)
+    summaries = fit_summaries(X, y, [2], rounds=30)
+    new, _ = _table(100, seed=4)
+    rows = np.vstack([X[:100], new, X[:50].copy()])  # the last 50 repeat training rows, as new rows would
+    Z = summaries.augment(rows)
+    np.testing.assert_array_equal(Z[200:], Z[:50])
+    kernel = GaussianKernel(np.full(5, 0.7), categorical=[2]).standardised(Z)
+    K = kernel(Z)
+    np.testing.assert_allclose(K[200:, :50], K[:50, :50], rtol=0, atol=0)
+    assert np.allclose(np.diag(K[200:, :50]), 1.0)
+    assert np.linalg.eigvalsh(K).min() > -1e-10
