@@ -6,6 +6,7 @@ crps_99 per training size on a log axis.
 
     python bench/plot_learning_curves.py docs/results/peers.json docs/results/peers_flights_large.json \
         docs/results/peers_births_large.json docs/results/learning_curve.json \
+        --tables flights births "synthetic (known law)" --models jdl "jdl, columns alone" lightgbm qrf \
         --out docs/figures/learning_curves.png
 """
 from __future__ import annotations
@@ -36,19 +37,24 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("runs", nargs="+", help="JSON files written by bench/peers.py or bench/learning_curve.py")
     parser.add_argument("--tables", nargs="+", help="the panels, in order (default: every table of the runs)")
+    parser.add_argument("--models", nargs="+", help="the models drawn (default: all; the oracle is always drawn)")
     parser.add_argument("--out", default="docs/figures/learning_curves.png")
     args = parser.parse_args()
     found = curves(args.runs)
     tables = args.tables or sorted(found)
     figure, axes = plt.subplots(1, len(tables), figsize=(4.2 * len(tables), 3.6), squeeze=False)
+    models = sorted({model for table in tables for model in found[table] if model != "oracle"})
+    colours = {model: f"C{k}" for k, model in enumerate(models)}  # one colour per model in every panel
     for ax, table in zip(axes[0], tables):
         for model, points in sorted(found[table].items()):
+            if args.models and model not in args.models and model != "oracle":
+                continue
             if model == "oracle":
                 ax.axhline(points[0], color="gray", linestyle="--", label="oracle (true quantiles)")
                 continue
             sizes = sorted(points)
             if len(sizes) > 1:
-                ax.plot(sizes, [points[n] for n in sizes], marker="o", label=model,
+                ax.plot(sizes, [points[n] for n in sizes], marker="o", label=model, color=colours[model],
                         linewidth=2.2 if model == "jdl" else 1.2)
         ax.set_xscale("log")
         ax.set_title(table, fontsize="medium")

@@ -9,7 +9,8 @@ turns their predictions into two summaries of the conditional law of y given x:
   summary_log_spread   log of the predicted 10%-90% spread (floored at ``SPREAD_FLOOR`` of y's own)
 
 The x kernel of the fit then compares rows by their columns and by these summaries (``augment``), at
-lengthscales the tuning chooses; a summary it finds useless gets a long lengthscale like any column.
+lengthscales the tuning chooses; a summary it finds useless gets a long lengthscale like any column,
+and ``jdl tune --summaries auto`` keeps the summaries only where they beat the columns alone.
 
 **Cross-fitting, as a function of x.** Predictions of a booster at its own training rows are closer to
 y than at new rows, and a conditional law learned from them would be too narrow. Each row is assigned
@@ -34,7 +35,8 @@ import xarray as xr
 from data_schemas.tuning import SUMMARIES_DIM, SUMMARIES_VARIABLE
 
 __all__ = ["BoostedSummaries", "fit_summaries", "row_folds", "summary_rule", "with_summaries", "summaries_variable",
-           "read_summaries", "DEFAULT_SUMMARIES", "LEVELS", "FOLDS", "MAX_ROWS", "NAMES", "SUMMARY_RULES", "BOOSTER_PARAMS", "ROUNDS"]
+           "read_summaries", "DEFAULT_SUMMARIES", "LEVELS", "FOLDS", "MAX_ROWS", "NAMES", "SUMMARY_RULES",
+           "BOOSTER_PARAMS", "ROUNDS"]
 
 LEVELS = (0.1, 0.5, 0.9)  # the boosters' quantile levels: the spread is 0.9's less 0.1's
 FOLDS = 5  # of the cross-fitting
@@ -52,9 +54,10 @@ FORMAT_VERSION = 1
 
 
 def summary_rule(rule: str, y_width: int) -> bool:
-    """Whether a tuning with ``rule`` ("auto": the default, "boosted", "none") uses summaries for a y of
-    ``y_width`` columns: "auto" and "boosted" do for a scalar y; "boosted" with a wider y is a
-    ``ValueError`` (the summaries are quantiles of one y column)."""
+    """Whether a tuning with ``rule`` ("auto": the default, "boosted", "none") fits summaries for a y of
+    ``y_width`` columns: "auto" and "boosted" do for a scalar y ("auto" then keeps them only where they
+    score better, ``pipeline.tuning``); "boosted" with a wider y is a ``ValueError`` (the summaries are
+    quantiles of one y column)."""
     if rule not in SUMMARY_RULES:
         raise ValueError(f"summaries: unknown rule {rule!r}; choose one of {', '.join(map(repr, SUMMARY_RULES))}")
     if rule == "boosted" and y_width != 1:
