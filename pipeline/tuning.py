@@ -197,6 +197,10 @@ class _SearchJob:
 
 @dataclass
 class _SearchRun:
+    """One run of the search: the summaries it read (None: the columns alone), its kernels and grids,
+    its folds and what ``search_grid`` found (the grid's table, the search's candidates, the best and
+    the screen)."""
+
     summaries: BoostedSummaries | None
     kernel_x: Any
     grid_x: list[float]
