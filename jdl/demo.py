@@ -99,7 +99,7 @@ def run_demo(n: int = 100_000, workdir: str | Path = "jdl-demo", seed: int = 0, 
     ``tune_rows``: the tuning's subsample (None: the tuning's default, ``TuneSettings.max_rows``);
     ``prefect``: as a recorded Prefect flow run."""
     from pipeline.model_store import load_model
-    from pipeline.tuning import load_tuning, scored_candidates
+    from pipeline.tuning import load_tuning, scored_candidates, tuned_summaries
 
     from flows.runner import execute
 
@@ -131,7 +131,7 @@ def run_demo(n: int = 100_000, workdir: str | Path = "jdl-demo", seed: int = 0, 
     d = model.diagnostics_
     return DemoReport(
         n=n, workdir=root, best=json.loads(tuning.attrs["best"]), criterion=tuning.attrs["criterion"],
-        summaries=json.loads(tuning.attrs.get("x_summaries", "[]")),
+        summaries=tuned_summaries(tuning),
         candidates=scored_candidates(tuning),
         tune_rows=int(tuning.attrs["rows_used"]), rank_x=d["rank_x"], rank_y=d["rank_y"], positivity=model.positivity,
         negative_mass_max=float(d.get("negative_mass_max", np.nan)),

@@ -21,7 +21,7 @@ def staged(args: argparse.Namespace, result: dict) -> str:
 def tuned(args: argparse.Namespace, result: dict) -> str:
     import json
 
-    from pipeline.tuning import load_tuning, scored_candidates
+    from pipeline.tuning import load_tuning, scored_candidates, tuned_summaries
 
     table = load_tuning(result["path"])
     best = json.loads(table.attrs["best"])
@@ -30,7 +30,7 @@ def tuned(args: argparse.Namespace, result: dict) -> str:
     count = f"{size}" if scored == size else f"{scored} of {size}"
     folds = int(table.attrs.get("folds", 1))
     on = f"{table.attrs['rows_used']:,} rows" + (f" ({folds} folds)" if folds > 1 else "")
-    summaries = json.loads(table.attrs.get("x_summaries", "[]"))
+    summaries = tuned_summaries(table)
     with_summaries = f" with x summaries {', '.join(summaries)}" if summaries else ""
     return (f"tuned {count} candidates on {on}{with_summaries}: best {setting}, "
             f"validation {table.attrs['criterion']} {best['score']:.5g} -> {result['path']}")

@@ -28,7 +28,7 @@ from .atomic import refuse_existing
 from .cluster import dask_client, resolve_scheduler
 from .model_store import save_model
 from .staging import categorical_indices, categorical_levels, data_fingerprint, open_staged, read_sample
-from .summaries import BoostedSummaries, read_summaries, with_summaries
+from .summaries import BoostedSummaries, kernel_features, read_summaries, with_summaries
 from .versions import DEFAULT_KEEP_VERSIONS, check_keep
 
 __all__ = ["fit_store", "make_estimator", "method_kernels", "run_parameters", "read_rows", "store_chunks",
@@ -112,9 +112,9 @@ def check_lengthscale_widths(method: str, hyper: dict[str, Any], group: zarr.Gro
     """``ValueError`` unless each per-feature lengthscale of a kernel ``method`` has (``hyper``'s
     lengthscale_x, lengthscale_y) has one entry per feature of the staged store (x's followed by the
     kept ``summaries``)."""
-    extra = {"x": list(summaries.kept) if summaries else [], "y": []}
+    read = {"x": kernel_features(group.attrs["x_features"], summaries), "y": list(group.attrs["y_features"])}
     for side in ("x", "y"):
-        value, names = hyper[f"lengthscale_{side}"], list(group.attrs[f"{side}_features"]) + extra[side]
+        value, names = hyper[f"lengthscale_{side}"], read[side]
         if f"kernel_{side}" in estimator_class(method).KERNELS and np.ndim(value) == 1 and len(value) != len(names):
             raise ValueError(f"lengthscale_{side}: has {len(value)} entries but the data has {len(names)} {side} "
                              f"features ({', '.join(names)})")

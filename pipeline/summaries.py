@@ -34,7 +34,7 @@ import xarray as xr
 
 from data_schemas.tuning import SUMMARIES_DIM, SUMMARIES_VARIABLE
 
-__all__ = ["BoostedSummaries", "fit_summaries", "row_folds", "summary_rule", "with_summaries", "summaries_variable",
+__all__ = ["BoostedSummaries", "fit_summaries", "row_folds", "summary_rule", "with_summaries", "kernel_features", "summaries_variable",
            "read_summaries", "DEFAULT_SUMMARIES", "LEVELS", "FOLDS", "MAX_ROWS", "NAMES", "SUMMARY_RULES",
            "BOOSTER_PARAMS", "ROUNDS"]
 
@@ -188,6 +188,12 @@ def fit_summaries(X: np.ndarray, y: np.ndarray, categorical: Sequence[int] = (),
         return None
     summaries.kept = varying
     return summaries
+
+
+def kernel_features(features: Sequence[str], summaries: BoostedSummaries | None) -> list[str]:
+    """The names of the columns an x kernel fitted with ``summaries`` reads: ``features`` (the data's x
+    columns), then the kept summaries."""
+    return list(features) + list(summaries.kept if summaries else ())
 
 
 def with_summaries(summaries: BoostedSummaries | None, X: np.ndarray) -> np.ndarray:

@@ -36,10 +36,11 @@ from .atomic import atomic_store, refuse_existing
 from .cluster import dask_client, resolve_scheduler
 from .staging import categorical_indices, categorical_levels, data_fingerprint, level_recoding, open_staged, read_sample, recode
 from .summaries import (
-    DEFAULT_SUMMARIES, MAX_ROWS as SUMMARY_ROWS, BoostedSummaries, fit_summaries, summaries_variable, summary_rule, with_summaries,
+    DEFAULT_SUMMARIES, MAX_ROWS as SUMMARY_ROWS, BoostedSummaries, fit_summaries, kernel_features, summaries_variable, summary_rule,
+    with_summaries,
 )
 
-__all__ = ["tune_store", "load_tuning", "scored_candidates", "tuned_scaling", "default_lengthscales",
+__all__ = ["tune_store", "load_tuning", "scored_candidates", "tuned_scaling", "tuned_summaries", "default_lengthscales",
            "subsample_rows", "LENGTHSCALE_FACTORS"]
 
 MAX_ROWS = 20_000  # rows of the seeded subsample a tuning scores its candidates on
@@ -245,9 +246,9 @@ def _kernels(X: np.ndarray, Y: np.ndarray, group: zarr.Group, summaries: Boosted
              seed: int) -> tuple[tuple[Any, list[float]], tuple[Any, list[float]]]:
     """The (kernel, lengthscale grid) of x and of y on the subsample (``standardised_grid``); x's features
     are the store's followed by the kept summaries."""
-    x_names = list(group.attrs["x_features"]) + list(summaries.kept if summaries else ())
     return (standardised_grid(X, GaussianKernel(1.0, categorical=categorical_indices(group)), scaling,
-                              lengthscales_x or None, seed, "lengthscales_x", x_names, "x"),
+                              lengthscales_x or None, seed, "lengthscales_x",
+                              kernel_features(group.attrs["x_features"], summaries), "x"),
             standardised_grid(Y, GaussianKernel(1.0), scaling, lengthscales_y or None, seed, "lengthscales_y",
                               group.attrs["y_features"], "y"))
 
@@ -323,6 +324,12 @@ def tuned_scaling(table: xr.Dataset) -> tuple[str, dict[str, tuple[np.ndarray, n
         return scaling, {}
     return scaling, {role: (np.asarray(table[f"{role}_location"].values, dtype=np.float64),
                             np.asarray(table[f"{role}_scale"].values, dtype=np.float64)) for role in ("x", "y")}
+
+
+def tuned_summaries(table: xr.Dataset) -> list[str]:
+    """The names of the boosted summaries a tuning store kept (empty for the columns alone, and for
+    stores written before the summaries)."""
+    return json.loads(table.attrs.get("x_summaries", "[]"))
 
 
 def _validation_group(validation: str | os.PathLike, group: zarr.Group) -> zarr.Group:
