@@ -19,6 +19,12 @@ the rows of the other folds and summarise the rows of fold k, training rows and 
 map is thus one function of x: the summaries of a training row are out-of-fold, and a new row is
 summarised exactly as a training row with its x would be (rows with equal x share a fold).
 
+**Rounds chosen out of fold.** Each booster stops where its quantile loss on its own held-out fold has
+not improved for ``PATIENCE`` rounds (at most ``MAX_ROUNDS``); a level's boosters are then all cut at
+the one round count whose loss summed over every fold's held-out rows is least. More rows support more
+rounds, so the summaries sharpen as the table grows (at a fixed count they stop improving early).
+That one count per level is the only thing the held-out rows decide.
+
 The boosters train on a seeded sample of at most ``MAX_ROWS`` rows; the rest are summarised like new
 rows. The map is stored as JSON bytes (``to_bytes`` / ``from_bytes``): LightGBM's text model format,
 readable by any LightGBM release that reads it.
@@ -36,18 +42,19 @@ from data_schemas.tuning import SUMMARIES_DIM, SUMMARIES_VARIABLE
 
 __all__ = ["BoostedSummaries", "fit_summaries", "row_folds", "summary_rule", "with_summaries", "kernel_features", "summaries_variable",
            "read_summaries", "DEFAULT_SUMMARIES", "LEVELS", "FOLDS", "MAX_ROWS", "NAMES", "SUMMARY_RULES",
-           "BOOSTER_PARAMS", "ROUNDS"]
+           "BOOSTER_PARAMS", "MAX_ROUNDS", "PATIENCE"]
 
 LEVELS = (0.1, 0.5, 0.9)  # the boosters' quantile levels: the spread is 0.9's less 0.1's
 FOLDS = 5  # of the cross-fitting
 MAX_ROWS = 1_000_000  # rows the boosters train on (a seeded sample above that)
-ROUNDS = 100  # boosting rounds per booster
+MAX_ROUNDS = 2_000  # boosting rounds a booster may take
+PATIENCE = 50  # rounds without a better held-out loss after which a booster stops
 NAMES = ("summary_median", "summary_log_spread")
 SPREAD_FLOOR = 1e-3  # the spread's floor, as a share of y's own 10%-90% spread (quantile boosters may cross)
 SUMMARY_RULES = ("auto", "boosted", "none")
 DEFAULT_SUMMARIES = "auto"
 BOOSTER_PARAMS: dict[str, Any] = {  # LightGBM's defaults, written out, deterministic
-    "objective": "quantile", "learning_rate": 0.1, "num_leaves": 31, "min_data_in_leaf": 20,
+    "objective": "quantile", "metric": "quantile", "learning_rate": 0.1, "num_leaves": 31, "min_data_in_leaf": 20,
     "deterministic": True, "force_col_wise": True, "verbosity": -1,
 }
 FORMAT_VERSION = 1
@@ -88,13 +95,15 @@ class BoostedSummaries:
 
     width: x's columns; categorical: their category-code columns (LightGBM splits them as categories;
     negative codes, the unseen level, read as missing); floor: the spread floor in y's units; kept: the
-    summaries in use (a summary constant on the training rows is left out, ``NAMES`` order)."""
+    summaries in use (a summary constant on the training rows is left out, ``NAMES`` order); rounds: each
+    level's boosting rounds (chosen out of fold, ``fit_summaries``; empty for a record that predates them)."""
 
     boosters: list[list[str]]
     width: int
     categorical: tuple[int, ...]
     floor: float
     kept: tuple[str, ...] = NAMES
+    rounds: tuple[int, ...] = ()
     _loaded: list[list[Any]] | None = field(default=None, repr=False, compare=False)
 
     @property
@@ -145,7 +154,7 @@ class BoostedSummaries:
         """The map as UTF-8 JSON (``from_bytes`` inverts it)."""
         return json.dumps({"format": FORMAT_VERSION, "levels": list(LEVELS), "width": self.width,
                            "categorical": list(self.categorical), "floor": self.floor, "kept": list(self.kept),
-                           "boosters": self.boosters}).encode()
+                           "rounds": list(self.rounds), "boosters": self.boosters}).encode()
 
     @classmethod
     def from_bytes(cls, data: bytes, where: str = "summaries") -> "BoostedSummaries":
@@ -159,35 +168,71 @@ class BoostedSummaries:
                              f"this jdl reads {FORMAT_VERSION})")
         return cls(boosters=[list(fold) for fold in spec["boosters"]], width=int(spec["width"]),
                    categorical=tuple(int(j) for j in spec["categorical"]), floor=float(spec["floor"]),
-                   kept=tuple(spec["kept"]))
+                   kept=tuple(spec["kept"]), rounds=tuple(int(r) for r in spec.get("rounds", ())))
 
 
 def fit_summaries(X: np.ndarray, y: np.ndarray, categorical: Sequence[int] = (), *, seed: int = 0,
-                  folds: int = FOLDS, rounds: int = ROUNDS) -> BoostedSummaries | None:
-    """Cross-fitted quantile boosters of y (n,) on X (n, d) (see the module's docstring); None where no
-    summary varies over the rows (too few rows for a split, or y constant): then there is nothing to add.
+                  folds: int = FOLDS, max_rounds: int = MAX_ROUNDS, patience: int = PATIENCE
+                  ) -> BoostedSummaries | None:
+    """Cross-fitted quantile boosters of y (n,) on X (n, d), their rounds chosen out of fold (see the
+    module's docstring); None where no summary varies over the rows (too few rows for a split, or y
+    constant): then there is nothing to add.
 
     ``categorical``: the category-code columns. The caller samples the rows (``MAX_ROWS``)."""
     lightgbm = _lightgbm()
     X = np.asarray(X, dtype=np.float64)
     y = np.asarray(y, dtype=np.float64).reshape(-1)
     fold = row_folds(X, folds)
-    boosters = []
-    for k in range(folds):
-        rows = np.flatnonzero(fold != k)
-        train = lightgbm.Dataset(X[rows], y[rows], categorical_feature=list(categorical) or "auto",
-                                 free_raw_data=False, params={"verbosity": -1})
-        boosters.append([lightgbm.train({**BOOSTER_PARAMS, "alpha": level, "seed": seed}, train,
-                                        num_boost_round=rounds).model_to_string() for level in LEVELS])
+    splits = [(np.flatnonzero(fold != k), np.flatnonzero(fold == k)) for k in range(folds)]
+    data = [lightgbm.Dataset(X[train], y[train], categorical_feature=list(categorical) or "auto",
+                             free_raw_data=False, params={"verbosity": -1}) for train, _ in splits]
+    boosters: list[list[str]] = [[] for _ in range(folds)]
+    rounds = []
+    for level in LEVELS:
+        params = {**BOOSTER_PARAMS, "alpha": level, "seed": seed}
+        trained = [_early_stopped(lightgbm, params, train, X[held], y[held], max_rounds, patience)
+                   for train, (_, held) in zip(data, splits)]
+        count = _common_rounds([curve for _, curve in trained], [held.size for _, held in splits])
+        rounds.append(count)
+        for k, (booster, _) in enumerate(trained):
+            if booster.current_iteration() < count:  # a fold without held-out rows stopped at no loss
+                booster = lightgbm.train(params, data[k], num_boost_round=count)
+            boosters[k].append(booster.model_to_string(num_iteration=count))
     low, high = np.quantile(y, [LEVELS[0], LEVELS[-1]])
     floor = SPREAD_FLOOR * float(high - low) if high > low else float(np.finfo(float).tiny)
-    summaries = BoostedSummaries(boosters, X.shape[1], tuple(int(j) for j in categorical), floor)
+    summaries = BoostedSummaries(boosters, X.shape[1], tuple(int(j) for j in categorical), floor,
+                                 rounds=tuple(rounds))
     values = summaries.features(X)
     varying = tuple(name for name, column in zip(NAMES, values.T) if np.ptp(column) > 0)
     if not varying:
         return None
     summaries.kept = varying
     return summaries
+
+
+def _early_stopped(lightgbm: Any, params: dict[str, Any], train: Any, X_held: np.ndarray, y_held: np.ndarray,
+                   max_rounds: int, patience: int) -> tuple[Any, np.ndarray]:
+    """A booster trained on ``train`` until its mean quantile loss on the held-out rows (X_held, y_held)
+    has not improved for ``patience`` rounds (at most ``max_rounds``), and that loss after each round,
+    shape (rounds trained,); with no held-out rows, one round and an empty curve."""
+    if y_held.size == 0:
+        return lightgbm.train(params, train, num_boost_round=1), np.empty(0)
+    held = lightgbm.Dataset(X_held, y_held, reference=train)
+    record: dict[str, Any] = {}
+    booster = lightgbm.train(params, train, num_boost_round=max_rounds, valid_sets=[held], valid_names=["held"],
+                             callbacks=[lightgbm.record_evaluation(record),
+                                        lightgbm.early_stopping(patience, first_metric_only=True, verbose=False)])
+    return booster, np.asarray(record["held"]["quantile"], dtype=np.float64)
+
+
+def _common_rounds(curves: Sequence[np.ndarray], sizes: Sequence[int]) -> int:
+    """The round count (>= 1) whose held-out loss, summed over the folds' rows, is least: each curve
+    (the mean loss after each round, one per fold, ``sizes`` its rows) read up to the shortest one that
+    has rows (every booster has trained that far)."""
+    weighted = [(curve, size) for curve, size in zip(curves, sizes) if size]
+    length = min(curve.size for curve, _ in weighted)
+    total = sum(size * curve[:length] for curve, size in weighted)
+    return int(np.argmin(total)) + 1
 
 
 def kernel_features(features: Sequence[str], summaries: BoostedSummaries | None) -> list[str]:

@@ -266,7 +266,8 @@ def _fitted_summaries(data: str | os.PathLike, group: zarr.Group, rule: str, see
     seconds = time.perf_counter() - started
     if progress is not None:
         kept = ", ".join(fitted.kept) if fitted else "none (no summary varies)"
-        progress(f"summaries: {kept} from boosters on {rows.size:,} rows in {seconds:.1f} s")
+        rounds = f" ({', '.join(map(str, fitted.rounds))} rounds)" if fitted else ""
+        progress(f"summaries: {kept} from boosters on {rows.size:,} rows{rounds} in {seconds:.1f} s")
     return fitted, seconds
 
 

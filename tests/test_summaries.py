@@ -42,7 +42,8 @@ def test_each_row_is_summarised_by_boosters_trained_without_its_fold():
     """Brute force: for each fold, train LightGBM on the other folds' rows with the same settings; the
     map's quantiles at the fold's rows are those boosters' predictions, for training and new rows."""
     X, y = _table(3_000)
-    summaries = fit_summaries(X, y, [2], seed=3, folds=3, rounds=20)
+    summaries = fit_summaries(X, y, [2], seed=3, folds=3, max_rounds=40, patience=5)
+    assert len(summaries.rounds) == len(LEVELS) and all(1 <= r <= 40 for r in summaries.rounds)
     new, _ = _table(500, seed=1)
     for rows in (X, new):
         folds = row_folds(rows, 3)
@@ -52,13 +53,37 @@ def test_each_row_is_summarised_by_boosters_trained_without_its_fold():
             for j, level in enumerate(LEVELS):
                 booster = lightgbm.train({**BOOSTER_PARAMS, "alpha": level, "seed": 3},
                                          lightgbm.Dataset(X[train], y[train], categorical_feature=[2]),
-                                         num_boost_round=20)
+                                         num_boost_round=summaries.rounds[j])
                 np.testing.assert_allclose(Q[folds == k, j], booster.predict(rows[folds == k]), rtol=0, atol=1e-12)
     features = summaries.features(new)
     Q = summaries.predictions(new)
     np.testing.assert_allclose(features[:, 0], Q[:, 1])
     np.testing.assert_allclose(features[:, 1], np.log(np.maximum(Q[:, 2] - Q[:, 0], summaries.floor)))
     assert summaries.augment(new).shape == (500, 3 + len(NAMES))
+
+
+def test_each_level_s_rounds_minimise_the_held_out_loss_summed_over_the_folds():
+    """Brute force: boosters trained on each fold's complement for a fixed number of rounds, their
+    pinball loss on the fold's rows after each round, summed over all rows: the least is the map's
+    count (no early stop within the cap here), and the count grows with the rows."""
+    X, y = _table(2_000)
+    cap = 60
+    summaries = fit_summaries(X, y, [2], folds=3, max_rounds=cap, patience=cap)
+    folds = row_folds(X, 3)
+    for j, level in enumerate(LEVELS):
+        loss = np.zeros(cap)
+        for k in range(3):
+            train, held = folds != k, folds == k
+            booster = lightgbm.train({**BOOSTER_PARAMS, "alpha": level, "seed": 0},
+                                     lightgbm.Dataset(X[train], y[train], categorical_feature=[2]), num_boost_round=cap)
+            for r in range(cap):
+                diff = y[held] - booster.predict(X[held], num_iteration=r + 1)
+                loss[r] += np.sum(np.maximum(level * diff, (level - 1.0) * diff))
+        assert summaries.rounds[j] == int(np.argmin(loss)) + 1
+        assert loss[summaries.rounds[j] - 1] < loss[-1] or summaries.rounds[j] == cap
+    more = fit_summaries(*_table(16_000), [2], folds=3)
+    fewer = fit_summaries(*_table(1_000), [2], folds=3)
+    assert all(m > f for m, f in zip(more.rounds, fewer.rounds)), (more.rounds, fewer.rounds)
 
 
 def test_cross_fitting_keeps_the_training_rows_noise_out_of_their_summaries():
@@ -75,11 +100,14 @@ def test_cross_fitting_keeps_the_training_rows_noise_out_of_their_summaries():
 
 def test_the_record_round_trips_and_refuses_another_format():
     X, y = _table(1_000)
-    summaries = fit_summaries(X, y, [2], rounds=10)
+    summaries = fit_summaries(X, y, [2], max_rounds=10)
     again = BoostedSummaries.from_bytes(summaries.to_bytes())
     assert again.kept == summaries.kept and again.categorical == (2,) and again.width == 3
+    assert again.rounds == summaries.rounds
     np.testing.assert_array_equal(again.features(X), summaries.features(X))
     record = json.loads(summaries.to_bytes())
+    del record["rounds"]  # a record written before the rounds were chosen out of fold
+    assert BoostedSummaries.from_bytes(json.dumps(record).encode()).rounds == ()
     with pytest.raises(ValueError, match="another format"):
         BoostedSummaries.from_bytes(json.dumps({**record, "format": 99}).encode(), "model m")
     with pytest.raises(ValueError, match="not a summaries record"):
@@ -90,7 +118,7 @@ def test_the_record_round_trips_and_refuses_another_format():
 
 def test_nothing_to_summarise_and_the_rules():
     X, _ = _table(500)
-    assert fit_summaries(X, np.full(500, 2.0), rounds=5) is None  # y constant: no summary varies
+    assert fit_summaries(X, np.full(500, 2.0), max_rounds=5) is None  # y constant: no summary varies
     assert summary_rule("auto", 1) and not summary_rule("auto", 2) and not summary_rule("none", 1)
     with pytest.raises(ValueError, match="y has 2 columns"):
         summary_rule("boosted", 2)
@@ -195,7 +223,7 @@ def test_the_x_kernel_with_summaries_is_a_psd_kernel_of_x():
     from jdlcore import GaussianKernel
 
     X, y = _table(2_000)
-    summaries = fit_summaries(X, y, [2], rounds=30)
+    summaries = fit_summaries(X, y, [2], max_rounds=30)
     new, _ = _table(100, seed=4)
     rows = np.vstack([X[:100], new, X[:50].copy()])  # the last 50 repeat training rows, as new rows would
     Z = summaries.augment(rows)
@@ -205,3 +233,4 @@ def test_the_x_kernel_with_summaries_is_a_psd_kernel_of_x():
     np.testing.assert_allclose(K[200:, :50], K[:50, :50], rtol=0, atol=0)
     assert np.allclose(np.diag(K[200:, :50]), 1.0)
     assert np.linalg.eigvalsh(K).min() > -1e-10
+
