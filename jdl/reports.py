@@ -31,7 +31,8 @@ def tuned(args: argparse.Namespace, result: dict) -> str:
     folds = int(table.attrs.get("folds", 1))
     on = f"{table.attrs['rows_used']:,} rows" + (f" ({folds} folds)" if folds > 1 else "")
     summaries = tuned_summaries(table)
-    with_summaries = f" with x summaries {', '.join(summaries)}" if summaries else ""
+    alone = " alone (no x column)" if table.attrs.get("summaries_alone", False) else ""
+    with_summaries = f" with x summaries {', '.join(summaries)}{alone}" if summaries else ""
     return (f"tuned {count} candidates on {on}{with_summaries}: best {setting}, "
             f"validation {table.attrs['criterion']} {best['score']:.5g} -> {result['path']}")
 

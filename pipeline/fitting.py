@@ -28,7 +28,7 @@ from .atomic import refuse_existing
 from .cluster import dask_client, resolve_scheduler
 from .model_store import save_model
 from .staging import categorical_indices, categorical_levels, data_fingerprint, open_staged, read_sample
-from .summaries import BoostedSummaries, kernel_features, read_summaries, with_summaries
+from .summaries import BoostedSummaries, kernel_categorical, kernel_features, read_summaries, with_summaries
 from .versions import DEFAULT_KEEP_VERSIONS, check_keep
 
 __all__ = ["fit_store", "make_estimator", "method_kernels", "run_parameters", "read_rows", "store_chunks",
@@ -190,7 +190,8 @@ def fit_store(
         raise ValueError(f"method: {method} has no x kernel to compare the categorical columns "
                          f"({', '.join(x_levels)}) by; use one of {', '.join(with_x_kernel)}")
     estimator.set_params(**method_kernels(method, lengthscale_x=lengthscale_x, lengthscale_y=lengthscale_y,
-                                          scaling=vectors, categorical=categorical_indices(group)))
+                                          scaling=vectors,
+                                          categorical=kernel_categorical(categorical_indices(group), summaries)))
     estimator.check_params()
     n = int(group.attrs["n_samples"])
     check_support_rows(getattr(estimator, "support_size", None), n, f"rows of {data}")

@@ -20,6 +20,7 @@ from jdlcore.conditional.curves import (
     GRID_POINTS, query_points, conditional_curves, conditional_density, default_grid, default_x_values, density_bandwidth,
 )
 from pipeline.model_store import load_model
+from pipeline.summaries import kernel_features
 
 __all__ = ["model_card", "card_rows", "write_plots", "diagnostics_figure", "conditional_density", "conditional_curves",
            "density_bandwidth", "default_x_values", "read_tuning", "GRID_POINTS"]
@@ -52,8 +53,8 @@ def _names(model: Any, side: str) -> list[str]:
     width = _width(model, side)
     provenance = model.provenance_ if isinstance(model.provenance_, dict) else {}
     names = provenance.get(f"{side}_features")
-    if names and side == "x":  # a boosted-summaries model's x kernel reads them after the columns
-        names = list(names) + list(provenance.get("x_summaries", []))
+    if names and side == "x":  # a boosted-summaries model's x kernel reads them (after the columns, or alone)
+        names = kernel_features(names, getattr(model, "x_summaries_", None))
     return [str(n) for n in names] if names and len(names) == width else [f"{side}{k}" for k in range(width)]
 
 
@@ -295,10 +296,11 @@ def _plot_class_probabilities(ax: Any, model: Any) -> None:
 
 def _slice_points(model: Any, n: int) -> np.ndarray:
     """``default_x_values`` (the first feature at quantiles, the others at their medians); for a model
-    with boosted summaries, the summaries of those points appended in place of the pivots' medians."""
+    with boosted summaries beside x's columns, the summaries of those points appended in place of the
+    pivots' medians (a model reading the summaries alone is sliced along the first summary)."""
     x = default_x_values(model, n)
     summaries = getattr(model, "x_summaries_", None)
-    return x if summaries is None else summaries.augment(x[:, :summaries.width])
+    return x if summaries is None or not summaries.columns else summaries.augment(x[:, :summaries.width])
 
 
 def _slices(model: JDL, x_values: Any, n_slices: int):

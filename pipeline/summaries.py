@@ -8,9 +8,10 @@ turns their predictions into two summaries of the conditional law of y given x:
   summary_median       the predicted median, in y's units
   summary_log_spread   log of the predicted 10%-90% spread (floored at ``SPREAD_FLOOR`` of y's own)
 
-The x kernel of the fit then compares rows by their columns and by these summaries (``augment``), at
-lengthscales the tuning chooses; a summary it finds useless gets a long lengthscale like any column,
-and ``jdl tune --summaries auto`` keeps the summaries only where they beat the columns alone.
+The x kernel of the fit then compares rows by their columns and by these summaries, or by the summaries
+alone (``BoostedSummaries.columns``; ``augment``), at lengthscales the tuning chooses; a summary it finds
+useless gets a long lengthscale like any column. ``jdl tune`` searches both ways (``pipeline.tuning``),
+and under ``--summaries auto`` keeps the summaries only where they beat the columns alone.
 
 **Cross-fitting, as a function of x.** Predictions of a booster at its own training rows are closer to
 y than at new rows, and a conditional law learned from them would be too narrow. Each row is assigned
@@ -32,7 +33,7 @@ readable by any LightGBM release that reads it.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Sequence
 
 import numpy as np
@@ -41,7 +42,7 @@ import xarray as xr
 from data_schemas.tuning import SUMMARIES_DIM, SUMMARIES_VARIABLE
 
 __all__ = ["BoostedSummaries", "fit_summaries", "row_folds", "summary_rule", "with_summaries", "kernel_features", "summaries_variable",
-           "read_summaries", "DEFAULT_SUMMARIES", "LEVELS", "FOLDS", "MAX_ROWS", "NAMES", "SUMMARY_RULES",
+           "read_summaries", "kernel_categorical", "DEFAULT_SUMMARIES", "LEVELS", "FOLDS", "MAX_ROWS", "NAMES", "SUMMARY_RULES",
            "BOOSTER_PARAMS", "MAX_ROUNDS", "PATIENCE"]
 
 LEVELS = (0.1, 0.5, 0.9)  # the boosters' quantile levels: the spread is 0.9's less 0.1's
@@ -96,7 +97,8 @@ class BoostedSummaries:
     width: x's columns; categorical: their category-code columns (LightGBM splits them as categories;
     negative codes, the unseen level, read as missing); floor: the spread floor in y's units; kept: the
     summaries in use (a summary constant on the training rows is left out, ``NAMES`` order); rounds: each
-    level's boosting rounds (chosen out of fold, ``fit_summaries``; empty for a record that predates them)."""
+    level's boosting rounds (chosen out of fold, ``fit_summaries``; empty for a record that predates them);
+    columns: whether the x kernel reads x's columns beside the summaries (else the summaries alone)."""
 
     boosters: list[list[str]]
     width: int
@@ -104,6 +106,7 @@ class BoostedSummaries:
     floor: float
     kept: tuple[str, ...] = NAMES
     rounds: tuple[int, ...] = ()
+    columns: bool = True
     _loaded: list[list[Any]] | None = field(default=None, repr=False, compare=False)
 
     @property
@@ -127,9 +130,14 @@ class BoostedSummaries:
         return self._summaries(self.predictions(X))[:, [NAMES.index(name) for name in self.kept]]
 
     def augment(self, X: np.ndarray) -> np.ndarray:
-        """X (n, width) with its kept summaries appended: shape (n, width + len(kept)), float64."""
+        """The rows of X (n, width) as the x kernel reads them, float64: X with its kept summaries appended,
+        shape (n, width + len(kept)), or the summaries alone, (n, len(kept)), where ``columns`` is False."""
         X = self._check(X)
-        return np.hstack([X, self.features(X)])
+        return np.hstack([X, self.features(X)]) if self.columns else self.features(X)
+
+    def alone(self) -> "BoostedSummaries":
+        """The same map, read by an x kernel without x's columns (``columns`` False)."""
+        return replace(self, columns=False)
 
     def _summaries(self, Q: np.ndarray) -> np.ndarray:
         spread = np.maximum(Q[:, 2] - Q[:, 0], self.floor)
@@ -154,7 +162,7 @@ class BoostedSummaries:
         """The map as UTF-8 JSON (``from_bytes`` inverts it)."""
         return json.dumps({"format": FORMAT_VERSION, "levels": list(LEVELS), "width": self.width,
                            "categorical": list(self.categorical), "floor": self.floor, "kept": list(self.kept),
-                           "rounds": list(self.rounds), "boosters": self.boosters}).encode()
+                           "rounds": list(self.rounds), "columns": self.columns, "boosters": self.boosters}).encode()
 
     @classmethod
     def from_bytes(cls, data: bytes, where: str = "summaries") -> "BoostedSummaries":
@@ -168,15 +176,17 @@ class BoostedSummaries:
                              f"this jdl reads {FORMAT_VERSION})")
         return cls(boosters=[list(fold) for fold in spec["boosters"]], width=int(spec["width"]),
                    categorical=tuple(int(j) for j in spec["categorical"]), floor=float(spec["floor"]),
-                   kept=tuple(spec["kept"]), rounds=tuple(int(r) for r in spec.get("rounds", ())))
+                   kept=tuple(spec["kept"]), rounds=tuple(int(r) for r in spec.get("rounds", ())),
+                   columns=bool(spec.get("columns", True)))
 
 
 def fit_summaries(X: np.ndarray, y: np.ndarray, categorical: Sequence[int] = (), *, seed: int = 0,
-                  folds: int = FOLDS, max_rounds: int = MAX_ROUNDS, patience: int = PATIENCE
-                  ) -> BoostedSummaries | None:
+                  folds: int = FOLDS, max_rounds: int = MAX_ROUNDS, patience: int = PATIENCE,
+                  rounds: Sequence[int] | None = None) -> BoostedSummaries | None:
     """Cross-fitted quantile boosters of y (n,) on X (n, d), their rounds chosen out of fold (see the
-    module's docstring); None where no summary varies over the rows (too few rows for a split, or y
-    constant): then there is nothing to add.
+    module's docstring) or, where ``rounds`` gives them, one count per level of ``LEVELS``; None where
+    no summary varies over the rows (too few rows for a split, or y constant): then there is nothing
+    to add.
 
     ``categorical``: the category-code columns. The caller samples the rows (``MAX_ROWS``)."""
     lightgbm = _lightgbm()
@@ -187,21 +197,26 @@ def fit_summaries(X: np.ndarray, y: np.ndarray, categorical: Sequence[int] = (),
     data = [lightgbm.Dataset(X[train], y[train], categorical_feature=list(categorical) or "auto",
                              free_raw_data=False, params={"verbosity": -1}) for train, _ in splits]
     boosters: list[list[str]] = [[] for _ in range(folds)]
-    rounds = []
-    for level in LEVELS:
+    counts = []
+    for j, level in enumerate(LEVELS):
         params = {**BOOSTER_PARAMS, "alpha": level, "seed": seed}
-        trained = [_early_stopped(lightgbm, params, train, X[held], y[held], max_rounds, patience)
-                   for train, (_, held) in zip(data, splits)]
-        count = _common_rounds([curve for _, curve in trained], [held.size for _, held in splits])
-        rounds.append(count)
-        for k, (booster, _) in enumerate(trained):
+        if rounds is None:
+            trained = [_early_stopped(lightgbm, params, train, X[held], y[held], max_rounds, patience)
+                       for train, (_, held) in zip(data, splits)]
+            count = _common_rounds([curve for _, curve in trained], [held.size for _, held in splits])
+            level_boosters = [booster for booster, _ in trained]
+        else:
+            count = int(rounds[j])
+            level_boosters = [lightgbm.train(params, train, num_boost_round=count) for train in data]
+        counts.append(count)
+        for k, booster in enumerate(level_boosters):
             if booster.current_iteration() < count:  # a fold without held-out rows stopped at no loss
                 booster = lightgbm.train(params, data[k], num_boost_round=count)
             boosters[k].append(booster.model_to_string(num_iteration=count))
     low, high = np.quantile(y, [LEVELS[0], LEVELS[-1]])
     floor = SPREAD_FLOOR * float(high - low) if high > low else float(np.finfo(float).tiny)
     summaries = BoostedSummaries(boosters, X.shape[1], tuple(int(j) for j in categorical), floor,
-                                 rounds=tuple(rounds))
+                                 rounds=tuple(counts))
     values = summaries.features(X)
     varying = tuple(name for name, column in zip(NAMES, values.T) if np.ptp(column) > 0)
     if not varying:
@@ -237,8 +252,16 @@ def _common_rounds(curves: Sequence[np.ndarray], sizes: Sequence[int]) -> int:
 
 def kernel_features(features: Sequence[str], summaries: BoostedSummaries | None) -> list[str]:
     """The names of the columns an x kernel fitted with ``summaries`` reads: ``features`` (the data's x
-    columns), then the kept summaries."""
-    return list(features) + list(summaries.kept if summaries else ())
+    columns) unless it reads the summaries alone, then the kept summaries."""
+    if summaries is None:
+        return list(features)
+    return (list(features) if summaries.columns else []) + list(summaries.kept)
+
+
+def kernel_categorical(categorical: Sequence[int], summaries: BoostedSummaries | None) -> list[int]:
+    """The indices, among the columns an x kernel fitted with ``summaries`` reads, of the data's
+    category-code columns ``categorical`` (none where it reads the summaries alone)."""
+    return list(categorical) if summaries is None or summaries.columns else []
 
 
 def with_summaries(summaries: BoostedSummaries | None, X: np.ndarray) -> np.ndarray:

@@ -16,7 +16,7 @@ import itertools
 import json
 import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -36,8 +36,8 @@ from .atomic import atomic_store, refuse_existing
 from .cluster import dask_client, resolve_scheduler
 from .staging import categorical_indices, categorical_levels, data_fingerprint, level_recoding, open_staged, read_sample, recode
 from .summaries import (
-    DEFAULT_SUMMARIES, MAX_ROWS as SUMMARY_ROWS, BoostedSummaries, fit_summaries, kernel_features, summaries_variable, summary_rule,
-    with_summaries,
+    DEFAULT_SUMMARIES, MAX_ROWS as SUMMARY_ROWS, BoostedSummaries, fit_summaries, kernel_categorical, kernel_features,
+    summaries_variable, summary_rule, with_summaries,
 )
 
 __all__ = ["tune_store", "load_tuning", "scored_candidates", "tuned_scaling", "tuned_summaries", "default_lengthscales",
@@ -124,14 +124,14 @@ def tune_store(
     n = int(group.attrs["n_samples"])
     rows = subsample_rows(n, max_rows, seed)
     splits = splits_for(rows.size, validation_fraction, folds, seed, held_out=held_out is not None)
-    fitted, summaries_seconds = _fitted_summaries(data, group, summaries, seed, progress)
+    fitted, fold_maps, summaries_seconds = _fitted_summaries(data, group, summaries, seed, rows, splits, progress)
     started = time.perf_counter()
     where = resolve_scheduler(scheduler, rows.size)
     job = _SearchJob(group, group["x"].get_orthogonal_selection((rows, slice(None))),
                      group["y"].get_orthogonal_selection((rows, slice(None))), splits, base, regs, score, scaling,
                      lengthscales_x, lengthscales_y, seed, search, search_rows,
                      None if where is None else _fan_out(where, base, regs, score, progress),
-                     held_out, validation, max_rows, progress)
+                     held_out, validation, max_rows, progress, fold_maps)
     run, gain = _with_or_without(job, fitted, summaries)
     table, searched, best, screen = run.table, run.searched, run.best, run.screen
     ds = _tuning_dataset(table, run.grid_x, run.grid_y, regs)
@@ -146,8 +146,7 @@ def tune_store(
         "constraints": constraints, "rows_used": int(rows.size), "n_samples": n,
         "validation_fraction": float(validation_fraction), "seed": int(seed),
         "validation": "" if held_out is None else str(Path(validation).resolve()), "search_rows": search_rows,
-        "summaries": summaries, "x_summaries": json.dumps(list(run.summaries.kept) if run.summaries else []),
-        "summaries_seconds": summaries_seconds, "summaries_gain": gain,
+        **_summaries_record(run.summaries, summaries, summaries_seconds, gain),
         **_search_record(run.folds, table, searched, best, screen),
         "seconds": time.perf_counter() - started, **({"run_key": run_key} if run_key else {}),
     })
@@ -160,8 +159,9 @@ def tune_store(
 @dataclass
 class _SearchJob:
     """The inputs of one tuning's search, shared by its runs with and without the summaries of x: the
-    subsample (X, Y: the staged columns), its splits (None: the held-out store validates) and the
-    search's settings."""
+    subsample (X, Y: the staged columns), its splits (None: the held-out store validates), the search's
+    settings, and the summaries' map of each split, fitted without its validation rows (None: the
+    tuning's own map summarises every fold; ``_fold_maps``)."""
 
     group: zarr.Group
     X: np.ndarray
@@ -181,15 +181,23 @@ class _SearchJob:
     validation: Any
     max_rows: int
     progress: Callable[[str], None] | None
+    fold_maps: list[BoostedSummaries] | None = None
 
     def run(self, summaries: BoostedSummaries | None) -> "_SearchRun":
-        """The grid and the search on the columns, with ``summaries`` appended where given."""
+        """The grid and the search on the columns as ``summaries`` has the x kernel read them (the columns
+        alone where None); each split's rows summarised by its own map where there are ``fold_maps``."""
         X = with_summaries(summaries, self.X)
         (kernel_x, grid_x), (kernel_y, grid_y) = _kernels(X, self.Y, self.group, summaries, self.scaling,
                                                           self.lengthscales_x, self.lengthscales_y, self.seed)
-        folds = (make_folds(X, self.Y, self.splits) if self.splits is not None else
-                 _held_out_fold(X, self.Y, self.group, self.held_out, self.validation, self.max_rows, self.seed,
-                                summaries))
+        if self.splits is None:
+            folds = _held_out_fold(X, self.Y, self.group, self.held_out, self.validation, self.max_rows, self.seed,
+                                   summaries)
+        elif summaries is None or self.fold_maps is None:
+            folds = make_folds(X, self.Y, self.splits)
+        else:
+            folds = [(read.augment(self.X[train]), self.Y[train], read.augment(self.X[val]), self.Y[val])
+                     for read, (train, val) in zip((replace(m, columns=summaries.columns) for m in self.fold_maps),
+                                                   self.splits)]
         found = search_grid(folds, self.base, kernel_x, kernel_y, grid_x, grid_y, self.regs, self.score,
                             search=self.search, stop_early=not self.lengthscales_x, progress=self.progress,
                             grid=self.grid, search_rows=self.search_rows)
@@ -216,18 +224,44 @@ class _SearchRun:
 
 def _with_or_without(job: _SearchJob, summaries: BoostedSummaries | None,
                      rule: str) -> tuple[_SearchRun, float | None]:
-    """The search that decides the tuning, and the summaries' gain (None where not compared): with the
-    summaries where "boosted" asks for them; under "auto" with them only where their best validation
-    score beats the columns' own by more than ``SEARCH_TOLERANCE`` (relative), as the search keeps a
-    feature, else without them (a smooth law of few columns needs no summaries, and their noise costs)."""
-    if summaries is None or rule == "boosted":
-        return job.run(summaries), None
-    plain, summarised = job.run(None), job.run(summaries)
-    before, after = plain.best["score"], summarised.best["score"]
-    gain = (before - after) / abs(before) if before != 0 else 0.0
+    """The search that decides the tuning, and the summaries' gain (None where not compared).
+
+    With summaries, the search runs on x's columns with the summaries beside them and on the summaries
+    alone, and keeps the summaries alone only where they score better by more than
+    ``SEARCH_TOLERANCE`` (relative), as the search drops a feature only where that does not cost: a
+    search that starts with every feature at one lengthscale can leave the summaries too long, and the
+    summaries alone then find the sharper law. "boosted" keeps the better of the two; "auto" keeps it
+    only where its best validation score beats the columns alone by more than the tolerance (a smooth
+    law of few columns needs no summaries, and their noise costs)."""
+    if summaries is None:
+        return job.run(None), None
+    beside, alone = job.run(summaries), job.run(summaries.alone())
+    summarised = alone if _gain(beside, alone) > SEARCH_TOLERANCE else beside
     if job.progress is not None:
-        job.progress(f"summaries: validation {before:.6g} without, {after:.6g} with ({100 * gain:+.2f}%)")
+        job.progress(f"summaries: validation {beside.best['score']:.6g} beside x's columns, "
+                     f"{alone.best['score']:.6g} alone")
+    if rule == "boosted":
+        return summarised, None
+    plain = job.run(None)
+    gain = _gain(plain, summarised)
+    if job.progress is not None:
+        job.progress(f"summaries: validation {plain.best['score']:.6g} without, {summarised.best['score']:.6g} "
+                     f"with ({100 * gain:+.2f}%)")
     return (summarised if gain > SEARCH_TOLERANCE else plain), gain
+
+
+def _summaries_record(kept: BoostedSummaries | None, rule: str, seconds: float, gain: float | None) -> dict[str, Any]:
+    """The tuning store's attributes on the summaries: the ``rule`` asked for, the names ``kept`` (None:
+    the columns alone), whether the x kernel reads them alone, their fitting's seconds and their gain."""
+    return {"summaries": rule, "x_summaries": json.dumps(list(kept.kept) if kept else []),
+            "summaries_alone": bool(kept is not None and not kept.columns), "summaries_seconds": seconds,
+            "summaries_gain": gain}
+
+
+def _gain(before: _SearchRun, after: _SearchRun) -> float:
+    """The relative fall of the best validation score from run ``before`` to run ``after``."""
+    first, then = before.best["score"], after.best["score"]
+    return (first - then) / abs(first) if first != 0 else 0.0
 
 
 def _add_maps(ds: xr.Dataset, summaries: BoostedSummaries | None, kernel_x: Any, kernel_y: Any) -> None:
@@ -245,30 +279,52 @@ def _kernels(X: np.ndarray, Y: np.ndarray, group: zarr.Group, summaries: Boosted
              lengthscales_x: Sequence[float] | None, lengthscales_y: Sequence[float] | None,
              seed: int) -> tuple[tuple[Any, list[float]], tuple[Any, list[float]]]:
     """The (kernel, lengthscale grid) of x and of y on the subsample (``standardised_grid``); x's features
-    are the store's followed by the kept summaries."""
-    return (standardised_grid(X, GaussianKernel(1.0, categorical=categorical_indices(group)), scaling,
+    are the store's followed by the kept summaries, or the summaries alone (``kernel_features``)."""
+    categorical = kernel_categorical(categorical_indices(group), summaries)
+    return (standardised_grid(X, GaussianKernel(1.0, categorical=categorical), scaling,
                               lengthscales_x or None, seed, "lengthscales_x",
                               kernel_features(group.attrs["x_features"], summaries), "x"),
             standardised_grid(Y, GaussianKernel(1.0), scaling, lengthscales_y or None, seed, "lengthscales_y",
                               group.attrs["y_features"], "y"))
 
 
-def _fitted_summaries(data: str | os.PathLike, group: zarr.Group, rule: str, seed: int,
-                      progress: Callable[[str], None] | None) -> tuple[BoostedSummaries | None, float]:
+def _fitted_summaries(data: str | os.PathLike, group: zarr.Group, rule: str, seed: int, rows: np.ndarray,
+                      splits: Any, progress: Callable[[str], None] | None
+                      ) -> tuple[BoostedSummaries | None, list[BoostedSummaries] | None, float]:
     """The boosted summaries of x the ``rule`` asks for (``summary_rule``; None where it asks for none),
-    fitted on a seeded sample of at most ``SUMMARY_ROWS`` rows of the store, and the seconds they took."""
+    fitted on a seeded sample of at most ``SUMMARY_ROWS`` rows of the store; the map of each of the
+    ``splits`` of the tuning's subsample ``rows`` (``_fold_maps``; None without splits); the seconds
+    they took."""
     if not summary_rule(rule, group["y"].shape[1]):
-        return None, 0.0
-    rows = subsample_rows(int(group.attrs["n_samples"]), SUMMARY_ROWS, seed)
+        return None, None, 0.0
+    sample = subsample_rows(int(group.attrs["n_samples"]), SUMMARY_ROWS, seed)
     started = time.perf_counter()
-    fitted = fit_summaries(read_sample(data, "x", rows), read_sample(data, "y", rows)[:, 0],
-                           categorical_indices(group), seed=seed)
+    X, y, categorical = read_sample(data, "x", sample), read_sample(data, "y", sample)[:, 0], categorical_indices(group)
+    fitted = fit_summaries(X, y, categorical, seed=seed)
+    fold_maps = None if fitted is None or splits is None else _fold_maps(fitted, X, y, categorical, sample, rows,
+                                                                          splits, seed)
     seconds = time.perf_counter() - started
     if progress is not None:
         kept = ", ".join(fitted.kept) if fitted else "none (no summary varies)"
         rounds = f" ({', '.join(map(str, fitted.rounds))} rounds)" if fitted else ""
-        progress(f"summaries: {kept} from boosters on {rows.size:,} rows{rounds} in {seconds:.1f} s")
-    return fitted, seconds
+        progress(f"summaries: {kept} from boosters on {sample.size:,} rows{rounds} in {seconds:.1f} s")
+    return fitted, fold_maps, seconds
+
+
+def _fold_maps(fitted: BoostedSummaries, X: np.ndarray, y: np.ndarray, categorical: list[int], sample: np.ndarray,
+               rows: np.ndarray, splits: Any, seed: int) -> list[BoostedSummaries]:
+    """For each (train, validation) split of the tuning's subsample ``rows`` (store indices), the map
+    ``fitted`` refitted, at its rounds, on its sample's rows (``sample``: store indices; X, y their
+    columns) less the split's validation rows. Summarised by it, neither a split's training rows nor its
+    validation rows carry the validation rows' y: the tuning's own map, trained on every row, would
+    let a model that leans on the summaries score better on validation than on new rows. A split
+    whose map has no summary that varies keeps ``fitted``."""
+    maps = []
+    for _, val in splits:
+        keep = ~np.isin(sample, rows[val])
+        refitted = fit_summaries(X[keep], y[keep], categorical, seed=seed, rounds=fitted.rounds)
+        maps.append(fitted if refitted is None else replace(refitted, kept=fitted.kept))
+    return maps
 
 
 def _held_out_fold(X: np.ndarray, Y: np.ndarray, group: zarr.Group, held_out: zarr.Group, validation: Any,

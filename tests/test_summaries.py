@@ -11,7 +11,8 @@ zarr = pytest.importorskip("zarr")
 from jdl.cli import main  # noqa: E402
 from pipeline.model_store import load_model  # noqa: E402
 from pipeline.summaries import (  # noqa: E402
-    BOOSTER_PARAMS, LEVELS, NAMES, BoostedSummaries, fit_summaries, row_folds, summary_rule,
+    BOOSTER_PARAMS, LEVELS, NAMES, BoostedSummaries, fit_summaries, kernel_categorical, kernel_features, row_folds,
+    summary_rule,
 )
 from pipeline.staging import OTHER_CODE, categorical_levels, level_recoding, open_staged, recode  # noqa: E402
 from pipeline.tuning import load_tuning, tune_store  # noqa: E402
@@ -234,3 +235,125 @@ def test_the_x_kernel_with_summaries_is_a_psd_kernel_of_x():
     assert np.allclose(np.diag(K[200:, :50]), 1.0)
     assert np.linalg.eigvalsh(K).min() > -1e-10
 
+
+
+def test_the_map_read_alone_gives_the_x_kernel_the_summaries_only():
+    X, y = _table(1_000)
+    beside = fit_summaries(X, y, [2], max_rounds=20)
+    alone = beside.alone()
+    assert beside.columns and not alone.columns and alone.boosters is beside.boosters
+    np.testing.assert_array_equal(alone.augment(X), beside.features(X))
+    np.testing.assert_array_equal(beside.augment(X), np.hstack([X, beside.features(X)]))
+    assert kernel_features(["a", "b", "c"], alone) == list(NAMES) and kernel_categorical([2], alone) == []
+    assert kernel_features(["a", "b", "c"], beside) == ["a", "b", "c", *NAMES] and kernel_categorical([2], beside) == [2]
+    assert kernel_features(["a"], None) == ["a"] and kernel_categorical([0], None) == [0]
+    again = BoostedSummaries.from_bytes(alone.to_bytes())
+    assert not again.columns and again.augment(X).shape == (1_000, len(NAMES))
+    record = json.loads(beside.to_bytes())
+    del record["columns"]  # a record written before the summaries could be read alone: beside the columns
+    assert BoostedSummaries.from_bytes(json.dumps(record).encode()).columns
+
+
+def test_fixed_rounds_train_each_level_that_long():
+    X, y = _table(1_500)
+    summaries = fit_summaries(X, y, [2], folds=3, rounds=(7, 11, 5))
+    assert summaries.rounds == (7, 11, 5)
+    for fold in summaries._boosters():
+        assert [booster.num_trees() for booster in fold] == [7, 11, 5]
+
+
+def test_each_tuning_split_is_summarised_by_a_map_blind_to_its_validation_rows(staged):
+    """The tuning's map of a split is the map refitted, at its rounds, without the split's validation
+    rows (brute force); changing those rows' y leaves it as it is, and changes the tuning's own map."""
+    from jdlcore.tuning import splits_for
+    from pipeline.tuning import _fitted_summaries, subsample_rows
+
+    group = open_staged(staged / "src.zarr")
+    X, y = group["x"][:], group["y"][:, 0]
+    rows = subsample_rows(2_000, 1_500, 0)  # the tuning's subsample: store rows
+    splits = splits_for(rows.size, 0.2, "auto", 0)
+    fitted, maps, _ = _fitted_summaries(staged / "src.zarr", group, "boosted", 0, rows, splits, None)
+    assert len(maps) == len(splits) == 5  # 300 validation rows a split: cross-validation
+    for read, (_, val) in zip(maps, splits):
+        keep = np.setdiff1d(np.arange(2_000), rows[val])
+        by_hand = fit_summaries(X[keep], y[keep], [2], rounds=fitted.rounds)
+        assert read.kept == fitted.kept and read.rounds == fitted.rounds
+        np.testing.assert_array_equal(read.features(X), by_hand.features(X))
+    val = rows[splits[0][1]]
+    moved = y.copy()
+    moved[val] += 5.0 * np.sign(moved[val] - np.median(y))
+    again = fit_summaries(np.delete(X, val, axis=0), np.delete(moved, val), [2], rounds=fitted.rounds)
+    np.testing.assert_array_equal(again.features(X), maps[0].features(X))
+    assert not np.array_equal(fit_summaries(X, moved, [2], rounds=fitted.rounds).features(X), fitted.features(X))
+
+
+def test_the_runs_compared_and_the_one_kept():
+    """The summaries alone are kept over the columns with the summaries beside them only where they
+    score better by more than the tolerance; "auto" then keeps the better summarised run only where it
+    beats the columns alone by more than the tolerance."""
+    from types import SimpleNamespace
+
+    from pipeline.tuning import _with_or_without
+
+    X, y = _table(600)
+    summaries = fit_summaries(X, y, [2], max_rounds=5)
+
+    class Job:
+        progress = None
+
+        def __init__(self, plain: float, beside: float, alone: float):
+            self.scores = {"plain": plain, "beside": beside, "alone": alone}
+            self.runs: list[str] = []
+
+        def run(self, read):
+            name = "plain" if read is None else ("beside" if read.columns else "alone")
+            self.runs.append(name)
+            return SimpleNamespace(name=name, best={"score": self.scores[name]})
+
+    tol = SEARCH_TOLERANCE
+    cases = [  # scores (plain, beside, alone), rule -> the run kept, the summarised run's score (None: no gain)
+        ((10.0, 9.0, 9.0 * (1 - 2 * tol)), "auto", "alone", 9.0 * (1 - 2 * tol)),
+        ((10.0, 9.0, 9.0 * (1 - tol / 2)), "auto", "beside", 9.0),
+        ((10.0, 10.0 * (1 - tol / 2), 10.0), "auto", "plain", 10.0 * (1 - tol / 2)),
+        ((10.0, 11.0, 12.0), "boosted", "beside", None),
+        ((10.0, 12.0, 11.0), "boosted", "alone", None),
+    ]
+    for scores, rule, kept, summarised in cases:
+        job = Job(*scores)
+        run, gain = _with_or_without(job, summaries, rule)
+        assert run.name == kept, (scores, rule)
+        assert sorted(job.runs) == sorted(["beside", "alone"] + (["plain"] if rule == "auto" else []))
+        assert gain is None if summarised is None else np.isclose(gain, (scores[0] - summarised) / scores[0])
+    job = Job(1.0, 0.5, 0.5)
+    assert _with_or_without(job, None, "auto")[0].name == "plain" and job.runs == ["plain"]
+
+
+def test_a_model_on_the_summaries_alone_through_fit_score_and_inspect(tmp_path, capsys, monkeypatch):
+    """The path of a tuning that keeps the summaries alone (forced here: a tolerance of -1 keeps them
+    whatever they score): the tuning store, the fit, the scores and the model card read them alone."""
+    import pandas as pd
+
+    monkeypatch.setattr("pipeline.tuning.SEARCH_TOLERANCE", -1.0)
+    rng = np.random.default_rng(7)
+    X = rng.standard_normal((3_000, 4))
+    y = 2.0 * (X[:, 0] > 0.3) + (0.3 + 0.4 * (X[:, 0] > 0.3)) * rng.standard_normal(3_000)
+    names = [f"c{k}" for k in range(4)]
+    pd.DataFrame({**{name: X[:, k] for k, name in enumerate(names)}, "t": y}).to_parquet(tmp_path / "d.parquet")
+    assert main(["stage", str(tmp_path / "d.parquet"), "--x", ",".join(names), "--y", "t", "--out",
+                 str(tmp_path / "d.zarr")]) == 0
+    assert main(["tune", str(tmp_path / "d.zarr"), "--out", str(tmp_path / "tuning.zarr")]) == 0
+    assert "with x summaries summary_median, summary_log_spread alone (no x column)" in capsys.readouterr().out
+    tuning = load_tuning(tmp_path / "tuning.zarr")
+    assert tuning.attrs["summaries_alone"] and tuning.sizes["x_feature"] == len(NAMES)
+    assert len(json.loads(tuning.attrs["best"])["lengthscale_x"]) == len(NAMES)
+    assert main(["fit", str(tmp_path / "d.zarr"), "--tuning", str(tmp_path / "tuning.zarr"), "--out",
+                 str(tmp_path / "m.zarr")]) == 0
+    model = load_model(tmp_path / "m.zarr")
+    assert not model.x_summaries_.columns and model.basis_x_.width == len(NAMES)
+    assert main(["score", str(tmp_path / "m.zarr"), str(tmp_path / "d.zarr"), "--out", str(tmp_path / "s.zarr"),
+                 "--function", "mean"]) == 0
+    expected = model.conditional_expectation(model.x_summaries_.features(X))
+    np.testing.assert_allclose(zarr.open_group(tmp_path / "s.zarr", mode="r")["mean"][:], expected, rtol=0, atol=1e-12)
+    assert np.corrcoef(expected[:, 0], 2.0 * (X[:, 0] > 0.3))[0, 1] > 0.95
+    assert main(["inspect", str(tmp_path / "m.zarr")]) == 0
+    assert "summary_median" in capsys.readouterr().out
