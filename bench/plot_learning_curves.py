@@ -4,8 +4,8 @@ Reads any mix of ``bench/peers.py`` runs (rows with a ``table``) and ``bench/lea
 (the synthetic table with a known law; its oracle is drawn as a dashed line) and draws each model's
 crps_99 per training size on a log axis.
 
-    python bench/plot_learning_curves.py docs/results/peers.json docs/results/peers_flights_large.json \
-        docs/results/peers_births_large.json docs/results/learning_curve.json \
+    python bench/plot_learning_curves.py docs/results/peers.json docs/results/peers_large.json \
+        docs/results/learning_curve.json \
         --tables flights births "synthetic (known law)" --models jdl "jdl, columns alone" lightgbm qrf \
         --out docs/figures/learning_curves.png
 """

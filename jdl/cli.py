@@ -408,8 +408,8 @@ def _add_tune(commands) -> None:
                  "fewer, at the cost of factorisations at the cap on more rows (docs/tuning.md)")
     setting("--summaries",
             help="{choices}: boosted summaries of x for the x kernel, cross-fitted quantile boosters' median and log "
-                 "spread appended to the columns (boosted); auto (the default) searches with and without them and "
-                 "keeps them where they score 0.2%% better; docs/tuning.md")
+                 "spread read beside the columns or alone (boosted); auto (the default) searches with and without "
+                 "them and keeps them where they score 0.2%% better; docs/tuning.md")
     setting("--max-rows", type=int, help="rows of the subsample (default {default})")
     setting("--seed", type=int, help="seed of the subsample, the folds and the pivoting (default {default})")
     _add_scheduler(tune)

@@ -93,10 +93,9 @@ def tune_store(
     (``search_*``) and its best is the store's. Where the grid reaches the rank cap on ``search_rows``
     training rows, the grid and the search are judged on those (``jdlcore.tuning.screen_rows``; the
     store's ``grid_rows``) and their best on all of them.
-    ``summaries``: "boosted" appends the boosted summaries of x of a scalar y (``pipeline.summaries``) to
-    the columns the x kernel reads; "auto" (the default) searches with and without them and keeps them
-    where they gain more than ``SEARCH_TOLERANCE`` (``_with_or_without``); "none" does not. The store
-    keeps the map (and ``summaries_gain``), and a fit from it and the scoring of its model apply it.
+    ``summaries``: "boosted" has the x kernel read the boosted summaries of x of a scalar y (beside the
+    columns or alone), "auto" (the default) only where they beat the columns alone, "none" never
+    (``_with_or_without``, ``_fold_maps``). The store keeps the map, and a fit and its scores apply it.
     ``criterion``: "auto" (crps for a scalar y, else second_moment), "second_moment", "crps",
     "pinball:LEVELS" or "logistic" (``jdlcore.tuning.resolve_criterion``); the store records the one used.
     ``validation``: a staged store of held-out rows (the same features) to score on, the candidates
