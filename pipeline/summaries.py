@@ -182,11 +182,13 @@ class BoostedSummaries:
 
 def fit_summaries(X: np.ndarray, y: np.ndarray, categorical: Sequence[int] = (), *, seed: int = 0,
                   folds: int = FOLDS, max_rounds: int = MAX_ROUNDS, patience: int = PATIENCE,
-                  rounds: Sequence[int] | None = None) -> BoostedSummaries | None:
+                  rounds: Sequence[int] | None = None, kept: Sequence[str] | None = None
+                  ) -> BoostedSummaries | None:
     """Cross-fitted quantile boosters of y (n,) on X (n, d), their rounds chosen out of fold (see the
     module's docstring) or, where ``rounds`` gives them, one count per level of ``LEVELS``; None where
     no summary varies over the rows (too few rows for a split, or y constant): then there is nothing
-    to add.
+    to add. ``kept``: the summaries to keep, where another map already decided them (no pass over the
+    rows to see which vary).
 
     ``categorical``: the category-code columns. The caller samples the rows (``MAX_ROWS``)."""
     lightgbm = _lightgbm()
@@ -217,6 +219,9 @@ def fit_summaries(X: np.ndarray, y: np.ndarray, categorical: Sequence[int] = (),
     floor = SPREAD_FLOOR * float(high - low) if high > low else float(np.finfo(float).tiny)
     summaries = BoostedSummaries(boosters, X.shape[1], tuple(int(j) for j in categorical), floor,
                                  rounds=tuple(counts))
+    if kept is not None:
+        summaries.kept = tuple(kept)
+        return summaries
     values = summaries.features(X)
     varying = tuple(name for name, column in zip(NAMES, values.T) if np.ptp(column) > 0)
     if not varying:

@@ -16,7 +16,7 @@ import itertools
 import json
 import os
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -195,7 +195,7 @@ class _SearchJob:
             folds = make_folds(X, self.Y, self.splits)
         else:
             folds = [(read.augment(self.X[train]), self.Y[train], read.augment(self.X[val]), self.Y[val])
-                     for read, (train, val) in zip((replace(m, columns=summaries.columns) for m in self.fold_maps),
+                     for read, (train, val) in zip((m if summaries.columns else m.alone() for m in self.fold_maps),
                                                    self.splits)]
         found = search_grid(folds, self.base, kernel_x, kernel_y, grid_x, grid_y, self.regs, self.score,
                             search=self.search, stop_early=not self.lengthscales_x, progress=self.progress,
@@ -316,14 +316,10 @@ def _fold_maps(fitted: BoostedSummaries, X: np.ndarray, y: np.ndarray, categoric
     ``fitted`` refitted, at its rounds, on its sample's rows (``sample``: store indices; X, y their
     columns) less the split's validation rows. Summarised by it, neither a split's training rows nor its
     validation rows carry the validation rows' y: the tuning's own map, trained on every row, would
-    let a model that leans on the summaries score better on validation than on new rows. A split
-    whose map has no summary that varies keeps ``fitted``."""
-    maps = []
-    for _, val in splits:
-        keep = ~np.isin(sample, rows[val])
-        refitted = fit_summaries(X[keep], y[keep], categorical, seed=seed, rounds=fitted.rounds)
-        maps.append(fitted if refitted is None else replace(refitted, kept=fitted.kept))
-    return maps
+    let a model that leans on the summaries score better on validation than on new rows. Each keeps
+    ``fitted``'s summaries."""
+    return [fit_summaries(X[keep], y[keep], categorical, seed=seed, rounds=fitted.rounds, kept=fitted.kept)
+            for keep in (~np.isin(sample, rows[val]) for _, val in splits)]
 
 
 def _held_out_fold(X: np.ndarray, Y: np.ndarray, group: zarr.Group, held_out: zarr.Group, validation: Any,
