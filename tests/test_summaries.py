@@ -287,13 +287,33 @@ def test_each_tuning_split_is_summarised_by_a_map_blind_to_its_validation_rows(s
     assert not np.array_equal(fit_summaries(X, moved, [2], rounds=fitted.rounds).features(X), fitted.features(X))
 
 
+def test_with_one_split_the_tuning_s_map_never_sees_its_validation_rows(staged):
+    """One split: no map per split; the tuning's map (the one the fit uses) is fitted on the store's rows
+    less the split's validation rows (brute force), so moving those rows' y leaves it as it is."""
+    from jdlcore.tuning import splits_for
+    from pipeline.tuning import _fitted_summaries, subsample_rows
+
+    group = open_staged(staged / "src.zarr")
+    X, y = group["x"][:], group["y"][:, 0]
+    rows = subsample_rows(2_000, 1_500, 0)
+    splits = splits_for(rows.size, 0.2, 1, 0)
+    fitted, maps, _ = _fitted_summaries(staged / "src.zarr", group, "boosted", 0, rows, splits, None)
+    assert maps is None
+    keep = np.setdiff1d(np.arange(2_000), rows[splits[0][1]])
+    by_hand = fit_summaries(X[keep], y[keep], [2])
+    assert by_hand.rounds == fitted.rounds and by_hand.kept == fitted.kept
+    np.testing.assert_array_equal(fitted.features(X), by_hand.features(X))
+
+
 def test_the_runs_compared_and_the_one_kept():
     """The summaries alone are kept over the columns with the summaries beside them only where they
     score better by more than the tolerance; "auto" then keeps the better summarised run only where it
-    beats the columns alone by more than the tolerance."""
+    beats the columns alone by more than the tolerance: the columns at the beside run's lengthscales
+    with the summaries left out where that already shows it (no search of the columns alone), else
+    the columns alone searched."""
     from types import SimpleNamespace
 
-    from pipeline.tuning import _with_or_without
+    from pipeline.tuning import CLEAR_GAIN, _with_or_without
 
     X, y = _table(600)
     summaries = fit_summaries(X, y, [2], max_rounds=5)
@@ -301,8 +321,9 @@ def test_the_runs_compared_and_the_one_kept():
     class Job:
         progress = None
 
-        def __init__(self, plain: float, beside: float, alone: float):
+        def __init__(self, plain: float, beside: float, alone: float, left_out: float):
             self.scores = {"plain": plain, "beside": beside, "alone": alone}
+            self.without = left_out
             self.runs: list[str] = []
 
         def run(self, read):
@@ -310,22 +331,56 @@ def test_the_runs_compared_and_the_one_kept():
             self.runs.append(name)
             return SimpleNamespace(name=name, best={"score": self.scores[name]})
 
+        def left_out(self, run):
+            assert run.name == "beside"
+            self.runs.append("left out")
+            return self.without
+
     tol = SEARCH_TOLERANCE
-    cases = [  # scores (plain, beside, alone), rule -> the run kept, the summarised run's score (None: no gain)
-        ((10.0, 9.0, 9.0 * (1 - 2 * tol)), "auto", "alone", 9.0 * (1 - 2 * tol)),
-        ((10.0, 9.0, 9.0 * (1 - tol / 2)), "auto", "beside", 9.0),
-        ((10.0, 10.0 * (1 - tol / 2), 10.0), "auto", "plain", 10.0 * (1 - tol / 2)),
-        ((10.0, 11.0, 12.0), "boosted", "beside", None),
-        ((10.0, 12.0, 11.0), "boosted", "alone", None),
+    cases = [  # scores (plain, beside, alone, beside's with the summaries left out), rule -> the run kept,
+        # the runs made, the gain's (before, after) scores (None: no gain)
+        ((10.0, 9.0, 9.0 * (1 - 2 * tol), 10.0), "auto", "alone", ["left out"], (10.0, 9.0 * (1 - 2 * tol))),
+        ((10.0, 9.0, 9.0 * (1 - tol / 2), 9.5), "auto", "beside", ["left out"], (9.5, 9.0)),
+        ((10.0, 9.0, 9.0 * (1 - tol / 2), 9.0 * (1 + tol / 2)), "auto", "beside", ["left out", "plain"], (10.0, 9.0)),
+        ((9.0, 9.0, 9.5, 9.0 * (1 + CLEAR_GAIN / 2)), "auto", "plain", ["left out", "plain"], (9.0, 9.0)),
+        ((10.0, 10.0 * (1 - tol / 2), 10.0, 10.0), "auto", "plain", ["left out", "plain"], (10.0, 10.0 * (1 - tol / 2))),
+        ((8.0, 9.0, 9.5, 9.0), "auto", "plain", ["left out", "plain"], (8.0, 9.0)),
+        ((10.0, 11.0, 12.0, 9.0), "boosted", "beside", [], None),
+        ((10.0, 12.0, 11.0, 9.0), "boosted", "alone", [], None),
     ]
-    for scores, rule, kept, summarised in cases:
+    for scores, rule, kept, then, gain_of in cases:
         job = Job(*scores)
         run, gain = _with_or_without(job, summaries, rule)
         assert run.name == kept, (scores, rule)
-        assert sorted(job.runs) == sorted(["beside", "alone"] + (["plain"] if rule == "auto" else []))
-        assert gain is None if summarised is None else np.isclose(gain, (scores[0] - summarised) / scores[0])
-    job = Job(1.0, 0.5, 0.5)
+        assert job.runs == ["beside", "alone"] + then, (scores, rule)
+        assert gain is None if gain_of is None else np.isclose(gain, (gain_of[0] - gain_of[1]) / gain_of[0])
+    job = Job(1.0, 0.5, 0.5, 1.0)
     assert _with_or_without(job, None, "auto")[0].name == "plain" and job.runs == ["plain"]
+
+
+def test_the_summaries_left_out_score_as_the_columns_alone_at_those_lengthscales(staged):
+    """``_SearchJob.left_out`` scores the beside run's best setting with the summaries' lengthscales at
+    ``SEARCH_LONGEST``: the same score as a search-free candidate fitted by hand at those kernels."""
+    from dataclasses import replace
+
+    from jdlcore import JDL
+    from jdlcore.tuning import SEARCH_LONGEST, as_regs, kernels_at, resolve_criterion, score_grid, splits_for
+    from pipeline.tuning import _SearchJob, subsample_rows
+
+    group = open_staged(staged / "src.zarr")
+    rows = subsample_rows(2_000, 2_000, 0)
+    X, Y = group["x"][:], group["y"][:]
+    summaries = fit_summaries(X, Y[:, 0], [2], max_rounds=30)
+    job = _SearchJob(group, X, Y, splits_for(rows.size, 0.2, 1, 0), JDL(), as_regs(None), resolve_criterion(
+        "crps", None, 1), "robust", None, None, 0, False, 4_000, None, None, None, 2_000, None)
+    beside = job.run(summaries)
+    by_hand = np.array(np.broadcast_to(beside.best["lengthscale_x"], (5,)), dtype=np.float64)
+    by_hand[-2:] = SEARCH_LONGEST
+    kernels = kernels_at(beside.kernel_x, beside.kernel_y, {**beside.best, "lengthscale_x": by_hand})
+    expected = score_grid(beside.folds, JDL(), [kernels[0]], [kernels[1]], [beside.best["reg"]], job.score)[0]
+    assert job.left_out(beside) == expected["score"] != beside.best["score"]
+    out = replace(beside, best={**beside.best, "lengthscale_x": by_hand.tolist(), "score": 1.5})
+    assert job.left_out(out) == 1.5  # already left out: its own score
 
 
 def test_a_model_on_the_summaries_alone_through_fit_score_and_inspect(tmp_path, capsys, monkeypatch):
