@@ -46,9 +46,10 @@ __all__ = ["tune_store", "load_tuning", "scored_candidates", "tuned_scaling", "t
 
 MAX_ROWS = 20_000  # rows of the seeded subsample a tuning scores its candidates on
 # the gain of the summaries over the columns at the lengthscales searched beside them, above which "auto"
-# keeps them without a search of the columns alone: that search would find the columns' own lengthscales
-# and win part of the gap back (the demo's smooth law: +0.38% left out, a tie searched)
-CLEAR_GAIN = 0.01
+# keeps them without a search of the columns alone (five times the search's tolerance: 1%): that search
+# would find the columns' own lengthscales and win part of the gap back (the demo's smooth law: +0.38%
+# with the summaries left out, a tie once the columns alone were searched)
+CLEAR_GAIN = 5 * SEARCH_TOLERANCE
 
 
 def subsample_rows(n: int, max_rows: int, seed: int) -> np.ndarray:
