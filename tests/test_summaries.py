@@ -287,16 +287,21 @@ def test_each_tuning_split_is_summarised_by_a_map_blind_to_its_validation_rows(s
     assert not np.array_equal(fit_summaries(X, moved, [2], rounds=fitted.rounds).features(X), fitted.features(X))
 
 
-def test_with_one_split_the_tuning_s_map_never_sees_its_validation_rows(staged):
-    """One split: no map per split; the tuning's map (the one the fit uses) is fitted on the store's rows
-    less the split's validation rows (brute force), so moving those rows' y leaves it as it is."""
+def test_one_split_with_few_validation_rows_has_one_map_that_never_saw_them(staged, monkeypatch):
+    """One split whose validation rows are at most ``MAP_HOLDOUT_SHARE`` of the sample: no map per split;
+    the tuning's map (the one the fit uses) is fitted on the store's rows less the split's validation
+    rows (brute force). With more validation rows, the map has every row and the split a map of its own."""
     from jdlcore.tuning import splits_for
-    from pipeline.tuning import _fitted_summaries, subsample_rows
+    from pipeline.tuning import MAP_HOLDOUT_SHARE, _fitted_summaries, subsample_rows
 
     group = open_staged(staged / "src.zarr")
     X, y = group["x"][:], group["y"][:, 0]
     rows = subsample_rows(2_000, 1_500, 0)
-    splits = splits_for(rows.size, 0.2, 1, 0)
+    splits = splits_for(rows.size, 0.2, 1, 0)  # 300 validation rows: 15% of the 2,000
+    assert splits[0][1].size > MAP_HOLDOUT_SHARE * 2_000
+    fitted, maps, _ = _fitted_summaries(staged / "src.zarr", group, "boosted", 0, rows, splits, None)
+    assert len(maps) == 1 and np.array_equal(fitted.features(X), fit_summaries(X, y, [2]).features(X))
+    monkeypatch.setattr("pipeline.tuning.MAP_HOLDOUT_SHARE", 0.15)
     fitted, maps, _ = _fitted_summaries(staged / "src.zarr", group, "boosted", 0, rows, splits, None)
     assert maps is None
     keep = np.setdiff1d(np.arange(2_000), rows[splits[0][1]])
