@@ -435,6 +435,39 @@ def test_problem_from_factors_is_build_problem_on_given_factorisations(data):
     assert paired.factors["rank_y"] == whole.factors["rank_y"]
 
 
+def test_a_y_side_shared_by_problems_builds_its_support_and_sums_once(data, monkeypatch):
+    """The sums and the support depend on Y and its side alone: a y side paired with several x sides
+    (a lengthscale search's x moves) gives each problem the support and sums a fresh side gives, built
+    once; another Y array, or another support size, builds its own; a test function's sums stay the
+    problem's."""
+    import jdlcore.models.problem as problem_module
+    from jdlcore import pivoted_cholesky
+    from jdlcore.models.problem import problem_from_factors, problem_side
+
+    X, Y = data
+    ky = GaussianKernel(0.4)
+    built = []
+    real_build = problem_module.build_support
+    monkeypatch.setattr(problem_module, "build_support", lambda *a, **k: built.append(1) or real_build(*a, **k))
+    side_y = problem_side(pivoted_cholesky(ky, Y, tol=1e-6), ky)
+    for lengthscale in (0.3, 0.5, 1.0):
+        kx = GaussianKernel(lengthscale)
+        factor_x = pivoted_cholesky(kx, X, tol=1e-6)
+        shared = problem_from_factors(factor_x, side_y, kx, ky, X, Y)
+        fresh = problem_from_factors(factor_x, pivoted_cholesky(ky, Y, tol=1e-6), kx, ky, X, Y)
+        np.testing.assert_array_equal(shared.support.atoms, fresh.support.atoms)
+        np.testing.assert_array_equal(shared.support.weights, fresh.support.weights)
+        for name, sums in fresh.function_sums.items():
+            np.testing.assert_array_equal(shared.function_sums[name].moments, sums.moments)
+        np.testing.assert_array_equal(JDL(kx, ky).fit_problem(shared, Y).coef_, JDL(kx, ky).fit_problem(fresh, Y).coef_)
+    assert len(built) == 1 + 3  # the shared side once, each fresh side once
+    problem_from_factors(factor_x, side_y, kx, ky, X, Y.copy())
+    problem_from_factors(factor_x, side_y, kx, ky, X, Y, support_size=50)
+    assert len(built) == 6
+    tested = problem_from_factors(factor_x, side_y, kx, ky, X, Y, test_functions={"cube": lambda y: y**3})
+    assert "cube" in tested.function_sums and "cube" not in shared.function_sums and len(built) == 6
+
+
 def test_streamed_training_atoms_give_the_same_support_and_diagnostics():
     """Atoms read block by block (a lazily read store) build the same support as the in-memory array."""
     from jdlcore.conditional.atoms import Atoms

@@ -100,7 +100,8 @@ class ProblemSide:
 
     The basis values at the rows, A = L V (n, m), and their column extremes are computed on first
     use: A costs one n x m x m product, as much as the Gram matrix, and on the x side only the
-    tightening and the PSD model read it (the reductions come from L itself)."""
+    tightening and the PSD model read it (the reductions come from L itself). As the Y side, it also
+    keeps what depends on Y alone (``y_marginal``: the standard functions' sums and the support)."""
 
     factor: PivotedCholesky
     basis: SpectralBasis
@@ -118,6 +119,22 @@ class ProblemSide:
     def nbytes(self) -> int:
         values = self.__dict__.get("A")
         return int(self.factor.L.nbytes + self.gram.nbytes + (0 if values is None else values.nbytes))
+
+    def y_marginal(self, Y: np.ndarray, reductions: JDLReductions, size: int, seed: int | None,
+                   resolution: float | None) -> tuple[dict[str, FunctionSums], Support]:
+        """(the standard functions' sums over the rows Y (n, d_y), the support of the Y marginal) with this
+        side as the Y basis (``block_sums``, ``build_support``): functions of Y and this side alone (the
+        reductions' n and sum_y are), so computed once per Y array, support size, seed and resolution and
+        shared by every problem that pairs this side (the x moves of a lengthscale search)."""
+        key = (id(Y), size, seed, resolution)
+        kept = self.__dict__.setdefault("_y_marginals", {})
+        if key not in kept or kept[key][0] is not Y:
+            sums = {name: block_sums(f, Y, self.A) for name, f in STANDARD_FUNCTIONS.items()}
+            support = build_support([Y], Y[sample_rows(Y.shape[0], seed)], min(size, Y.shape[0]), self.basis.features,
+                                    marginal_sums(reductions, sums), seed, resolution)
+            kept[key] = (Y, sums, support)
+        _, sums, support = kept[key]
+        return dict(sums), support
 
 
 def problem_side(factor: PivotedCholesky, kernel: Kernel) -> ProblemSide:
@@ -156,11 +173,10 @@ def problem_from_factors(
     extremes_x = side_x.extremes if values_x else unknown_extremes(basis_x.size)
     partials = factor_partials(factor_x.L, factor_y.L, side_x.gram, side_y.gram)
     reductions = reductions_from_partials(partials, basis_x, basis_y, extremes_x, side_y.extremes)
-    sums = {name: block_sums(f, Y, A_y) for name, f in {**STANDARD_FUNCTIONS, **(test_functions or {})}.items()}
     n = Y.shape[0]
     size = support_size or default_support_size(Y.shape[1])
-    support = build_support([Y], Y[sample_rows(n, seed)], min(size, n), basis_y.features,
-                            marginal_sums(reductions, sums), seed, support_resolution(kernel_y))
+    sums, support = side_y.y_marginal(Y, reductions, size, seed, support_resolution(kernel_y))
+    sums.update({name: block_sums(f, Y, A_y) for name, f in (test_functions or {}).items()})
     factors = factor_diagnostics(factor_x, factor_y, started, rank_budget)
     return JDLProblem(basis_x, basis_y, A_x, A_y, reductions, factors, sums, support, X[sample_rows(n, seed, grid_points)])
 
