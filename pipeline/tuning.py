@@ -30,7 +30,7 @@ from jdlcore.scaling import DEFAULT_SCALING, check_scaling_choice
 from jdlcore.tuning import (
     LENGTHSCALE_FACTORS, SEARCH_LONGEST, SEARCH_ROWS, SEARCH_TOLERANCE, VALIDATION_FRACTION, Fold, Regs, as_regs,
     check_grid, check_search_rows, default_lengthscales, kernels_at, make_folds, resolve_criterion, score_grid,
-    search_grid, splits_for, standardised_grid,
+    score_regs, search_grid, splits_for, standardised_grid,
 )
 
 from .atomic import atomic_store, refuse_existing
@@ -222,7 +222,7 @@ class _SearchJob:
             return float(best["score"])
         lengthscales[-kept:] = SEARCH_LONGEST
         kernels = kernels_at(run.kernel_x, run.kernel_y, {**best, "lengthscale_x": lengthscales})
-        score = score_grid(run.folds, self.base, *[[kernel] for kernel in kernels], [best["reg"]], self.score)[0]["score"]
+        score = score_regs(run.folds, self.base, *kernels, [best["reg"]], self.score)[0]["score"]
         return float(score) if np.isfinite(score) else np.inf
 
 
@@ -261,20 +261,20 @@ def _with_or_without(job: _SearchJob, summaries: BoostedSummaries | None,
     if summaries is None:
         return job.run(None), None
     beside, alone = job.run(summaries), job.run(summaries.alone())
-    summarised = alone if _gain(beside, alone) > SEARCH_TOLERANCE else beside
+    summarised = alone if _gain(beside.best["score"], alone.best["score"]) > SEARCH_TOLERANCE else beside
     if job.progress is not None:
         job.progress(f"summaries: validation {beside.best['score']:.6g} beside x's columns, "
                      f"{alone.best['score']:.6g} alone")
     if rule == "boosted":
         return summarised, None
     without = job.left_out(beside)
-    gain = (without - summarised.best["score"]) / abs(without) if np.isfinite(without) and without != 0 else 0.0
+    gain = _gain(without, summarised.best["score"])
     if gain > CLEAR_GAIN:
         if job.progress is not None:
             job.progress(f"summaries: validation {without:.6g} with them left out ({100 * gain:+.2f}% with them)")
         return summarised, gain
     plain = job.run(None)
-    gain = _gain(plain, summarised)
+    gain = _gain(plain.best["score"], summarised.best["score"])
     if job.progress is not None:
         job.progress(f"summaries: validation {plain.best['score']:.6g} without, {summarised.best['score']:.6g} "
                      f"with ({100 * gain:+.2f}%)")
@@ -289,10 +289,10 @@ def _summaries_record(kept: BoostedSummaries | None, rule: str, seconds: float, 
             "summaries_gain": gain}
 
 
-def _gain(before: _SearchRun, after: _SearchRun) -> float:
-    """The relative fall of the best validation score from run ``before`` to run ``after``."""
-    first, then = before.best["score"], after.best["score"]
-    return (first - then) / abs(first) if first != 0 else 0.0
+def _gain(before: float, after: float) -> float:
+    """The relative fall of a validation score from ``before`` to ``after`` (0 where ``before`` is 0 or not
+    finite)."""
+    return (before - after) / abs(before) if np.isfinite(before) and before != 0 else 0.0
 
 
 def _add_maps(ds: xr.Dataset, summaries: BoostedSummaries | None, kernel_x: Any, kernel_y: Any) -> None:

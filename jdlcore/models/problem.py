@@ -126,9 +126,9 @@ class ProblemSide:
         side as the Y basis (``block_sums``, ``build_support``): functions of Y and this side alone (the
         reductions' n and sum_y are), so computed once per Y array, support size, seed and resolution and
         shared by every problem that pairs this side (the x moves of a lengthscale search)."""
-        key = (id(Y), size, seed, resolution)
+        key = (id(Y), size, seed, resolution)  # each entry holds its Y, so the id stays that array's
         kept = self.__dict__.setdefault("_y_marginals", {})
-        if key not in kept or kept[key][0] is not Y:
+        if key not in kept:
             sums = {name: block_sums(f, Y, self.A) for name, f in STANDARD_FUNCTIONS.items()}
             support = build_support([Y], Y[sample_rows(Y.shape[0], seed)], min(size, Y.shape[0]), self.basis.features,
                                     marginal_sums(reductions, sums), seed, resolution)
