@@ -44,19 +44,19 @@ def fit(name: str):
 
         table = make_data(20_000, 0, 1)
         X, Y = table[["x"]].to_numpy(), table[["y"]].to_numpy()
-        model = JDL(GaussianKernel(0.0992), GaussianKernel(0.203), reg=1e-6).fit(X, Y)
+        model = JDL(GaussianKernel(0.0992), GaussianKernel(0.203), reg=1e-6, scaling="none").fit(X, Y)
         return model, rng.uniform(-3, 3, (100_000, 1))
     if name == "narrow":
         X = rng.uniform(-3, 3, (3_000, 1))
         Y = np.sin(X) + 0.02 * rng.standard_normal((3_000, 1))
-        model = JDL(GaussianKernel(0.05), GaussianKernel(0.05), reg=1e-8).fit(X, Y)
+        model = JDL(GaussianKernel(0.05), GaussianKernel(0.05), reg=1e-8, scaling="none").fit(X, Y)
         return model, rng.uniform(-3, 3, (100_000, 1))
     sys.path.insert(0, str(HERE))
     from end_to_end import correlation
 
     factor = np.linalg.cholesky(correlation(6, 0))
     data = rng.standard_normal((100_000, 6)) @ factor.T
-    model = JDL(GaussianKernel(1.0), GaussianKernel(1.0), reg=1e-6, tol=1e-2).fit(data[:, :3], data[:, 3:])
+    model = JDL(GaussianKernel(1.0), GaussianKernel(1.0), reg=1e-6, tol=1e-2, scaling="none").fit(data[:, :3], data[:, 3:])
     return model, (rng.standard_normal((100_000, 6)) @ factor.T)[:, :3]
 
 

@@ -67,9 +67,9 @@ def main() -> None:
     for reg in args.regs:
         for label, options in METHODS:
             if options is None:
-                estimator = PSDJDL(kernel, kernel, reg=reg, tol=args.tol, max_iter=args.max_iter)
+                estimator = PSDJDL(kernel, kernel, reg=reg, tol=args.tol, max_iter=args.max_iter, scaling="none")
             else:
-                estimator = JDL(kernel, kernel, reg=reg, tol=args.tol, **options)
+                estimator = JDL(kernel, kernel, reg=reg, tol=args.tol, scaling="none", **options)
             started = time.perf_counter()
             model = estimator.fit(x, y)
             seconds = time.perf_counter() - started

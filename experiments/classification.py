@@ -53,7 +53,7 @@ def _fitters(kx: GaussianKernel, ky: GaussianKernel, problem, train: tuple, thre
                                           positivity="tightening").fit_problem(problem, Y),
         "cme": lambda reg: CME(kx, ky, reg=reg, tol=tol).fit_problem(problem),
         "cme_constrained": lambda reg: CME(kx, ky, reg=reg, tol=tol, constraints="positivity").fit_problem(problem),
-        "klr": lambda reg: KLR(kx, reg=reg, tol=tol, threshold=threshold).fit(X, Y),
+        "klr": lambda reg: KLR(kx, reg=reg, tol=tol, threshold=threshold, scaling="none").fit(X, Y),
     }
 
 

@@ -39,6 +39,7 @@ from .lowrank.cholesky import (
 from .models.cme import CME
 from .models.degeneracy import DegeneracyWarning, GridBudgetWarning
 from .models.estimator import Estimator, UnsupportedQuery
+from .models.protocol import NotFittedError
 from .models.greedy import ClassBasis, GreedyJDL
 from .models.jdl import JDL
 from .models.klr import KLR
@@ -61,5 +62,5 @@ __all__ = [
     "relative_second_moment_loss", "clipped_logistic_loss", "CME", "KLR", "PolynomialJDL", "PolynomialBasis",
     "GreedyJDL", "ClassBasis", "GaussianPSDModel", "fit_psd_density", "PSDJDL", "amcmd", "jmmd", "compress",
     "run_compression", "DegeneracyWarning", "GridBudgetWarning", "METHODS", "estimator_class", "Estimator",
-    "UnsupportedQuery",
+    "NotFittedError", "UnsupportedQuery",
 ]

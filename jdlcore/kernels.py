@@ -26,7 +26,7 @@ from typing import Any, Callable, ClassVar, Iterator, Sequence
 import numpy as np
 from threadpoolctl import ThreadpoolController
 
-from .scaling import check_scaling, robust_scaling
+from .scaling import check_scaling, check_scaling_choice, robust_scaling
 from .validation import as_samples, check_positive
 
 FAR = 1e100  # kernel coordinates are capped here (in lengthscales): every kernel value is 0 this far out
@@ -117,6 +117,8 @@ class Kernel:
 
     def __init__(self, lengthscale: float | np.ndarray = 1.0, *, location: Any = None, scale: Any = None,
                  categorical: Sequence[int] | None = None):
+        # the arguments as given: what get_params returns (scikit-learn's clone checks their identity)
+        self._given = {"lengthscale": lengthscale, "location": location, "scale": scale, "categorical": categorical}
         value = check_positive(lengthscale, "lengthscale")
         if value.ndim > 1:
             raise ValueError(f"lengthscale: must be a scalar or a 1-D array, got shape {value.shape}")
@@ -127,6 +129,23 @@ class Kernel:
         if self.scale is not None and np.ndim(self.lengthscale) == 1 and len(self.lengthscale) != len(self.scale):
             raise ValueError(f"lengthscale: has {len(self.lengthscale)} entries but the scaling has {len(self.scale)}")
         self.categorical = check_categorical(categorical, self.lengthscale, self.location, self.scale)
+
+    # -- parameters (scikit-learn's protocol: a kernel is a nested parameter of an estimator) ------
+    def get_params(self, deep: bool = True) -> dict[str, Any]:
+        """The constructor's arguments as they were given, by name (a kernel has no nested parameters,
+        so ``deep`` changes nothing)."""
+        return dict(self._given)
+
+    def set_params(self, **params: Any) -> "Kernel":
+        """This kernel with the named constructor arguments replaced (validated as the constructor does;
+        ``ValueError`` for a name it does not take); returns self. A grid over ``kernel_x__lengthscale``
+        reaches it through the estimator's ``set_params``."""
+        unknown = sorted(set(params) - set(self._given))
+        if unknown:
+            raise ValueError(f"{unknown[0]}: not a parameter of {type(self).__name__}; it takes "
+                             f"{', '.join(self._given)}")
+        self.__init__(**{**self._given, **params})
+        return self
 
     # -- public API -----------------------------------------------------------------------------
     def __call__(self, A: Any, B: Any | None = None) -> np.ndarray:
@@ -222,11 +241,21 @@ class Kernel:
         """Same kernel family, lengthscale and categorical columns with another scaling (None, None: none)."""
         return type(self)(self.lengthscale, location=location, scale=scale, categorical=self.categorical)
 
-    def standardised(self, Z: Any, names: list[str] | None = None, role: str = "x") -> "Kernel":
+    def standardised(self, Z: Any, names: list[str] | None = None, role: str = "x", constant: str = "refuse") -> "Kernel":
         """This kernel with the robust scaling of the columns of ``Z`` (n, d) (``robust_scaling``:
-        median and interquartile range; 0 and 1 for its categorical columns); ``ValueError`` naming a
-        constant column."""
-        return self.with_scaling(*robust_scaling(Z, names, role, categorical=self.categorical))
+        median and interquartile range; 0 and 1 for its categorical columns); a constant column is
+        refused (``ValueError`` naming it) or, with ``constant="unit"``, given scale 1."""
+        return self.with_scaling(*robust_scaling(Z, names, role, categorical=self.categorical, constant=constant))
+
+    def scaled(self, Z: Any, scaling: str, names: list[str] | None = None, role: str = "x",
+               constant: str = "refuse") -> "Kernel":
+        """The kernel a fit or a tuning uses on the columns of ``Z`` (n, d) under ``scaling``: for "robust",
+        this kernel ``standardised`` to them, unless it carries a scaling of its own (kept) or a scaling
+        means nothing to it (a delta kernel); for "none", this kernel as it is. ``constant``: see
+        ``standardised``."""
+        if check_scaling_choice(scaling) == "none" or self.scale is not None or not self.scalable:
+            return self
+        return self.standardised(Z, names, role, constant)
 
     def squared_distances(self, A: Any, B: Any | None = None) -> np.ndarray:
         """The squared distances the kernel is a function of, shape (p, q): |(a - b) / l|^2 on the
@@ -428,6 +457,7 @@ class DeltaKernel(Kernel):
     def __init__(self, lengthscale: float | np.ndarray = 1.0, *, location: Any = None, scale: Any = None,
                  categorical: Sequence[int] | None = None):
         super().__init__(1.0)  # levels are compared as they are: no lengthscale, no scaling, every column a level
+        self._given = {}  # no parameters
 
     def with_lengthscale(self, lengthscale: float | np.ndarray) -> "Kernel":
         return DeltaKernel()

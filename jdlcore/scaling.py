@@ -27,22 +27,28 @@ __all__ = ["robust_scaling", "check_scaling", "check_scaling_choice", "NORMAL_IQ
 NORMAL_IQR = 1.3489795003921634  # interquartile range of the standard normal: 2 * Phi^{-1}(0.75)
 SCALINGS = ("robust", "none")  # how a fit or tuning standardises its kernels' inputs
 DEFAULT_SCALING = "robust"
+CONSTANT_COLUMNS = ("refuse", "unit")  # what a scaling does with a constant column
 SCALING_ROWS = 100_000  # rows of a large table the pipeline estimates the scaling from (a seeded sample)
 
 
 def robust_scaling(Z: Any, names: Sequence[str] | None = None, role: str = "x",
-                   categorical: Sequence[int] = ()) -> tuple[np.ndarray, np.ndarray]:
+                   categorical: Sequence[int] = (), constant: str = "refuse") -> tuple[np.ndarray, np.ndarray]:
     """(location, scale) of the columns of ``Z`` (n, d), each of shape (d,): the median, and the
     interquartile range / ``NORMAL_IQR`` (the standard deviation where that is 0); 0 and 1 for the
     ``categorical`` columns (indices). ``names``: the column names for errors (default: their
-    numbers). ``ValueError`` naming the first constant column (a categorical one: a single level).
+    numbers). ``constant``: "refuse" (``ValueError`` naming the first constant column, a categorical
+    one: a single level) or "unit" (scale 1: every pair of rows is at distance 0 along it whatever the
+    scale; an estimator's cross-validation fold may hold one level of a rare column).
     """
     Z = as_samples(Z, role, min_rows=1)
     names = [str(k) for k in range(Z.shape[1])] if names is None else [str(name) for name in names]
     if len(names) != Z.shape[1]:
         raise ValueError(f"{role}: {len(names)} column names for {Z.shape[1]} columns")
+    if constant not in CONSTANT_COLUMNS:
+        raise ValueError(f"constant: unknown value {constant!r}; choose one of {', '.join(map(repr, CONSTANT_COLUMNS))}")
+    refuse = constant == "refuse"
     codes = [int(k) for k in categorical]
-    for k in codes:
+    for k in codes if refuse else ():
         if np.all(Z[:, k] == Z[0, k]):
             raise ValueError(f"{role} column {names[k]!r}: is categorical with a single level (code {Z[0, k]:g}); a "
                              "constant feature carries no information")
@@ -52,9 +58,11 @@ def robust_scaling(Z: Any, names: Sequence[str] | None = None, role: str = "x",
     tied = scale <= 0
     if np.any(tied):
         scale[tied] = Z[:, tied].std(axis=0)
-    constant = np.flatnonzero(~(scale > 0))
-    if constant.size:
-        k = int(constant[0])
+    flat = np.flatnonzero(~(scale > 0))
+    if flat.size and not refuse:
+        scale[flat] = 1.0
+    elif flat.size:
+        k = int(flat[0])
         raise ValueError(f"{role} column {names[k]!r}: is constant ({float(Z[0, k])!r}); a constant feature carries no "
                          "information")
     return location, scale

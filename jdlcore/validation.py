@@ -18,25 +18,37 @@ __all__ = ["as_samples", "check_paired", "check_positive", "check_choice", "chec
 def as_samples(values: Any, name: str, *, min_rows: int = 1) -> np.ndarray:
     """Return ``values`` as a C-contiguous float64 array of shape (n, d).
 
-    A 1-D input of length n becomes (n, 1). Raises ``ValueError`` for wrong dimensionality, non-numeric
-    dtypes, NaN/inf entries and fewer than ``min_rows`` rows.
+    A 1-D input of length n becomes (n, 1); an object array of numbers is read as numbers. Raises
+    ``ValueError`` for None, wrong dimensionality, non-numeric or complex dtypes, NaN/inf entries and
+    fewer than ``min_rows`` rows, and ``TypeError`` for a sparse matrix or an object array holding
+    something that is not a number (the wording of each error is scikit-learn's where it has one).
     """
+    if values is None:
+        raise ValueError(f"{name}: requires y to be passed, but the target y is None" if name.lower().startswith("y")
+                         else f"{name}: requires a value to be passed, got None")
+    if hasattr(values, "tocsr") or hasattr(values, "toarray"):  # scipy's sparse matrices and arrays
+        raise TypeError(f"{name}: sparse input is not supported; pass a dense array ({name}.toarray())")
     try:
         array = np.asarray(values)
     except Exception as error:  # pragma: no cover - numpy raises many types here
         raise ValueError(f"{name}: cannot be read as an array ({error})") from None
+    if array.dtype.kind == "O":
+        try:
+            array = array.astype(np.float64)
+        except (TypeError, ValueError) as error:
+            raise type(error)(f"{name}: must be numeric, got dtype object ({error})") from None
     if array.dtype.kind not in "biufc":
         raise ValueError(f"{name}: must be numeric, got dtype {array.dtype}")
     if array.dtype.kind == "c":
-        raise ValueError(f"{name}: must be real-valued, got complex dtype {array.dtype}")
+        raise ValueError(f"{name}: must be real-valued: Complex data not supported, got dtype {array.dtype}")
     if array.ndim == 1:
         array = array[:, None]
     if array.ndim != 2:
         raise ValueError(f"{name}: must be 1-D (n,) or 2-D (n, d), got shape {array.shape}")
     if array.shape[1] == 0:
-        raise ValueError(f"{name}: has no feature columns (shape {array.shape})")
+        raise ValueError(f"{name}: has 0 feature(s) (shape={array.shape}) while a minimum of 1 is required: no columns")
     if array.shape[0] < min_rows:
-        raise ValueError(f"{name}: needs at least {min_rows} row(s), got {array.shape[0]}")
+        raise ValueError(f"{name}: needs at least {min_rows} row(s), got {array.shape[0]} (n_samples={array.shape[0]})")
     array = np.ascontiguousarray(array, dtype=np.float64)
     finite = np.isfinite(array)
     if not finite.all():

@@ -93,8 +93,11 @@ def run_parameters(method: str, reg: float, options: dict[str, Any]) -> dict[str
     """The parameters the estimator of ``method`` will have besides its kernels, without building it: its
     declared defaults, ``reg`` and the fit ``options`` given (``method_options``: None or positivity
     "auto" is the default), as ``get_params`` would return them. A fit's run key holds them, so a
-    default given explicitly is the same run."""
-    return {**estimator_class(method).defaults(), "reg": reg, **method_options(method, options)}
+    default given explicitly is the same run. The scaling is the fit's own setting (the estimator is given
+    it, ``fit_store``), so it is left out here."""
+    params = {**estimator_class(method).defaults(), "reg": reg, **method_options(method, options)}
+    params.pop("scaling", None)
+    return params
 
 
 def data_scaling(data: str | os.PathLike, group: zarr.Group) -> dict[str, Scaling]:
@@ -192,6 +195,8 @@ def fit_store(
     estimator.set_params(**method_kernels(method, lengthscale_x=lengthscale_x, lengthscale_y=lengthscale_y,
                                           scaling=vectors,
                                           categorical=kernel_categorical(categorical_indices(group), summaries)))
+    if "scaling" in estimator.parameters:  # the kernels carry the data's scaling ("robust"), or none
+        estimator.set_params(scaling=scaling)
     estimator.check_params()
     n = int(group.attrs["n_samples"])
     check_support_rows(getattr(estimator, "support_size", None), n, f"rows of {data}")

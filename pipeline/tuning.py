@@ -128,7 +128,7 @@ def tune_store(
         if values is not None:
             check_grid(values, name)
     search_rows = check_search_rows(search_rows)
-    base = JDL(tol=tol, constraints=constraints, seed=seed)
+    base = JDL(tol=tol, constraints=constraints, seed=seed, scaling=scaling)
     base.check_params()
     n = int(group.attrs["n_samples"])
     rows = subsample_rows(n, max_rows, seed)

@@ -311,7 +311,7 @@ def test_amcmd_uses_the_cme_convention_for_the_low_rank_variant():
     """The low-rank CME with reg / n is the paper's KCME with reg (checked at full rank)."""
     X, Y = _data(100)
     kx, ky = GaussianKernel(0.9), GaussianKernel(0.6)
-    cme = CME(kx, ky, reg=0.1 / 100, tol=1e-14).fit(X, Y)
+    cme = CME(kx, ky, reg=0.1 / 100, tol=1e-14, scaling="none").fit(X, Y)  # the KCME's kernels as given
     W = np.linalg.solve(kx(X) + 0.1 * np.eye(100), np.eye(100))
     Xq = X[:5] + 0.3
     dense = (W @ kx(X, Xq)).T @ np.sin(Y[:, 0])

@@ -249,7 +249,7 @@ def test_unseen_class_at_query_time(small_models):
         model.conditional_cdf([[7.0]], [0.0])
     with pytest.raises(ValueError, match=message):
         model.predict_proba([1.0, 7.0], classes=[0.0])
-    with pytest.raises(ValueError, match="Xq: has 2 features"):
+    with pytest.raises(ValueError, match="Xq: X has 2 features, but"):
         model.conditional_weights(np.zeros((2, 2)))
 
 

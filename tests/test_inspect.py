@@ -203,7 +203,7 @@ def test_multivariate_x_and_y(tmp_path):
     X = generator.standard_normal((300, 2))
     Y = np.column_stack([X[:, 0] + 0.5 * generator.standard_normal(300), generator.standard_normal(300)])
     model = JDL(GaussianKernel(np.array([0.7, 0.9])), GaussianKernel(np.array([0.5, 0.8])), reg=1e-4, tol=1e-4,
-                constraints="normalization").fit(X, Y)
+                constraints="normalization", scaling="none").fit(X, Y)  # lengthscales in y's units: h = 0.8 / 2
     path = save_model(model, tmp_path / "m.zarr")
     x = default_x_values(model, 3)
     np.testing.assert_allclose(x[:, 1], np.median(model.basis_x_.pivot_points[:, 1]))

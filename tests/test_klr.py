@@ -77,7 +77,7 @@ def labelled_data(d, n_classes, n=70, seed=1):
 def test_full_rank_equals_dense_klr(d, n_classes, lengthscale, reg, fit_intercept):
     X, y, Xq = labelled_data(d, n_classes)
     kernel = GaussianKernel(lengthscale)
-    model = KLR(kernel, reg=reg, tol=0.0, fit_intercept=fit_intercept).fit(X, y)
+    model = KLR(kernel, reg=reg, tol=0.0, fit_intercept=fit_intercept, scaling="none").fit(X, y)  # the dense kernel
     classes, labels = np.unique(y, return_inverse=True)
     c, b, dense_value = dense_klr(kernel(X), labels, n_classes, reg, fit_intercept)
     expected = softmax_with_reference(kernel(Xq, X) @ c + b)
@@ -157,9 +157,10 @@ def test_event_probability_matches_the_gaussian_conditional():
     assert np.all((probabilities >= 0) & (probabilities <= 1))
     np.testing.assert_array_equal(probabilities[:, 1], event)
     np.testing.assert_array_equal(model.predict(xs), np.where(event >= 0.5, 1.0, 0.0))
-    logits = model.decision_function(xs)
+    logits = model.logits(xs)
     assert logits.shape == (61, 1)
     np.testing.assert_allclose(event, 1 / (1 + np.exp(-logits[:, 0])), rtol=1e-13)
+    np.testing.assert_array_equal(model.decision_function(xs), logits[:, 0])  # scikit-learn's shape for 2 classes
     assert model.diagnostics_["rank_x"] < 100 and model.diagnostics_["relative_error_x"] <= 1e-3
 
 
@@ -231,7 +232,7 @@ def _fit(params=None, X=_X, Y=_Y):
     (lambda: _fit({"max_rank": 0}), ValueError, r"max_rank: must be an integer >= 1 or None, got 0"),
     (lambda: _fit({"fit_intercept": "yes"}), ValueError, r"fit_intercept: must be True or False"),
     (lambda: _fit({"max_iter": 1}), RuntimeError, r"KLR: Newton's method did not converge in max_iter=1"),
-    (lambda: _fit().predict_proba(np.zeros((3, 2))), ValueError, r"Xq: has 2 features, the model was fitted on 1"),
+    (lambda: _fit().predict_proba(np.zeros((3, 2))), ValueError, r"Xq: X has 2 features, but KLR is expecting 1 features as input"),
     (lambda: _fit().predict(np.array([0.0, np.nan])), ValueError, r"Xq: contains NaN or inf"),
     (lambda: _fit().event_probability(_X), ValueError, r"event_probability: the model was fitted without a threshold"),
     (lambda: KLR().predict_proba(_X), RuntimeError, r"KLR: call fit\(X, Y\) before querying the model"),

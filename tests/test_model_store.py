@@ -31,7 +31,9 @@ def test_round_trip_is_exact(fitted, tmp_path):
     for name in ("law", "support_size", "support_construction", "support_exact", "support_defect"):
         assert loaded.diagnostics_[name] == fitted.diagnostics_[name], name
     assert loaded.support_.requested == fitted.support_.requested
-    assert loaded.get_params()["reg"] == 1e-4 and loaded.kernel_x == GaussianKernel(0.5)
+    # the state keeps the kernel the fit used: the one given, standardised to the training columns
+    assert loaded.get_params()["reg"] == 1e-4 and loaded.kernel_x == fitted.basis_x_.kernel
+    assert loaded.kernel_x.with_scaling(None, None) == GaussianKernel(0.5)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["model.zarr", "model.zarr.versions"]  # no temporary
     assert [p.name for p in (tmp_path / "model.zarr.versions").iterdir() if not p.name.endswith(".lease")] == [
         loaded.store_version_]

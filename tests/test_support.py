@@ -52,7 +52,7 @@ def test_signed_law_on_the_support_equals_the_signed_law_on_the_training_atoms(f
     """Because the sums are kept, the signed conditional mean and second moment on M atoms equal those
     of the n training atoms (brute force through radon_nikodym), at any x."""
     model, X, Y = fitted
-    signed = JDL(**{**model.get_params(), "constraints": "normalization"}).fit(X, Y)
+    signed = JDL(**{**model.get_params(deep=False), "constraints": "normalization"}).fit(X, Y)
     Xq = np.linspace(-5, 5, 31)[:, None]
     raw = signed.radon_nikodym(Xq)
     W = raw / raw.sum(axis=1, keepdims=True)

@@ -64,7 +64,7 @@ def data_cme(kernel_x: Kernel, kernel_y: Kernel, reg: float, n: int, tol: float,
     a chunked problem."""
     from ..models.cme import CME
 
-    return CME(kernel_x, kernel_y, reg=float(reg) / n, tol=float(tol), seed=seed)
+    return CME(kernel_x, kernel_y, reg=float(reg) / n, tol=float(tol), seed=seed, scaling="none")  # the kernels as given
 
 
 def cme_embedding(cme: Any) -> LinearEmbedding:

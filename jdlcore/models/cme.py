@@ -34,7 +34,8 @@ import numpy as np
 
 from ..conditional.atoms import Atoms, evaluate_function
 from ..lowrank.basis import JDLReductions
-from .estimator import Estimator
+from ..scaling import DEFAULT_SCALING
+from .estimator import SCALING_PARAMS, Estimator
 from .problem import kernel_problem
 from ..kernels import Kernel
 from ..conditional.queries import below_thresholds, check_levels, quantiles_from_weights
@@ -91,7 +92,7 @@ class CME(Estimator):
     reg: lambda of (43), > 0 for a rank-deficient K_X; at full rank F = (K_X + n reg I)^{-1}.
     tol: relative tolerance of both pivoted Cholesky factorisations.
     constraints: "none", "normalization" (53) or "positivity" ((53) and (54)).
-    pivoting, seed, max_rank, block_size: as for ``JDL``.
+    pivoting, seed, max_rank, block_size, scaling: as for ``JDL``.
 
     Fitted attributes: basis_x_, basis_y_ (SpectralBasis), coef_ (Ftil, m_Y x m_X), atoms_ (the Y
     pivots, the only atoms carrying weight), n_samples_, diagnostics_.
@@ -105,13 +106,15 @@ class CME(Estimator):
     parameters = {
         "reg": Param(Number(low=0), "regularisation lambda of the embedding (> 0 for a rank-deficient K_X)"),
         **FACTORISATION_PARAMS,
+        **SCALING_PARAMS,
         "constraints": Param(Choice(CME_CONSTRAINTS), "normalization: laws of mass 1 on average over x; "
                              "positivity: also positive on average", option=True),
     }
 
     def __init__(self, kernel_x: Kernel | None = None, kernel_y: Kernel | None = None, *, reg: float = 1e-3,
                  tol: float = DEFAULT_TOL, constraints: str = "none", pivoting: str = "random",
-                 max_rank: int | None = None, seed: int | None = 0, block_size: int | None = None):
+                 max_rank: int | None = None, seed: int | None = 0, block_size: int | None = None,
+                 scaling: str = DEFAULT_SCALING):
         self._keep_params(locals())
 
     # -- fitting ----------------------------------------------------------------------------------

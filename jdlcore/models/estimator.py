@@ -37,13 +37,20 @@ from ..conditional.atoms import STANDARD_FUNCTIONS
 from ..conditional.queries import below_thresholds, check_levels, class_indicator
 from ..kernels import GaussianKernel, Kernel, kernel_from_dict
 from ..lowrank.basis import SpectralBasis
-from ..params import Param
+from ..params import Choice, Param
+from ..scaling import SCALINGS
 from ..validation import as_samples, check_choice, check_paired
+from .protocol import ScikitLearnProtocol, not_fitted
 
-__all__ = ["Estimator", "UnsupportedQuery", "paired_samples", "REQUEST_KINDS", "PARAMETRISED_KINDS"]
+__all__ = ["Estimator", "UnsupportedQuery", "paired_samples", "REQUEST_KINDS", "PARAMETRISED_KINDS", "SCALING_PARAMS"]
 
 REQUEST_KINDS = ("mean", "second_moment", "cdf", "quantile", "proba")
 PARAMETRISED_KINDS = ("cdf", "quantile")  # requests that carry numbers: thresholds, levels
+# the declaration of ``scaling``, which every estimator with kernels takes (default DEFAULT_SCALING)
+SCALING_PARAMS: dict[str, Param] = {
+    "scaling": Param(Choice(SCALINGS), "robust: each kernel's inputs standardised by the median and interquartile "
+                     "range of the training columns (a kernel given with a scaling keeps it); none: the raw columns"),
+}
 
 
 _QUERIES = ("conditional_weights", "conditional_expectation", "register", "expectations", "conditional_cdf",
@@ -56,7 +63,7 @@ class UnsupportedQuery(ValueError):
     """A query the estimator's method cannot answer."""
 
 
-class Estimator:
+class Estimator(ScikitLearnProtocol):
     """Base class of the jdlcore estimators: parameters, fitted checks and the query surface."""
 
     method: ClassVar[str] = ""
@@ -79,24 +86,16 @@ class Estimator:
         for name in self.KERNELS + tuple(self.parameters):
             setattr(self, name, arguments[name])
 
-    def get_params(self) -> dict[str, Any]:
-        """The constructor parameters by name."""
-        return {name: getattr(self, name) for name in self.KERNELS + tuple(self.parameters)}
-
     @classmethod
     def defaults(cls) -> dict[str, Any]:
         """The declared parameters' defaults, as the constructor states them."""
         signature = inspect.signature(cls.__init__).parameters
         return {name: signature[name].default for name in cls.parameters}
 
-    def set_params(self, **params: Any) -> Any:
-        """Set constructor parameters by name; ``ValueError`` for a name the estimator does not have."""
-        known = self.get_params()
-        for name, value in params.items():
-            if name not in known:
-                raise ValueError(f"{name}: not a parameter of {type(self).__name__}")
-            setattr(self, name, value)
-        return self
+    def with_params(self, **params: Any) -> Any:
+        """A new unfitted estimator of this class with this one's parameters, ``params`` replacing some
+        (scikit-learn's ``clone`` followed by ``set_params``, the kernels shared, not copied)."""
+        return type(self)(**{**self.get_params(deep=False), **params})
 
     def check_params(self) -> None:
         """Validate the hyperparameters: each declared rule (``ParameterError`` "NAME: RULE, got VALUE"),
@@ -130,6 +129,13 @@ class Estimator:
         """The kernel parameter ``name`` ("kernel_x" or "kernel_y"), or the default Gaussian of lengthscale 1."""
         kernel = getattr(self, name)
         return GaussianKernel(1.0) if kernel is None else kernel
+
+    def _scaled_kernel(self, name: str, Z: np.ndarray) -> Kernel:
+        """The kernel ``name`` a fit on the columns of ``Z`` (n, d) uses: ``_kernel(name)`` under the
+        estimator's ``scaling`` (``Kernel.scaled``: "robust" standardises its inputs by the median and
+        interquartile range of each column of Z unless the kernel carries a scaling of its own; a
+        constant column gets scale 1, every pair of rows being at distance 0 along it)."""
+        return self._kernel(name).scaled(Z, getattr(self, "scaling", "none"), role=name[-1], constant="unit")
 
     # -- state (for stores) -----------------------------------------------------------------------
     def _json_diagnostics(self) -> dict[str, Any]:
@@ -171,16 +177,13 @@ class Estimator:
     def _fitted(self) -> None:
         """``RuntimeError`` unless the estimator was fitted (or loaded from a state)."""
         if not hasattr(self, self._FITTED):
-            raise RuntimeError(f"{type(self).__name__}: call fit(X, Y) before querying the model")
+            raise not_fitted(f"{type(self).__name__}: call fit(X, Y) before querying the model")
 
     def _queries(self, Xq: Any) -> np.ndarray:
-        """Query points (q, d_X) as float64, with the model's number of x features."""
+        """Query points (q, d_X) as float64, with the model's number of x features (and names, where the
+        fit had them: ``_checked_queries``)."""
         self._fitted()
-        Xq = as_samples(Xq, "Xq")
-        width = self.basis_x_.width
-        if Xq.shape[1] != width:
-            raise ValueError(f"Xq: has {Xq.shape[1]} features, the model was fitted on {width}")
-        return Xq
+        return self._checked_queries(Xq, self.basis_x_.width)
 
     def _query_pairs(self, Xq: Any, Yq: Any) -> tuple[np.ndarray, np.ndarray]:
         """Query pairs: x (q, d_X) and y (q, d_Y) with the model's feature counts and equal rows."""
@@ -281,8 +284,8 @@ class Estimator:
         return self.conditional_expectation(Xq, ones)[:, 0]
 
     def predict(self, Xq: Any) -> np.ndarray:
-        """The conditional mean E[Y | X = x_q], shape (q, d_Y)."""
-        return self.conditional_expectation(Xq)
+        """The conditional mean E[Y | X = x_q], shape (q, d_Y); (q,) where the fit's y was 1-D."""
+        return self._as_fitted_y(self.conditional_expectation(Xq))
 
     # -- named requests (the pipeline's scoring) --------------------------------------------------
     def prepare_requests(self, requests: dict[str, tuple[str, np.ndarray | None]]

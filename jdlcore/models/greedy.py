@@ -45,14 +45,16 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from ..kernels import DeltaKernel, Kernel, kernel_from_dict
 from ..lowrank.basis import JDLReductions, SpectralBasis, spectral_basis
 from ..lowrank.cholesky import DEFAULT_TOL, FACTORISATION_PARAMS, Factorisation, pivoted_cholesky
+from ..params import Choice, Number, Param, Rule
+from ..scaling import DEFAULT_SCALING
+from ..solvers.active_set import ProjectionQP
+from ..validation import as_samples, check_choice, check_paired
+from .estimator import SCALING_PARAMS
 from .jdl import JDL, SUPPORT_PARAMS
 from .problem import JDLProblem
-from ..kernels import DeltaKernel, Kernel, kernel_from_dict
-from ..solvers.active_set import ProjectionQP
-from ..params import Choice, Number, Param, Rule
-from ..validation import as_samples, check_choice, check_paired
 
 __all__ = [
     "ClassBasis", "GreedyJDL", "ClassStep", "build_class_problem", "class_objective", "solve_class_step",
@@ -404,6 +406,7 @@ class GreedyJDL(JDL):
     class_order: "sorted" (ascending class value), "frequency" (descending counts, ties by value) or
         an explicit sequence of every training class value.
     pivoting, max_rank, seed, block_size: of the pivoted Cholesky decomposition of K_Y.
+    scaling: how the y kernel's inputs are standardised, as for ``JDL`` (default "robust").
     support_size: M, the support atoms of the Y marginal the conditional laws live on (``JDL``).
 
     ``fit(labels, Y)``; queries take class labels Xq (q,) or (q, 1); unseen classes raise
@@ -427,6 +430,7 @@ class GreedyJDL(JDL):
         "bounds": Param(Choice(GREEDY_BOUNDS), "the box of the cube variant: sample | global"),
         "class_order": Param(ClassOrder(), "the order in which the classes are solved"),
         "support_size": SUPPORT_PARAMS["support_size"],
+        **SCALING_PARAMS,
     }
 
     def __init__(
@@ -443,6 +447,7 @@ class GreedyJDL(JDL):
         seed: int | None = 0,
         block_size: int | None = None,
         support_size: int | None = None,
+        scaling: str = DEFAULT_SCALING,
     ):
         self._keep_params(locals())
 
@@ -454,6 +459,7 @@ class GreedyJDL(JDL):
     def fit(self, labels: Any, Y: Any) -> "GreedyJDL":
         """Fit on class labels (n,) or (n, 1) (numeric, at least 2 classes) and paired Y (n, d_y)."""
         self.check_params()
+        self._note_inputs(labels, Y)
         labels = as_samples(labels, "labels", min_rows=2)
         if labels.shape[1] != 1:
             raise ValueError(f"labels: must be one column of class labels, shape (n,) or (n, 1), got {labels.shape}")
@@ -463,7 +469,7 @@ class GreedyJDL(JDL):
         if classes.size < 2:
             raise ValueError(f"labels: need at least 2 classes, got 1 (every label is {float(classes[0])!r})")
         class_order_indices(self.class_order, classes, counts)  # fail before the factorisation
-        problem = build_class_problem(labels, Y, self._kernel("kernel_y"), Factorisation.of(self))
+        problem = build_class_problem(labels, Y, self._scaled_kernel("kernel_y", Y), Factorisation.of(self))
         return self.fit_problem(problem, Y)
 
     def _solve(self, problem: JDLProblem, reg: float) -> tuple[np.ndarray, dict[str, Any]]:

@@ -32,10 +32,11 @@ from ..params import Choice, Integer, Number, Param
 from ..solvers import (
     pointwise_bounds, solve_grid_positivity, solve_normalized, solve_tightened, solve_unconstrained,
 )
+from ..scaling import DEFAULT_SCALING
 from ..validation import as_samples
 from .atom_diagnostics import TrainingAtomDiagnostics
 from .degeneracy import MARGINAL_ROWS, announce, factor_degeneracies, marginal_degeneracy, projection_degeneracy
-from .estimator import Estimator, paired_samples
+from .estimator import SCALING_PARAMS, Estimator, paired_samples
 from .jdl_state import JDLState
 from .problem import GRID_POINTS, JDLProblem, kernel_problem, marginal_sums, support_resolution
 
@@ -75,6 +76,9 @@ class JDL(TrainingAtomDiagnostics, JDLState, Estimator):
         the last three shrink the model toward independence; at a fresh x where their constraint
         does not reach, the law is projected as for "project".
     pivoting: "random" (default) or "greedy" pivoted Cholesky; seed for random pivoting and samples.
+    scaling: "robust" (default): each kernel's inputs standardised by the median and interquartile
+        range of the training columns when the fit starts (a kernel given with a scaling keeps it), so
+        lengthscales are in standard units, as in ``jdl fit``; "none": the raw columns.
     max_rank: cap on each rank m_X, m_Y (None: the default budget, max(512, n / 8) within a quarter of
         the machine's memory for L, ``jdlcore.models.degeneracy.rank_budget``; a fit stopped there warns).
     support_size: M, the number of support atoms of the Y marginal (default 512; at most n). Fewer
@@ -100,6 +104,7 @@ class JDL(TrainingAtomDiagnostics, JDLState, Estimator):
     parameters = {
         "reg": Param(Number(low=0), "regularisation lambda of the loss (> 0 with constraints positivity)"),
         **FACTORISATION_PARAMS,
+        **SCALING_PARAMS,
         "constraints": Param(Choice(CONSTRAINTS), "normalization: laws of mass 1; positivity: also positive",
                              option=True),
         "positivity": Param(Choice(POSITIVITY), "how each conditional law is made a probability vector",
@@ -124,6 +129,7 @@ class JDL(TrainingAtomDiagnostics, JDLState, Estimator):
         grid_points: int = GRID_POINTS,
         grid_rounds: int = 200,
         grid_seconds: float = 120.0,
+        scaling: str = DEFAULT_SCALING,
     ):
         self._keep_params(locals())
 

@@ -40,9 +40,11 @@ from scipy.linalg import LinAlgError, cho_factor, cho_solve
 
 from ..lowrank.basis import SpectralBasis, spectral_basis
 from ..lowrank.cholesky import DEFAULT_TOL, FACTORISATION_PARAMS, Factorisation, pivoted_cholesky
-from .estimator import Estimator, paired_samples
+from ..scaling import DEFAULT_SCALING
+from .estimator import SCALING_PARAMS, Estimator, paired_samples
 from ..kernels import Kernel, kernel_from_dict
 from ..params import Flag, Integer, Number, Param
+from ..validation import as_samples
 
 __all__ = ["KLR", "MAX_CLASSES"]
 
@@ -238,6 +240,7 @@ class KLR(Estimator):
         q: Y is continuous and the model learns the event Y <= q, classes_ = [0, 1] with 1 = event.
     fit_intercept: add an unpenalised intercept b (False: the paper's formulation exactly).
     pivoting, max_rank, seed, block_size: passed to ``pivoted_cholesky``.
+    scaling: how the kernel's inputs are standardised, as for ``JDL`` (default "robust").
     max_iter, gtol: Newton stops once ||grad||_inf <= gtol * max(1, |objective|); RuntimeError
         after max_iter iterations.
 
@@ -248,6 +251,7 @@ class KLR(Estimator):
     """
 
     method = "klr"
+    estimator_kind = "classifier"  # scikit-learn's type: predict gives the most probable class
     summary = "kernel logistic regression (y holds class labels, or --threshold)"
     bases = ("spectral", None)
     state_dims = {"coef": ("basis_x", "logit"), "intercept": ("logit",), "classes": ("class",)}
@@ -255,6 +259,7 @@ class KLR(Estimator):
     parameters = {
         "reg": Param(POSITIVE, "regularisation lambda, the weight of the RKHS norm"),
         **FACTORISATION_PARAMS,
+        **SCALING_PARAMS,
         "threshold": Param(Number(optional=True), "fit the event y <= THRESHOLD (y continuous; unset: y holds "
                            "class labels)", option=True),
         "fit_intercept": Param(Flag(), "add an unpenalised intercept"),
@@ -276,6 +281,7 @@ class KLR(Estimator):
         block_size: int | None = None,
         max_iter: int = 100,
         gtol: float = 1e-10,
+        scaling: str = DEFAULT_SCALING,
     ):
         self._keep_params(locals())
 
@@ -284,11 +290,12 @@ class KLR(Estimator):
         """Fit on samples X (n, d_X) or (n,) and labels (or continuous values, with a threshold) Y (n,) or (n, 1)."""
         self.check_params()
         started = time.perf_counter()
+        self._note_inputs(X, Y)
         X, Y = paired_samples(X, Y)
         if Y.shape[1] != 1:
             raise ValueError(f"Y: must be one column, shape (n,) or (n, 1), got shape {Y.shape}")
         classes, labels = self._labels(Y[:, 0])
-        kernel = self._kernel("kernel_x")
+        kernel = self._scaled_kernel("kernel_x", X)
         factor = pivoted_cholesky(kernel, X, **Factorisation.of(self).cholesky_arguments())
         basis = spectral_basis(factor, kernel)
         features = _rotate_rows(factor.L, basis.rotation)  # A = L V = Psi(X); the factor is not used again
@@ -297,6 +304,7 @@ class KLR(Estimator):
         W, b, info = _newton(features, targets, float(self.reg), bool(self.fit_intercept), int(self.max_iter),
                              float(self.gtol))
         self._classes = classes
+        self.n_iter_ = int(info["iterations"])
         self.coef_ = W.copy()
         self.intercept_ = b.copy()
         self.basis_x_ = basis
@@ -332,6 +340,13 @@ class KLR(Estimator):
 
     # -- queries ----------------------------------------------------------------------------------
     def decision_function(self, Xq: Any) -> np.ndarray:
+        """scikit-learn's decision function: for two classes the logit of the second against the first,
+        shape (q,) (> 0 where it is predicted); for C > 2 one score per class, shape (q, C) (class 0's is
+        0), whose argmax is ``predict``."""
+        logits = self.logits(Xq)
+        return logits[:, 0] if logits.shape[1] == 1 else np.column_stack([np.zeros(len(logits)), logits])
+
+    def logits(self, Xq: Any) -> np.ndarray:
         """Logits Psi(x) coef_ + intercept_ of classes 1..C-1 against class 0, shape (q, C-1)."""
         Xq = self._queries(Xq)
         out = np.empty((Xq.shape[0], self.coef_.shape[1]))
@@ -342,7 +357,7 @@ class KLR(Estimator):
 
     def predict_proba(self, Xq: Any) -> np.ndarray:
         """Class probabilities, shape (q, C), columns in the order of ``classes_``; rows sum to 1."""
-        log_z, P = _log_partition(self.decision_function(Xq))
+        log_z, P = _log_partition(self.logits(Xq))
         return np.column_stack([np.exp(-log_z), P])
 
     @property
@@ -354,6 +369,13 @@ class KLR(Estimator):
     def predict(self, Xq: Any) -> np.ndarray:
         """The most probable class (a value of ``classes_``) per query, shape (q,)."""
         return self.classes_[np.argmax(self.predict_proba(Xq), axis=1)]
+
+    def crps(self, Xq: Any, y: Any) -> np.ndarray:
+        """The CRPS of the class law at each (x_q, y_q), shape (q,) (``Estimator.crps``); fitted with a
+        threshold, of the event's law at the event indicator 1{y_q <= threshold}."""
+        if self.threshold is not None:
+            y = (as_samples(y, "y") <= float(self.threshold)).astype(np.float64)
+        return super().crps(Xq, y)
 
     @property
     def y_width_(self) -> int:

@@ -129,6 +129,7 @@ class PolynomialJDL(JDL):
     def fit(self, X: Any, Y: Any) -> "PolynomialJDL":
         """Fit on paired samples X (n, d_X) and Y (n, d_Y); returns self."""
         self.check_params()
+        self._note_inputs(X, Y)
         X = as_samples(X, "X", min_rows=2)
         Y = as_samples(Y, "Y", min_rows=2)
         check_paired(X, Y)

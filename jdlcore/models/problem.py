@@ -183,14 +183,16 @@ def problem_from_factors(
 
 def kernel_problem(estimator: Any, X: Any, Y: Any) -> tuple[JDLProblem, np.ndarray, np.ndarray]:
     """Validate the pairs, then pivoted Cholesky of K_X and K_Y, the bases and the reductions
-    (``build_problem``) with the estimator's kernels (Gaussian of lengthscale 1 where None) and
+    (``build_problem``) with the estimator's kernels (Gaussian of lengthscale 1 where None) under its
+    scaling (``Estimator._scaled_kernel``) and
     factorisation options (tol, max_rank, pivoting, seed, block_size; support_size and grid_points
     where it has them); the x basis values at the rows only where the estimator ``reads_x_values``;
     returns (problem, X, Y)."""
+    estimator._note_inputs(X, Y)
     X, Y = paired_samples(X, Y)
     extra = {name: getattr(estimator, name) for name in ("support_size", "grid_points") if hasattr(estimator, name)}
     check_support_rows(extra.get("support_size"), X.shape[0])
-    problem = build_problem(X, Y, estimator._kernel("kernel_x"), estimator._kernel("kernel_y"),
+    problem = build_problem(X, Y, estimator._scaled_kernel("kernel_x", X), estimator._scaled_kernel("kernel_y", Y),
                             Factorisation.of(estimator), values_x=estimator.reads_x_values, **extra)
     return problem, X, Y
 

@@ -42,7 +42,8 @@ import numpy as np
 
 from ..conditional.atoms import evaluate_function
 from .degeneracy import announce, factor_degeneracies, solver_degeneracy
-from .estimator import Estimator
+from ..scaling import DEFAULT_SCALING
+from .estimator import SCALING_PARAMS, Estimator
 from .problem import kernel_problem
 from ..kernels import Kernel
 from ..psd.fit import project_psd_affine
@@ -129,6 +130,7 @@ class PSDJDL(Estimator):
     kernel_x, kernel_y: kernels on X and Y (default Gaussian with lengthscale 1).
     reg: weight of reg |M - E0|_F^2, >= 0.
     tol, pivoting, max_rank, seed, block_size: the pivoted Cholesky factorisations (as ``JDL``).
+    scaling: how the kernels' inputs are standardised, as for ``JDL`` (default "robust").
     solver_tol: FISTA stops when |M_new - M|_F <= solver_tol * max(1, |M|_F).
     max_iter: FISTA iteration cap.
     max_features: refuse p = (m_X + 1)(m_Y + 1) above this (M is p x p, each iteration O(p^3)).
@@ -148,6 +150,7 @@ class PSDJDL(Estimator):
     parameters = {
         "reg": Param(Number(low=0), "weight of reg |M - E0|_F^2"),
         **FACTORISATION_PARAMS,
+        **SCALING_PARAMS,
         "solver_tol": Param(Number(low=0), "FISTA stops when |M_new - M|_F <= solver_tol x max(1, |M|_F)"),
         "max_iter": Param(Integer(), "FISTA iterations at most"),
         "max_features": Param(Integer(), "refuse (m_X + 1)(m_Y + 1) features above this"),
@@ -156,7 +159,7 @@ class PSDJDL(Estimator):
     def __init__(self, kernel_x: Kernel | None = None, kernel_y: Kernel | None = None, *, reg: float = 1e-3,
                  tol: float = DEFAULT_TOL, pivoting: str = "random", max_rank: int | None = None, seed: int | None = 0,
                  block_size: int | None = None, solver_tol: float = 1e-9, max_iter: int = 3000,
-                 max_features: int = 400):
+                 max_features: int = 400, scaling: str = DEFAULT_SCALING):
         self._keep_params(locals())
 
     # -- fitting ----------------------------------------------------------------------------------
@@ -185,6 +188,7 @@ class PSDJDL(Estimator):
         M, info = _fista(F_x, F_y, D, N, n, float(self.reg), float(self.solver_tol), int(self.max_iter))
         self.basis_x_, self.basis_y_ = problem.basis_x, problem.basis_y
         self.n_samples_ = n
+        self.n_iter_ = int(info["iterations"])
         self._set_atoms(Y)
         self._set_coef(M)
         factors = problem.factors

@@ -8,9 +8,8 @@ from typing import Sequence
 import numpy as np
 
 from ..kernels import Kernel, median_heuristic
-from ..scaling import check_scaling_choice
 
-__all__ = ["LENGTHSCALE_FACTORS", "default_lengthscales", "scaled_kernel", "standardised_grid", "check_grid"]
+__all__ = ["LENGTHSCALE_FACTORS", "default_lengthscales", "standardised_grid", "check_grid"]
 
 LENGTHSCALE_FACTORS = (1 / 8, 1 / 4, 1 / 2)  # times the median heuristic, when no lengthscales are given
 
@@ -22,21 +21,12 @@ def default_lengthscales(samples: np.ndarray, seed: int = 0, kernel: Kernel | No
     return [float(f * median) for f in LENGTHSCALE_FACTORS]
 
 
-def scaled_kernel(kernel: Kernel, Z: np.ndarray, scaling: str, names: Sequence[str] | None = None,
-                  role: str = "x") -> Kernel:
-    """``kernel`` standardised to the columns of ``Z`` when ``scaling`` is "robust" and it has no scaling
-    of its own (one given is kept); as it is for "none". ``ValueError`` naming a constant column."""
-    if check_scaling_choice(scaling) == "none" or kernel.scale is not None or not kernel.scalable:
-        return kernel
-    return kernel.standardised(Z, None if names is None else list(names), role)
-
-
 def standardised_grid(Z: np.ndarray, kernel: Kernel, scaling: str, given: Sequence[float] | None, seed: int,
                       name: str, names: Sequence[str] | None = None, role: str = "x") -> tuple[Kernel, list[float]]:
-    """(``kernel`` standardised to the columns of ``Z`` by ``scaling`` (``scaled_kernel``), the grid of its
+    """(``kernel`` standardised to the columns of ``Z`` by ``scaling`` (``Kernel.scaled``), the grid of its
     lengthscales: ``given``, else ``default_lengthscales`` as that kernel sees Z), the grid checked
     (``check_grid``, errors naming ``name``)."""
-    kernel = scaled_kernel(kernel, Z, scaling, names, role)
+    kernel = kernel.scaled(Z, scaling, None if names is None else list(names), role)
     return kernel, check_grid(default_lengthscales(Z, seed, kernel) if given is None else given, name)
 
 

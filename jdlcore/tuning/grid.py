@@ -29,7 +29,7 @@ def screening_params(base: JDL) -> dict[str, Any]:
     """The estimator's parameters as a tuning candidate scores them: its own, except that grid
     positivity (a cutting-plane solve per candidate) is screened through the projection, the law
     it falls back to; the winner is then fitted with the estimator's own rule."""
-    params = base.get_params()
+    params = base.get_params(deep=False)
     if params.get("constraints") == "positivity" and params.get("positivity") == "grid":
         params["positivity"] = "project"
     return params

@@ -9,7 +9,6 @@ import numpy as np
 
 from ..kernels import Kernel
 from ..models.jdl import JDL
-from ..scaling import DEFAULT_SCALING
 from ..validation import as_samples, check_paired
 from .axes import standardised_grid
 from .criteria import resolve_criterion
@@ -118,14 +117,15 @@ def tune(
     validation_fraction: float = VALIDATION_FRACTION,
     folds: int | str = "auto",
     seed: int = 0,
-    scaling: str = DEFAULT_SCALING,
+    scaling: str | None = None,
     search: bool = True,
     search_rows: int = SEARCH_ROWS,
     refit: bool = True,
 ) -> TuneResult:
     """Grid search over kernel lengthscales and ``reg`` for a JDL ``estimator`` (its kernel families,
-    factorisation settings and constraints are kept; lengthscales and reg are replaced). ``scaling``:
-    "robust" (the default) standardises the kernels' inputs by the median and interquartile range of
+    factorisation settings and constraints are kept; lengthscales and reg are replaced). ``scaling``
+    (None, the default: the estimator's own, "robust" unless it was given another):
+    "robust" standardises the kernels' inputs by the median and interquartile range of
     X and of Y (``jdlcore.scaling``; a kernel given with a scaling keeps it), so lengthscales are in
     standard units; "none" leaves the columns as they are. Lengthscales default to
     ``LENGTHSCALE_FACTORS`` times the median heuristic of the (standardised) X and Y; regs (None, the
@@ -160,6 +160,8 @@ def tune(
     regs = as_regs(regs)
     score = resolve_criterion(criterion, threshold, Y.shape[1])
     base = estimator if estimator is not None else JDL()
+    scaling = base.scaling if scaling is None else scaling
+    base = base.with_params(scaling=scaling)  # the candidates' kernels are standardised once, here
     base.check_params()
     kernel_x, grid_x = standardised_grid(X, base._kernel("kernel_x"), scaling, lengthscales_x, seed, "lengthscales_x",
                                          role="X")
@@ -170,7 +172,7 @@ def tune(
                                            search=search, stop_early=lengthscales_x is None,
                                            search_rows=check_search_rows(search_rows))
     params = {
-        **base.get_params(),
+        **base.get_params(deep=False),
         "kernel_x": kernel_x.with_lengthscale(np.asarray(best["lengthscale_x"])),
         "kernel_y": kernel_y.with_lengthscale(np.asarray(best["lengthscale_y"])),
         "reg": best["reg"],
