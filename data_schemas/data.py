@@ -4,7 +4,9 @@ Arrays: ``x`` (sample, x_feature) float64 and ``y`` (sample, y_feature) float64,
 along ``sample`` only, with the same number of rows. Group attributes: ``schema`` = "jdl.data",
 ``schema_version``, ``x_features`` and ``y_features`` (column names), ``n_samples``, ``source``, and
 (schema 2) ``categorical``: {x column name: [its levels]}, the x columns that hold category codes
-0, 1, ... indexing those levels (in order of first appearance).
+0, 1, ... indexing those levels (in order of first appearance). Schema 3 adds the coordinate arrays
+``x_feature`` and ``y_feature``: the column names (strings), so xarray selects a column by name.
+Stores of schema 2 (no coordinates) still load.
 Rules for incoming rows: numeric (categorical x columns: any value but a missing one), finite, at
 least 2 rows, no constant column (no categorical column with a single level).
 """
@@ -15,7 +17,7 @@ from typing import Any
 import numpy as np
 
 SCHEMA_NAME = "jdl.data"
-SCHEMA_VERSION = 2  # 2: categorical x columns
+SCHEMA_VERSION = 3  # 2: categorical x columns; 3: the feature names as coordinates
 # what scoring does with a categorical level the model was not fitted on: refuse the batch, or read it
 # as "other", a code that matches no level
 UNSEEN_RULES = ("refuse", "other")

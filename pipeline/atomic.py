@@ -1,15 +1,25 @@
-"""Atomic directory stores: write into a temporary sibling, rename into place only on success."""
+"""Atomic directory stores: write into a temporary sibling, rename into place only on success.
+
+A zarr store's metadata is consolidated (``consolidate``) just before the rename, so that
+``xarray.open_zarr(path)`` reads every store's layout in one file and without a warning. In zarr
+format 3 consolidated metadata is an extension of zarr-python's (it warns so when writing; the
+warning is silenced here, the choice being made): readers that do not know it read each array's own
+metadata, which is written as well. A published store is never changed in place, so the consolidated
+copy cannot go stale.
+"""
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import socket
 import uuid
+import warnings
 from pathlib import Path
 from typing import Callable, Iterator
 
-__all__ = ["atomic_store", "refuse_existing", "remove_abandoned", "remove_abandoned_in"]
+__all__ = ["atomic_store", "consolidate", "refuse_existing", "remove_abandoned", "remove_abandoned_in"]
 
 
 def refuse_existing(target: str | os.PathLike, overwrite: bool) -> None:
@@ -71,6 +81,7 @@ def atomic_store(target: str | os.PathLike, *, overwrite: bool = False) -> Itera
     On any exception the temporary directory is removed and ``target`` is left untouched, so a
     failed write never leaves a partial store; temporaries of killed writers are removed by the
     next write of the same target (``remove_abandoned``). An existing ``target`` is refused unless ``overwrite``.
+    A zarr store written there has its metadata consolidated before the rename (``consolidate``).
     """
     target = Path(target)
     refuse_existing(target, overwrite)
@@ -78,6 +89,8 @@ def atomic_store(target: str | os.PathLike, *, overwrite: bool = False) -> Itera
     staging = target.with_name(f"{_prefix(target)}{_host()}-{os.getpid()}-{uuid.uuid4().hex}")
     try:
         yield staging
+        if _zarr_group(staging):
+            consolidate(staging)
         if target.exists():  # moved aside first: readers miss the store for two renames, not a deletion
             replaced = staging.with_name(staging.name + "-replaced")
             os.rename(target, replaced)
@@ -88,3 +101,22 @@ def atomic_store(target: str | os.PathLike, *, overwrite: bool = False) -> Itera
     finally:
         if staging.exists():
             shutil.rmtree(staging, ignore_errors=True)
+
+
+def consolidate(path: str | os.PathLike) -> None:
+    """Consolidate the metadata of the zarr (format 3) store at ``path`` into its root ``zarr.json``
+    (zarr-python's warning that this is an extension of the format is silenced: see the module)."""
+    import zarr
+
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="Consolidated metadata is currently not part")
+        zarr.consolidate_metadata(str(path), zarr_format=3)
+
+
+def _zarr_group(path: Path) -> bool:
+    """Whether ``path`` holds a zarr format 3 group (its ``zarr.json`` says so)."""
+    try:
+        metadata = json.loads((path / "zarr.json").read_text())
+    except (OSError, ValueError):
+        return False
+    return isinstance(metadata, dict) and metadata.get("zarr_format") == 3 and metadata.get("node_type") == "group"

@@ -29,7 +29,10 @@ from jdlcore.validation import check_choice, check_positive
 from .atomic import atomic_store, refuse_existing
 from .cluster import dask_client, resolve_scheduler
 from .fitting import store_chunks
-from .staging import arrays_fingerprint, categorical_levels, create_data_arrays, data_attrs, data_fingerprint, open_staged
+from .staging import (
+    arrays_fingerprint, categorical_levels, create_data_arrays, data_attrs, data_fingerprint, open_staged,
+    write_feature_coordinates,
+)
 
 __all__ = ["DaskSource", "compress_store", "open_compressed", "KERNELS_Y"]
 
@@ -196,6 +199,7 @@ def _write(target: Path, data: Path, group: zarr.Group, result: CompressionResul
     m = result.X.shape[0]
     arrays = create_data_arrays(out, result.X.shape[1], result.Y.shape[1], max(m, 1), rows=m)
     arrays["x"][:], arrays["y"][:] = result.X, result.Y
+    write_feature_coordinates(out, group.attrs["x_features"], group.attrs["y_features"])
     trace = np.asarray(result.trace, dtype=np.float64)
     out.create_array("objective_trace", shape=trace.shape, chunks=(max(trace.size, 1),), dtype="float64",
                      dimension_names=("step",))[:] = trace

@@ -25,7 +25,7 @@ from typing import Any, Callable
 import numpy as np
 import zarr
 
-from data_schemas.scores import SCHEMA_NAME, SCHEMA_VERSION, array_name, function_dims, validate_scores_group
+from data_schemas.scores import SCHEMA_NAME, SCHEMA_VERSION, array_name, scores_dims, validate_scores_group
 from jdlcore.conditional.queries import check_levels
 from jdlcore.models.estimator import PARAMETRISED_KINDS, REQUEST_KINDS
 
@@ -103,14 +103,19 @@ def score_store(model_path: str | os.PathLike, data: str | os.PathLike, out: str
     data_path = str(Path(data).resolve())
     with atomic_store(target, overwrite=overwrite) as staging:
         root = zarr.open_group(staging, mode="w", zarr_format=3)
+        all_dims = scores_dims(list(specs))
         for spec, (kind, values) in specs.items():
             width = 0 if values is None else values.size
             shape = {"mean": (n, d_y), "second_moment": (n, d_y, d_y)}.get(kind, (n, width))
-            dims = function_dims(spec)
+            dims = all_dims[spec]
             array = root.create_array(array_name(spec), shape=shape, chunks=(step,) + shape[1:], dtype="float64",
                                       dimension_names=dims)
             if values is not None:
                 array.attrs["parameters"] = values.tolist()
+                _coordinate(root, dims[1], values)
+            elif kind in ("mean", "second_moment"):
+                for dim in dims[1:]:
+                    _coordinate(root, dim, _y_names(model, group, d_y))
         root.attrs.update({"schema": SCHEMA_NAME, "schema_version": SCHEMA_VERSION,
                            "model": str(Path(model.store_path_).resolve()), "model_version": model.store_version_ or "",
                            "data": data_path, "n_samples": n, "functions": json.dumps(functions),
@@ -137,6 +142,21 @@ def score_store(model_path: str | os.PathLike, data: str | os.PathLike, out: str
             root.attrs.update({"projection_levels": json.dumps(ordered), "projection_full_level": 2 if d_y == 1 else 1})
         validate_scores_group(zarr.open_group(staging, mode="r", zarr_format=3), f"scores {target}")
     return target
+
+
+def _coordinate(root: zarr.Group, dim: str, values: np.ndarray) -> None:
+    """The coordinate array ``dim`` (1-D, dims (dim,)) of a scores store, written once."""
+    if dim not in root:
+        values = np.asarray(values)
+        root.create_array(dim, shape=values.shape, dtype=str if values.dtype.kind in "US" else "float64",
+                          dimension_names=(dim,))[:] = values
+
+
+def _y_names(model: Any, group: zarr.Group, d_y: int) -> np.ndarray:
+    """The y feature names of a model (its provenance), else the scored data's, else y0, y1, ..."""
+    names = (getattr(model, "provenance_", None) or {}).get("y_features") or group.attrs.get("y_features")
+    names = list(names) if names and len(names) == d_y else [f"y{k}" for k in range(d_y)]
+    return np.asarray(list(map(str, names)), dtype=str)
 
 
 def _report(progress: Callable[[str], None] | None, done: int, total: int) -> None:

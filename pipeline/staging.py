@@ -27,7 +27,7 @@ from data_schemas.data import (
 from .atomic import atomic_store
 
 __all__ = ["stage", "open_staged", "combined_fingerprint", "data_fingerprint", "arrays_fingerprint",
-           "create_data_arrays", "data_attrs", "categorical_levels", "categorical_indices", "level_recoding", "recode",
+           "create_data_arrays", "write_feature_coordinates", "data_attrs", "categorical_levels", "categorical_indices", "level_recoding", "recode",
            "FORMATS", "DETECT_ROWS", "UNSEEN_RULES", "OTHER_CODE", "read_sample"]
 
 FORMATS = {".csv": "csv", ".parquet": "parquet", ".pq": "parquet", ".npy": "npy", ".npz": "npz",
@@ -160,6 +160,7 @@ def stage(
             encoder.check_levels()
         stats["x"].check_not_constant("x")
         stats["y"].check_not_constant("y")
+        write_feature_coordinates(group, list(x), list(y))
         group.attrs.update(data_attrs(x, y, rows, source.resolve(),
                                       combined_fingerprint(digests["x"].hexdigest(), digests["y"].hexdigest()),
                                       run_key, {encoder.name: encoder.levels for encoder in (encoders or {}).values()}))
@@ -186,6 +187,15 @@ def create_data_arrays(group: zarr.Group, x_width: int, y_width: int, chunk_size
     return {role: group.create_array(role, shape=(rows, width), chunks=(chunk_size, width), dtype="float64",
                                      dimension_names=("sample", f"{role}_feature"))
             for role, width in (("x", x_width), ("y", y_width))}
+
+
+def write_feature_coordinates(group: zarr.Group, x_features: list, y_features: list) -> None:
+    """The coordinate arrays ``x_feature`` and ``y_feature`` of a staged store (schema 3): the column names,
+    so that xarray selects a column by name (``ds.x.sel(x_feature="carat")``)."""
+    for role, names in (("x", x_features), ("y", y_features)):
+        values = np.asarray(list(map(str, names)), dtype=str)
+        group.create_array(f"{role}_feature", shape=values.shape, dtype=str,
+                           dimension_names=(f"{role}_feature",))[:] = values
 
 
 def data_attrs(x_features: list, y_features: list, n_samples: int, source: str | os.PathLike, fingerprint: str,
@@ -256,6 +266,11 @@ def open_staged(path: str | os.PathLike) -> zarr.Group:
     for role in ("x", "y"):
         if role not in group or group[role].shape != (attrs["n_samples"], len(attrs[f"{role}_features"])):
             raise ValueError(f"data {path}: array {role!r} is missing or has the wrong shape")
+    if attrs.get("schema_version", 0) >= 3:  # the feature names as coordinates
+        for role in ("x", "y"):
+            name = f"{role}_feature"
+            if name not in group or [str(v) for v in group[name][:]] != list(attrs[f"{role}_features"]):
+                raise ValueError(f"data {path}: coordinate {name!r} is missing or differs from {role}_features")
     for name, levels in dict(attrs.get("categorical") or {}).items():
         if name not in attrs["x_features"] or not isinstance(levels, list) or len(levels) < 2:
             raise ValueError(f"data {path}: categorical column {name!r} is not an x feature with at least 2 levels")
