@@ -8,7 +8,9 @@ along ``sample`` only, with the same number of rows. Group attributes: ``schema`
 ``x_feature`` and ``y_feature``: the column names (strings), so xarray selects a column by name.
 Stores of schema 2 (no coordinates) still load.
 Rules for incoming rows: numeric (categorical x columns: any value but a missing one), finite, at
-least 2 rows, no constant column (no categorical column with a single level).
+least 2 rows, no constant column (no categorical column with a single level). A row whose y is
+missing is refused (one error counting them), or left out when staging is asked to drop them; the
+attribute ``dropped_missing_y`` then counts them (optional).
 """
 from __future__ import annotations
 
@@ -79,7 +81,7 @@ class LevelEncoder:
     def levels(self) -> list[str]:
         return list(self.codes)
 
-    def encode(self, values: Any, first_row: int) -> np.ndarray:
+    def encode(self, values: Any, first_row: int | np.ndarray) -> np.ndarray:
         """float64 codes of a block of raw values (rows,)."""
         import pandas as pd
 
@@ -93,7 +95,7 @@ class LevelEncoder:
             table[k] = self.codes.setdefault(level, len(self.codes))
         missing = np.flatnonzero(raw_codes < 0)
         if missing.size:
-            raise ValueError(f"{self.role} column {self.name!r}: missing value at row {first_row + int(missing[0])} "
+            raise ValueError(f"{self.role} column {self.name!r}: missing value at row {row_number(first_row, missing[0])} "
                              "(a categorical column needs a level in every row)")
         return table[raw_codes]
 
@@ -109,7 +111,13 @@ def is_categorical(values: Any) -> bool:
     return bool(present) and not any(_is_number(v) for v in present)
 
 
-def validate_block(values, names: list[str], role: str, first_row: int) -> np.ndarray:
+def row_number(first_row: int | np.ndarray, i: int) -> int:
+    """The source row of row ``i`` of a block: ``first_row + i``, or ``first_row[i]`` where the block's rows
+    are not consecutive in the source (an array of their source rows: some were dropped)."""
+    return int(first_row[i]) if isinstance(first_row, np.ndarray) else int(first_row) + int(i)
+
+
+def validate_block(values, names: list[str], role: str, first_row: int | np.ndarray) -> np.ndarray:
     """Return a float64 (rows, columns) block or raise ``ValueError`` naming column, row and rule."""
     array = np.asarray(values)
     if array.ndim == 1:
@@ -120,13 +128,13 @@ def validate_block(values, names: list[str], role: str, first_row: int) -> np.nd
                 np.asarray(array[:, column], dtype=np.float64)
             except (TypeError, ValueError):
                 bad = next(i for i, v in enumerate(array[:, column]) if not _is_number(v))
-                raise ValueError(f"{role} column {name!r}: non-numeric value {array[bad, column]!r} at row {first_row + bad}") from None
+                raise ValueError(f"{role} column {name!r}: non-numeric value {array[bad, column]!r} at row {row_number(first_row, bad)}") from None
         array = array.astype(np.float64)
     array = np.asarray(array, dtype=np.float64)
     finite = np.isfinite(array)
     if not finite.all():
         row, column = np.argwhere(~finite)[0]
-        raise ValueError(f"{role} column {names[column]!r}: {array[row, column]} at row {first_row + row} (values must be finite)")
+        raise ValueError(f"{role} column {names[column]!r}: {array[row, column]} at row {row_number(first_row, row)} (values must be finite)")
     return array
 
 

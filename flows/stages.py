@@ -76,10 +76,10 @@ def _run(stage_name: str, out: str, schema: str, key: str, validate, write) -> S
 def stage(s: StageSettings) -> StageResult:
     """Validate a source table into a staged zarr store."""
     key = run_key("stage", source=source_fingerprint(s.source), x=s.x, y=s.y, chunk_size=s.chunk_size,
-                  **({"categorical": s.categorical} if s.categorical else {}))
+                  **({"categorical": s.categorical} if s.categorical else {}), **_unless_default(s, "drop_missing_y"))
     return _run("stage", s.out, DATA_SCHEMA, key, open_staged, lambda overwrite: stage_table(
-        s.source, s.out, s.x, s.y, categorical=s.categorical, chunk_size=s.chunk_size, overwrite=overwrite,
-        run_key=key))
+        s.source, s.out, s.x, s.y, categorical=s.categorical, chunk_size=s.chunk_size,
+        drop_missing_y=s.drop_missing_y, overwrite=overwrite, run_key=key))
 
 
 def _unless_default(s: BaseModel, *names: str) -> dict[str, Any]:

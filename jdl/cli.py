@@ -371,6 +371,9 @@ def _add_stage(commands) -> None:
                  "are categorical anyway. They are stored as codes with their levels, and the x kernel "
                  "compares them as equal or not")
     setting("--chunk-size", type=int, help="rows per chunk (default {default})")
+    setting("--drop-missing-y", action="store_true",
+            help="leave out the rows whose y is missing (NaN or empty); without it such rows are refused, with one "
+                 "error counting them")
     _add_prefect(stage)
     stage.set_defaults(run=_stage)
 

@@ -14,8 +14,10 @@ def staged(args: argparse.Namespace, result: dict) -> str:
     levels = categorical_levels(group)
     categorical = ("; categorical: " + ", ".join(f"{name} ({len(known)} levels)" for name, known in levels.items())
                    if levels else "")
-    return (f"staged {group.attrs['n_samples']:,} rows: x {group.attrs['x_features']}, y {group.attrs['y_features']}"
-            f"{categorical} -> {result['path']}")
+    dropped = group.attrs.get("dropped_missing_y")
+    dropped = f" ({dropped:,} rows with a missing y left out)" if dropped else ""
+    return (f"staged {group.attrs['n_samples']:,} rows{dropped}: x {group.attrs['x_features']}, "
+            f"y {group.attrs['y_features']}{categorical} -> {result['path']}")
 
 
 def tuned(args: argparse.Namespace, result: dict) -> str:

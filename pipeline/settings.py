@@ -145,6 +145,7 @@ class StageSettings(_Settings):
     y: list[str] = Field(min_length=1)
     categorical: list[str] = []  # x columns only: ``pipeline.staging.stage`` refuses others before it reads
     chunk_size: int = Field(CHUNK_SIZE, ge=1)
+    drop_missing_y: bool = False  # rows with a missing y: refused (one error counting them) or dropped
 
 
 class TuneSettings(_Settings):

@@ -111,13 +111,16 @@ def stage(
     *,
     categorical: list[str] | None = None,
     chunk_size: int = CHUNK_SIZE,
+    drop_missing_y: bool = False,
     overwrite: bool = False,
     run_key: str | None = None,
 ) -> Path:
     """Stage columns ``x`` and ``y`` of ``source`` into a zarr v3 store at ``out``; returns its path.
 
     ``categorical``: x columns to store as category codes (integer-coded ones, say); text x columns
-    are detected as categorical anyway. The store records the data fingerprint (see
+    are detected as categorical anyway. A row with a missing y (NaN or empty) is refused, with one
+    error naming how many rows miss one and the first of them, unless ``drop_missing_y``: those rows
+    are then left out, and the store's ``dropped_missing_y`` attribute counts them. The store records the data fingerprint (see
     ``combined_fingerprint``) and, if given, the ``run_key`` of the orchestration that wrote it.
     """
     source, target = Path(source), Path(out)
@@ -142,18 +145,23 @@ def stage(
         digests = {"x": hashlib.sha256(), "y": hashlib.sha256()}
         encoders: dict[int, LevelEncoder] | None = None
         rows = 0
+        missing = MissingY()
         for block in _blocks(source, list(x) + list(y), chunk_size):
+            block, source_rows = missing.drop(block, len(x), keep=drop_missing_y)
+            if block is None or not block.shape[0]:  # None: a missing y will be refused, the rest only counted
+                continue
             if encoders is None:  # decided on the first block
                 text = block.dtype.kind not in "biuf"
                 encoders = {j: LevelEncoder(name) for j, name in enumerate(x)
                             if name in declared or (text and is_categorical(block[:DETECT_ROWS, j]))}
-            parts = {"x": _x_values(block[:, : len(x)], list(x), encoders, rows),
-                     "y": validate_block(block[:, len(x):], list(y), "y", rows)}
+            parts = {"x": _x_values(block[:, : len(x)], list(x), encoders, source_rows),
+                     "y": validate_block(block[:, len(x):], list(y), "y", source_rows)}
             for role in ("x", "y"):
                 stats[role].update(parts[role])
                 arrays[role].append(parts[role], axis=0)
                 digests[role].update(_fingerprint_bytes(parts[role]))
             rows += block.shape[0]
+        missing.refuse_unless_dropped(drop_missing_y)
         if rows < 2:
             raise ValueError(f"source: {source.name} has {rows} row(s); at least 2 are needed")
         for encoder in (encoders or {}).values():
@@ -161,13 +169,55 @@ def stage(
         stats["x"].check_not_constant("x")
         stats["y"].check_not_constant("y")
         write_feature_coordinates(group, list(x), list(y))
+        if missing.count:
+            group.attrs["dropped_missing_y"] = missing.count
         group.attrs.update(data_attrs(x, y, rows, source.resolve(),
                                       combined_fingerprint(digests["x"].hexdigest(), digests["y"].hexdigest()),
                                       run_key, {encoder.name: encoder.levels for encoder in (encoders or {}).values()}))
     return target
 
 
-def _x_values(block: np.ndarray, names: list[str], encoders: dict[int, LevelEncoder], first_row: int) -> np.ndarray:
+class MissingY:
+    """The rows of a source whose y is missing (NaN, None or empty text), counted over every block: the
+    count and the first such row (0-based, in the source's order)."""
+
+    def __init__(self) -> None:
+        self.count, self.first, self.read = 0, None, 0
+
+    def drop(self, block: np.ndarray, x_width: int, keep: bool) -> tuple[np.ndarray | None, int | np.ndarray]:
+        """(``block`` (rows, x and y columns) without its rows of missing y, their rows in the source: the
+        first one's number, or each one's where some were dropped); (None, ...) once a missing y was seen
+        and they are not to be dropped (``keep`` False: the stage will be refused)."""
+        start = self.read
+        missing = _missing(block[:, x_width:])
+        self.read += block.shape[0]
+        if not missing.any():
+            return (None if self.count and not keep else block), start
+        self.first = start + int(np.argmax(missing)) if self.first is None else self.first
+        self.count += int(missing.sum())
+        return (block[~missing] if keep else None), start + np.flatnonzero(~missing)
+
+    def refuse_unless_dropped(self, dropped: bool) -> None:
+        """``ValueError`` naming how many rows miss y and the first of them, unless they were dropped."""
+        if self.count and not dropped:
+            raise ValueError(f"y: {self.count:,} row(s) have a missing value, the first at row {self.first}; "
+                             "drop them with --drop-missing-y (drop_missing_y=True)")
+
+
+def _missing(values: np.ndarray) -> np.ndarray:
+    """Per row of ``values`` (rows, columns): whether any entry is missing (NaN, None or empty text)."""
+    if values.dtype.kind in "fc":
+        return np.isnan(values).any(axis=1)
+    if values.dtype.kind in "biu":
+        return np.zeros(values.shape[0], dtype=bool)
+    flat = values.ravel()
+    empty = np.array([v is None or (isinstance(v, float) and v != v) or (isinstance(v, str) and not v.strip())
+                      for v in flat], dtype=bool)
+    return empty.reshape(values.shape).any(axis=1)
+
+
+def _x_values(block: np.ndarray, names: list[str], encoders: dict[int, LevelEncoder],
+              first_row: int | np.ndarray) -> np.ndarray:
     """A float64 x block: the continuous columns validated, the categorical ones as codes."""
     if not encoders:
         return validate_block(block, names, "x", first_row)

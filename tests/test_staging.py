@@ -106,3 +106,36 @@ def test_recorded_fingerprint_equals_the_recomputed_one(table, tmp_path):
     digests = [hashlib.sha256(np.ascontiguousarray(group[role][:], dtype=np.float64).tobytes()).hexdigest()
                for role in ("x", "y")]  # whole arrays at once: independent of the chunking
     assert hashlib.sha256(f"{digests[0]}:{digests[1]}".encode()).hexdigest() == recorded
+
+
+def test_a_missing_y_is_refused_with_a_count_or_dropped_if_asked(tmp_path, capsys):
+    """Rows with a missing y: one error counting them and naming the first, nothing on disk; with
+    --drop-missing-y they are left out, counted in the store, and an x error still names its source row."""
+    import pandas as pd
+    from jdl.cli import main
+    from pipeline.staging import open_staged
+
+    rng = np.random.default_rng(3)
+    frame = pd.DataFrame({"a": rng.standard_normal(900), "c": rng.choice(["u", "v"], 900),
+                          "t": rng.standard_normal(900)})
+    gaps = [5, 401, 402, 899]
+    frame.loc[gaps, "t"] = np.nan
+    frame.to_csv(tmp_path / "s.csv", index=False)  # a missing y is an empty cell in the CSV
+    command = ["stage", str(tmp_path / "s.csv"), "--x", "a,c", "--y", "t", "--out", str(tmp_path / "d.zarr"),
+               "--chunk-size", "200"]
+    assert main(command) == 2
+    assert capsys.readouterr().err.strip() == ("jdl stage: error: y: 4 row(s) have a missing value, the first at row 5; "
+                                              "drop them with --drop-missing-y (drop_missing_y=True)")
+    assert not (tmp_path / "d.zarr").exists()
+    assert main(command + ["--drop-missing-y"]) == 0
+    assert "staged 896 rows (4 rows with a missing y left out)" in capsys.readouterr().out
+    group = open_staged(tmp_path / "d.zarr")
+    assert group.attrs["dropped_missing_y"] == 4
+    kept = frame.drop(index=gaps)
+    np.testing.assert_array_equal(group["y"][:, 0], kept["t"].to_numpy())
+    np.testing.assert_array_equal(group["x"][:, 0], kept["a"].to_numpy())
+    frame.loc[600, "a"] = np.inf  # past three dropped rows: the error names the row of the source
+    frame.to_csv(tmp_path / "s.csv", index=False)
+    assert main(command + ["--drop-missing-y", "--out", str(tmp_path / "e.zarr")]) == 2
+    assert "x column 'a': inf at row 600 (values must be finite)" in capsys.readouterr().err
+    assert not (tmp_path / "e.zarr").exists()
