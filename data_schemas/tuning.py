@@ -53,6 +53,8 @@ import numpy as np
 
 from jdlcore.scaling import SCALINGS
 
+from .common import check_header, require_variables
+
 SCHEMA_NAME = "jdl.tuning"
 SCHEMA_VERSION = 3  # 2: the scaling; 3: the boosted summaries of x
 SUMMARIES_VARIABLE = "x_summaries"  # the map's JSON bytes, in tuning and model stores alike
@@ -80,13 +82,6 @@ def validate_grid(ds, names: tuple[str, ...], where: str) -> None:
             raise ValueError(f"{where}: coordinate {name!r} must be positive and strictly increasing, got {values}")
 
 
-def _require_variables(ds, dims: dict[str, tuple[str, ...]], where: str) -> None:
-    """Each variable of ``dims`` exists with exactly those dims."""
-    for name, expected in dims.items():
-        if name not in ds.data_vars or tuple(ds[name].dims) != expected:
-            raise ValueError(f"{where}: variable {name!r} is missing or does not have dims {expected}")
-
-
 def validate_summaries(ds, where: str) -> None:
     """``ValueError`` unless a store's optional ``SUMMARIES_VARIABLE`` is uint8 bytes along ``SUMMARIES_DIM``."""
     if SUMMARIES_VARIABLE in ds.variables:
@@ -98,16 +93,9 @@ def validate_summaries(ds, where: str) -> None:
 
 def validate_tuning_dataset(ds, where: str = "tuning") -> None:
     """Raise ``ValueError`` naming the first broken rule of the tuning contract."""
-    if ds.attrs.get("schema") != SCHEMA_NAME:
-        raise ValueError(f"{where}: not a jdl tuning store (attribute schema={ds.attrs.get('schema')!r})")
-    version = ds.attrs.get("schema_version")
-    if not isinstance(version, int) or version > SCHEMA_VERSION:
-        raise ValueError(f"{where}: schema_version {version!r} is newer than this jdl reads ({SCHEMA_VERSION})")
-    for name in REQUIRED_ATTRS:
-        if name not in ds.attrs:
-            raise ValueError(f"{where}: attribute {name!r} is missing")
+    check_header(ds.attrs, SCHEMA_NAME, SCHEMA_VERSION, REQUIRED_ATTRS, where, "tuning")
     validate_grid(ds, GRID, where)
-    _require_variables(ds, VARIABLE_DIMS, where)
+    require_variables(ds, VARIABLE_DIMS, where)
     validate_summaries(ds, where)
     try:
         best = json.loads(ds.attrs["best"])
@@ -120,7 +108,7 @@ def validate_tuning_dataset(ds, where: str = "tuning") -> None:
     if scaling not in SCALINGS:
         raise ValueError(f"{where}: attribute 'scaling' must be one of {', '.join(map(repr, SCALINGS))}, got {scaling!r}")
     if scaling == "robust":
-        _require_variables(ds, SCALING_DIMS, where)
+        require_variables(ds, SCALING_DIMS, where)
         for name in SCALING_DIMS:
             values = np.asarray(ds[name].values, dtype=float)
             if not np.all(np.isfinite(values)) or (name.endswith("scale") and not np.all(values > 0)):
@@ -130,6 +118,6 @@ def validate_tuning_dataset(ds, where: str = "tuning") -> None:
     if isinstance(folds, bool) or not isinstance(folds, (int, np.integer)) or folds < 1:
         raise ValueError(f"{where}: attribute 'folds' must be an integer >= 1, got {folds!r}")
     if "search_loss" in ds.data_vars:
-        _require_variables(ds, SEARCH_DIMS, where)
+        require_variables(ds, SEARCH_DIMS, where)
     if not np.any(np.isfinite(ds["validation_loss"].values)):
         raise ValueError(f"{where}: no candidate has a finite validation loss")

@@ -22,14 +22,16 @@ from typing import Any
 from prefect import flow
 
 from jdlcore.models.registry import FIT_OPTIONS
-from pipeline.settings import CompressSettings, FitSettings, ScoreSettings, StageSettings, TuneSettings
+from pipeline.settings import (
+    CompressSettings, EvaluateSettings, FitSettings, ScoreSettings, StageSettings, TuneSettings,
+)
 
 from . import pipelines
 from .pipelines import given
 from .signatures import settings_signature
 from .stages import StageResult
 
-__all__ = ["stage_flow", "tune_flow", "fit_flow", "score_flow", "train_and_score_flow", "reproduce_flow", "compress_flow"]
+__all__ = ["stage_flow", "tune_flow", "fit_flow", "score_flow", "evaluate_flow", "train_and_score_flow", "reproduce_flow", "compress_flow"]
 
 
 @flow(name="jdl-stage", validate_parameters=False)
@@ -70,6 +72,15 @@ def score_flow(**parameters: Any) -> StageResult:
     """Score every row of the staged store ``data`` with the model store ``model`` into ``out``;
     ``unseen``: "refuse" (default) or "other", for a categorical level the model was not fitted on."""
     return pipelines.score(**given(parameters))
+
+
+@flow(name="jdl-evaluate", validate_parameters=False)
+@settings_signature(EvaluateSettings)
+def evaluate_flow(**parameters: Any) -> StageResult:
+    """Judge the model store ``model`` on the held-out rows of the staged store ``data`` (a scalar y): the
+    exact CRPS, pinball loss at ``levels``, coverage of central intervals at ``coverage``, RMSE of the
+    mean and the PIT, into the evaluation store ``out`` and its calibration figure beside it."""
+    return pipelines.evaluate(**given(parameters))
 
 
 # stage -> tune -> fit -> score in one work directory (its docstring: ``flows.pipelines.train_and_score``)

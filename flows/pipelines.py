@@ -12,7 +12,9 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.cluster import shared_scheduler
-from pipeline.settings import CompressSettings, FitSettings, ScoreSettings, StageSettings, TuneSettings, validated
+from pipeline.settings import (
+    CompressSettings, EvaluateSettings, FitSettings, ScoreSettings, StageSettings, TuneSettings, validated,
+)
 from pipeline.staging import data_fingerprint, open_staged
 from pipeline.tuning import load_tuning
 
@@ -20,7 +22,7 @@ from .progress import report
 from .stage_runner import run_stage
 from .stages import StageResult
 
-__all__ = ["stage", "tune", "fit", "score", "train_and_score", "compress", "reproduce", "given"]
+__all__ = ["stage", "tune", "fit", "score", "evaluate", "train_and_score", "compress", "reproduce", "given"]
 
 
 def given(parameters: dict[str, Any]) -> dict[str, Any]:
@@ -53,6 +55,11 @@ def fit(**parameters: Any) -> StageResult:
 def score(**parameters: Any) -> StageResult:
     """Score every row of the staged store ``data`` with the model store ``model`` into ``out``."""
     return run_stage("score", validated(ScoreSettings, "score", **given(parameters)))
+
+
+def evaluate(**parameters: Any) -> StageResult:
+    """Judge the model store ``model`` on the held-out rows of the staged store ``data`` into ``out``."""
+    return run_stage("evaluate", validated(EvaluateSettings, "evaluate", **given(parameters)))
 
 
 def train_and_score(

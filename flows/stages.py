@@ -18,15 +18,19 @@ import zarr
 from pydantic import BaseModel
 
 from data_schemas.data import SCHEMA_NAME as DATA_SCHEMA
+from data_schemas.evaluation import SCHEMA_NAME as EVALUATION_SCHEMA
 from data_schemas.model import SCHEMA_NAME as MODEL_SCHEMA
 from data_schemas.scores import SCHEMA_NAME as SCORES_SCHEMA
 from data_schemas.tuning import SCHEMA_NAME as TUNING_SCHEMA
 from pipeline.compression import compress_store, open_compressed
+from pipeline.evaluation import evaluate_store, open_evaluation
 from pipeline.fitting import fit_store, run_parameters
 from pipeline.locks import LockTimeout, store_lock
 from pipeline.model_store import lease_model, load_model
 from pipeline.scoring import open_scores, score_store
-from pipeline.settings import CompressSettings, FitSettings, ScoreSettings, StageSettings, TuneSettings
+from pipeline.settings import (
+    CompressSettings, EvaluateSettings, FitSettings, ScoreSettings, StageSettings, TuneSettings,
+)
 from pipeline.staging import data_fingerprint, open_staged, stage as stage_table
 from pipeline.tuning import load_tuning, tune_store
 
@@ -150,6 +154,20 @@ def score(s: ScoreSettings) -> StageResult:
         lease.release()
 
 
+def evaluate(s: EvaluateSettings) -> StageResult:
+    """Judge a model store's laws on the held-out rows of a staged store (a scalar y) into an evaluation
+    store and its calibration figure; the model version is resolved and leased as for ``score``."""
+    lease = lease_model(s.model)
+    try:
+        key = run_key("evaluate", model=_model_identity(lease.path), data=data_fingerprint(open_staged(s.data)),
+                      levels=s.levels, coverage=s.coverage, **_unless_default(s, "unseen"))
+        return _run("evaluate", s.out, EVALUATION_SCHEMA, key, open_evaluation, lambda overwrite: evaluate_store(
+            lease.path, s.data, s.out, levels=s.levels, coverage=s.coverage, unseen=s.unseen, overwrite=overwrite,
+            run_key=key, progress=report))
+    finally:
+        lease.release()
+
+
 def _model_identity(path: str | os.PathLike) -> str:
     """The model store's recorded checksums (every variable, atoms included): its content identity."""
     try:
@@ -188,5 +206,5 @@ def reproduce_cell(kind: str, part: str, d: int, n: int, replicate: int, quick: 
     return result
 
 
-STAGES = {"stage": stage, "tune": tune, "fit": fit, "score": score, "compress": compress,
+STAGES = {"stage": stage, "tune": tune, "fit": fit, "score": score, "evaluate": evaluate, "compress": compress,
           "reproduce_cell": reproduce_cell}

@@ -164,6 +164,7 @@ _stage = _flow_command("stage", "StageSettings", reports.staged)
 _tune = _flow_command("tune", "TuneSettings", reports.tuned)
 _fit = _flow_command("fit", "FitSettings", reports.fitted)
 _score = _flow_command("score", "ScoreSettings", reports.scored, functions="function")
+_evaluate = _flow_command("evaluate", "EvaluateSettings", reports.evaluated)
 _compress = _flow_command("compress", "CompressSettings", reports.compressed)
 
 
@@ -452,6 +453,24 @@ def _add_score(commands) -> None:
     score.set_defaults(run=_score)
 
 
+def _add_evaluate(commands) -> None:
+    evaluate = commands.add_parser("evaluate", help="judge a model's conditional laws on held-out rows of a staged "
+                                                    "store with y (a scalar y): CRPS, pinball loss, interval "
+                                                    "coverage, RMSE and the PIT, with a calibration figure",
+                                   epilog=_REUSE_NOTE)
+    setting = _settings_flags(evaluate, "EvaluateSettings")
+    evaluate.add_argument("model", help="model store (from jdl fit)")
+    evaluate.add_argument("data", help="staged data store with y (rows the model was not fitted on)")
+    evaluate.add_argument("--out", required=True, help="the evaluation store to write; the calibration figure goes "
+                                                       "beside it (report.zarr -> report.png)")
+    setting("--levels", type=_floats, help="comma-separated levels of the pinball loss (default 0.05, 0.1, ..., 0.95)")
+    setting("--coverage", type=_floats, help="comma-separated nominal coverages of the central intervals "
+                                             "(default {default})")
+    evaluate.deferred.append(_add_unseen)
+    _add_prefect(evaluate)
+    evaluate.set_defaults(run=_evaluate)
+
+
 def _add_compress(commands) -> None:
     compress = commands.add_parser("compress", help="compress a staged data store to m points whose conditional "
                                                     "mean embedding matches the data's (ACKIP and friends); the "
@@ -529,7 +548,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="jdl", description="Adaptive joint distribution learning at scale.")
     parser.add_argument("-v", "--verbose", action="store_true", help="show the runs' log lines on the console")
     commands = parser.add_subparsers(dest="command", required=True)
-    for add in (_add_demo, _add_stage, _add_tune, _add_fit, _add_score, _add_compress, _add_reproduce,
+    for add in (_add_demo, _add_stage, _add_tune, _add_fit, _add_score, _add_evaluate, _add_compress, _add_reproduce,
                 _add_model_commands):
         add(commands)
     return parser

@@ -59,6 +59,17 @@ def fitted(args: argparse.Namespace, result: dict) -> str:
     return "\n".join([line] + [f"warning: {kind}: {message}" for kind, message in d.get("degeneracies", {}).items()])
 
 
+def evaluated(args: argparse.Namespace, result: dict) -> str:
+    from pipeline.evaluation import open_evaluation
+
+    ds = open_evaluation(result["path"])
+    coverage = ", ".join(f"{nominal:.0%} -> {observed:.1%}"
+                         for nominal, observed in zip(ds["nominal"].values, ds["coverage"].values))
+    return (f"evaluated {ds.attrs['n_samples']:,} rows: CRPS {float(ds['crps_mean']):.4g}, RMSE {float(ds['rmse']):.4g}, "
+            f"pinball {float(ds['pinball'].mean()):.4g} (mean of {ds.sizes['level']} levels); coverage {coverage} "
+            f"-> {result['path']} (figure {ds.attrs['figure']})")
+
+
 def scored(args: argparse.Namespace, result: dict) -> str:
     import json
 

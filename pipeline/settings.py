@@ -34,6 +34,7 @@ from jdlcore.params import ParameterError
 from jdlcore.scaling import DEFAULT_SCALING, SCALINGS
 from jdlcore.tuning import SEARCH_ROWS, SEARCH_ROWS_PARAM, VALIDATION_FRACTION, resolve_criterion, resolve_folds
 
+from .evaluation import DEFAULT_COVERAGE, DEFAULT_LEVELS
 from .fitting import make_estimator
 from .scoring import parse_function
 from .staging import CHUNK_SIZE
@@ -267,6 +268,22 @@ class ScoreSettings(_Settings):
         if len(set(functions)) != len(functions):
             raise ValueError(f"functions must be distinct, got {functions}")
         return functions
+
+
+class EvaluateSettings(_Settings):
+    model: Path_
+    data: Path_
+    out: Out_
+    levels: list[float] = Field(list(DEFAULT_LEVELS), min_length=1)  # of the pinball loss
+    coverage: list[float] = Field(list(DEFAULT_COVERAGE), min_length=1)  # nominal, of central intervals
+    unseen: Literal[UNSEEN_RULES] = "refuse"  # type: ignore[valid-type] - data_schemas.data's rules
+
+    @field_validator("levels", "coverage")
+    @classmethod
+    def _in_unit_interval(cls, values: list[float]) -> list[float]:
+        if not all(0 < value < 1 for value in values) or len(set(values)) != len(values):
+            raise ValueError(f"must be distinct numbers in (0, 1), got {values}")
+        return sorted(values)
 
 
 class CompressSettings(_Settings):

@@ -1,0 +1,178 @@
+"""A model's conditional laws judged on held-out rows with a scalar y (``jdl evaluate``): the exact CRPS,
+the pinball loss at chosen levels, the coverage of central intervals, the RMSE of the mean and the
+probability integral transform, written as an evaluation store (``data_schemas.evaluation``) with a
+calibration figure.
+
+Every figure is read from the law the model gives each row (its weights on the support atoms, as
+``jdl score`` reads it): the CRPS exactly (``jdlcore.conditional.laws.crps``), the quantiles as the
+smallest atom whose cumulative weight reaches the level (``conditional_quantile``). The laws are
+discrete, so the PIT is randomised: F(y-) + V (F(y) - F(y-)) with V uniform on [0, 1] (seeded), which
+is uniform on [0, 1] when the laws are calibrated.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from data_schemas.evaluation import SCHEMA_NAME, SCHEMA_VERSION, validate_evaluation_dataset
+from jdlcore.conditional.laws import crps as law_crps
+from jdlcore.conditional.queries import check_levels
+from jdlcore.models.protocol import SCORE_ROWS
+
+from .atomic import atomic_store, refuse_existing
+from .model_store import load_model
+from .staging import categorical_levels, level_recoding, open_staged, recode
+from .summaries import with_summaries
+
+__all__ = ["evaluate_store", "open_evaluation", "figure_path", "DEFAULT_LEVELS", "DEFAULT_COVERAGE", "PIT_BINS"]
+
+DEFAULT_LEVELS = tuple(round(0.05 * k, 2) for k in range(1, 20))  # 0.05, 0.10, ..., 0.95
+DEFAULT_COVERAGE = (0.5, 0.8, 0.9, 0.95)  # central intervals
+PIT_BINS = 20
+
+
+class _Totals:
+    """The running sums over the rows of the figures that are means: pinball per level, rows covered per
+    nominal coverage, squared error of the mean; and the per-row CRPS and PIT."""
+
+    def __init__(self, n: int, levels: np.ndarray, coverage: np.ndarray):
+        self.levels, self.coverage = levels, coverage
+        self.asked = np.unique(np.concatenate([levels, (1 - coverage) / 2, (1 + coverage) / 2]))
+        self.crps, self.pit = np.empty(n), np.empty(n)
+        self.pinball, self.covered, self.squared = np.zeros(levels.size), np.zeros(coverage.size), 0.0
+
+    def add(self, model: Any, X: np.ndarray, y: np.ndarray, rows: slice, rng: np.random.Generator) -> None:
+        """The rows ``rows`` (x (b, d), y (b,)) read from the model's law at each x."""
+        weights = model.conditional_weights(X)  # (b, M), each row a probability vector
+        atoms = np.asarray(model.law_atoms_, dtype=np.float64)[:, 0]
+        self.crps[rows] = law_crps(weights, atoms, y)
+        quantiles = model.conditional_quantile(X, self.asked)
+        at = {float(level): k for k, level in enumerate(self.asked)}
+        picked = quantiles[:, [at[float(level)] for level in self.levels]]
+        residual = y[:, None] - picked
+        self.pinball += np.maximum(self.levels * residual, (self.levels - 1) * residual).sum(axis=0)
+        low = quantiles[:, [at[float(level)] for level in (1 - self.coverage) / 2]]
+        high = quantiles[:, [at[float(level)] for level in (1 + self.coverage) / 2]]
+        self.covered += ((y[:, None] >= low) & (y[:, None] <= high)).sum(axis=0)
+        self.squared += float(np.sum((y - weights @ atoms) ** 2))
+        below = (weights * (atoms[None, :] < y[:, None])).sum(axis=1)
+        at_y = (weights * (atoms[None, :] == y[:, None])).sum(axis=1)
+        self.pit[rows] = np.clip(below + rng.uniform(size=y.size) * at_y, 0.0, 1.0)
+
+
+def evaluate_store(model_path: str | os.PathLike, data: str | os.PathLike, out: str | os.PathLike, *,
+                   levels: Sequence[float] = DEFAULT_LEVELS, coverage: Sequence[float] = DEFAULT_COVERAGE,
+                   unseen: str = "refuse", seed: int = 0, overwrite: bool = False, run_key: str | None = None,
+                   progress: Callable[[str], None] | None = None) -> Path:
+    """Judge the model store ``model_path`` on every row of the staged store ``data`` (a scalar y) and
+    write the evaluation store ``out`` atomically, with its calibration figure (the PIT histogram, and
+    the coverage of the central intervals against nominal) beside it (``figure_path``: report.zarr ->
+    report.png); returns the store's path.
+
+    ``levels``: the pinball loss's levels, in (0, 1); ``coverage``: the central intervals' nominal
+    coverages, in (0, 1); ``unseen``: a categorical level the model was not fitted on, as in ``jdl score``;
+    ``seed``: the PIT's randomisation. ``ValueError`` naming the rule for a model without a law on atoms
+    (KLR), a vector y, or x features other than the model's.
+    """
+    levels, nominal = check_levels(levels), _check_coverage(coverage)
+    target = Path(out)
+    refuse_existing(target, overwrite)
+    model = load_model(model_path)
+    group = open_staged(data)
+    if not model.answers("conditional_weights") or not model.answers("conditional_quantile"):
+        raise ValueError(f"model: a {model.method} model has no law on atoms to evaluate; evaluate a jdl, jpdl, cme, "
+                         "greedy or psd model")
+    y_features = list(group.attrs["y_features"])
+    if len(y_features) != 1 or model.y_width_ != 1:
+        raise ValueError(f"data: evaluate needs a scalar y; the data have y {y_features}, the model "
+                         f"{model.y_width_} y feature(s)")
+    trained = model.provenance_.get("x_features")
+    if trained is not None and list(group.attrs["x_features"]) != list(trained):
+        raise ValueError(f"data: x features {group.attrs['x_features']} differ from the model's {trained}")
+    tables = level_recoding(categorical_levels(group), model.provenance_.get("x_levels") or {},
+                            list(group.attrs["x_features"]), unseen, f"data {data}")
+    n = int(group.attrs["n_samples"])
+    totals, rng = _Totals(n, levels, nominal), np.random.default_rng(seed)
+    for start in range(0, n, SCORE_ROWS):
+        rows = slice(start, min(start + SCORE_ROWS, n))
+        X = with_summaries(getattr(model, "x_summaries_", None), recode(group["x"][rows], tables))
+        totals.add(model, X, np.asarray(group["y"][rows][:, 0], dtype=np.float64), rows, rng)
+        if progress is not None and (rows.stop == n or (start // SCORE_ROWS) % 10 == 9):
+            progress(f"evaluated {rows.stop:,}/{n:,} rows")
+    dataset = _dataset(totals, n, {
+        "schema": SCHEMA_NAME, "schema_version": SCHEMA_VERSION, "model": str(Path(model.store_path_).resolve()),
+        "model_version": model.store_version_ or "", "data": str(Path(data).resolve()), "n_samples": n,
+        "y_feature": y_features[0], "figure": figure_path(target).name, **({"run_key": run_key} if run_key else {})})
+    figure = figure_path(target)
+    drawn = figure.with_name(f".{figure.name}.{os.getpid()}.tmp")
+    try:
+        _calibration_figure(dataset, drawn)  # drawn first: a failure leaves neither the store nor the figure
+        with atomic_store(target, overwrite=overwrite) as staging:
+            dataset.to_zarr(staging, mode="w", zarr_format=3, consolidated=False)
+        os.replace(drawn, figure)
+    finally:
+        drawn.unlink(missing_ok=True)
+    return target
+
+
+def figure_path(store: str | os.PathLike) -> Path:
+    """The calibration figure of the evaluation store ``store``: beside it, ``.zarr`` replaced by ``.png``."""
+    store = Path(store)
+    return store.with_suffix(".png") if store.suffix == ".zarr" else store.with_name(store.name + ".png")
+
+
+def _check_coverage(coverage: Sequence[float]) -> np.ndarray:
+    values = np.unique(np.asarray(coverage, dtype=np.float64))
+    if values.size == 0 or not np.all((values > 0) & (values < 1)):
+        raise ValueError(f"coverage: needs nominal coverages in (0, 1), got {list(coverage)}")
+    return values
+
+
+def _dataset(totals: _Totals, n: int, attrs: dict[str, Any]) -> Any:
+    import xarray as xr
+
+    edges = np.linspace(0.0, 1.0, PIT_BINS + 1)
+    counts, _ = np.histogram(totals.pit, bins=edges)
+    return xr.Dataset(
+        {"crps": ("sample", totals.crps), "pit": ("sample", totals.pit),
+         "pinball": ("level", totals.pinball / n), "coverage": ("nominal", totals.covered / n),
+         "pit_density": ("pit_bin", counts / n * PIT_BINS),
+         "crps_mean": ((), float(totals.crps.mean())), "rmse": ((), float(np.sqrt(totals.squared / n)))},
+        coords={"level": totals.levels, "nominal": totals.coverage, "pit_bin": (edges[:-1] + edges[1:]) / 2},
+        attrs=attrs)
+
+
+def _calibration_figure(dataset: Any, path: Path) -> None:
+    """The PIT histogram (a density: 1 for calibrated laws) and observed against nominal coverage."""
+    from .model_card import _figure, _save
+
+    figure, (pit, cover) = _figure(2, 10, 4)
+    width = 1.0 / dataset.sizes["pit_bin"]
+    pit.bar(dataset["pit_bin"].values, dataset["pit_density"].values, width=width, color="tab:blue", alpha=0.8)
+    pit.axhline(1.0, color="black", linestyle="--", linewidth=1, label="calibrated")
+    pit.set(xlim=(0, 1), xlabel="PIT: F(y) of each row's law (randomised)", ylabel="density",
+            title=f"PIT histogram, {dataset.attrs['n_samples']:,} rows")
+    pit.legend(loc="upper center")
+    nominal, observed = dataset["nominal"].values, dataset["coverage"].values
+    cover.plot([0, 1], [0, 1], color="black", linestyle="--", linewidth=1, label="calibrated")
+    cover.plot(nominal, observed, marker="o", color="tab:orange", label="central intervals")
+    cover.set(xlim=(0, 1), ylim=(0, 1), xlabel="nominal coverage", ylabel="observed coverage",
+              title=f"CRPS {float(dataset['crps_mean']):.4g}, RMSE {float(dataset['rmse']):.4g}")
+    cover.legend(loc="upper left")
+    _save(figure, path)
+
+
+def open_evaluation(path: str | os.PathLike) -> Any:
+    """Open an evaluation store after checking its contract; ``ValueError`` naming the broken rule."""
+    import xarray as xr
+
+    source = Path(path)
+    try:
+        dataset = xr.open_zarr(source, zarr_format=3)
+    except Exception as error:
+        raise ValueError(f"evaluation {source}: not a readable zarr v3 store ({type(error).__name__})") from None
+    validate_evaluation_dataset(dataset, f"evaluation {source}")
+    return dataset
