@@ -17,7 +17,8 @@ import xarray as xr
 
 from jdlcore import JDL
 from jdlcore.conditional.curves import (
-    GRID_POINTS, query_points, conditional_curves, conditional_density, default_grid, default_x_values, density_bandwidth,
+    CENTRAL_SHARE, GRID_POINTS, central_grid, query_points, conditional_curves, conditional_density, default_x_values,
+    density_bandwidth,
 )
 from pipeline.model_store import load_model
 from pipeline.summaries import kernel_features
@@ -309,14 +310,17 @@ def _slices(model: JDL, x_values: Any, n_slices: int):
         x = _slice_points(model, n_slices)
     else:  # the data's columns, with a summaries model's summaries appended
         x = query_points(model, x_values if summaries is None else summaries.augment(np.atleast_2d(x_values)))
-    grid = default_grid(model, 0)
+    grid, cut = central_grid(model, 0)
     density, cdf = conditional_curves(model, x, grid)
-    return x, grid, density, cdf
+    return x, grid, density, cdf, cut
 
 
 def _plot_slices(model: JDL, x: np.ndarray, grid: np.ndarray, density: np.ndarray, density_ax: Any,
-                 cdf: np.ndarray | None = None, cdf_ax: Any | None = None) -> None:
+                 cdf: np.ndarray | None = None, cdf_ax: Any | None = None, cut: bool = False) -> None:
+    """The conditional densities (and CDFs) at the x slices over ``grid``; ``cut``: the grid is the
+    central ``CENTRAL_SHARE`` of y's marginal, not its full range (said on the axis)."""
     x_name, y_name = _names(model, "x")[0], _names(model, "y")[0]
+    y_label = f"{y_name} (central {CENTRAL_SHARE:.0%} of its marginal)" if cut else y_name
     marginal = "" if _width(model, "y") == 1 else "marginal "
     for k in range(x.shape[0]):
         density_ax.plot(grid, density[k], label=f"{x_name} = {x[k, 0]:.3g}")
@@ -326,14 +330,14 @@ def _plot_slices(model: JDL, x: np.ndarray, grid: np.ndarray, density: np.ndarra
     if low < -1e-9 * float(np.abs(density).max()):
         title += f"\nhas negative parts (min {low:.2g}): weights below 0"
     density_ax.set_title(title, fontsize="medium")
-    density_ax.set_xlabel(y_name)
+    density_ax.set_xlabel(y_label)
     density_ax.set_ylabel(f"p({y_name} | {x_name})")
     density_ax.legend(fontsize="small")
     if cdf_ax is not None and cdf is not None:
         for k in range(x.shape[0]):
             cdf_ax.plot(grid, cdf[k], label=f"{x_name} = {x[k, 0]:.3g}")
         cdf_ax.set_title(f"{marginal}conditional CDF of {y_name}", fontsize="medium")
-        cdf_ax.set_xlabel(y_name)
+        cdf_ax.set_xlabel(y_label)
         cdf_ax.set_ylabel(f"Q({y_name} <= y | {x_name})")
 
 
@@ -384,8 +388,8 @@ def write_plots(path: str | os.PathLike, out_dir: str | os.PathLike, *, x_values
     written.append(_save(figure, out / "residual_trace.png"))
     if model.answers("conditional_expectation"):
         figure, axes = _figure(2, 11, 4.2)
-        x, grid, density, cdf = _slices(model, x_values, n_slices)
-        _plot_slices(model, x, grid, density, axes[0], cdf, axes[1])
+        x, grid, density, cdf, cut = _slices(model, x_values, n_slices)
+        _plot_slices(model, x, grid, density, axes[0], cdf, axes[1], cut)
         written.append(_save(figure, out / "conditional_density.png"))
     else:
         figure, axes = _figure(1, 6, 4.2)
@@ -406,8 +410,8 @@ def diagnostics_figure(path: str | os.PathLike, png_path: str | os.PathLike, mod
     figure, axes = _figure(2, 10, 3.6)
     _plot_trace(axes[0], model)
     if model.answers("conditional_expectation"):
-        x, grid, density, _ = _slices(model, None, 5)
-        _plot_slices(model, x, grid, density, axes[1])
+        x, grid, density, _, cut = _slices(model, None, 5)
+        _plot_slices(model, x, grid, density, axes[1], cut=cut)
     else:
         _plot_class_probabilities(axes[1], model)
     return _save(figure, png_path)

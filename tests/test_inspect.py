@@ -234,3 +234,29 @@ def test_missing_and_foreign_stores_are_refused(tmp_path):
         with pytest.raises(ValueError, match="does not exist"):
             call(tmp_path / "missing.zarr")
     assert not (tmp_path / "plots").exists() and not (tmp_path / "f.png").exists()
+
+
+def test_figures_show_the_central_range_of_a_heavy_tailed_y(tmp_path):
+    """A heavy-tailed y (departure delays: most near 0, a few hours late) drawn on its full range makes
+    every density a spike; the figures' grid spans the 1st to 99th percentile of the marginal, padded."""
+    from jdlcore.conditional.curves import CENTRAL_SHARE, central_grid, default_grid, density_bandwidth
+
+    rng = np.random.default_rng(12)
+    X = rng.standard_normal((3000, 1))
+    Y = np.exp(1.5 * rng.standard_normal((3000, 1)) + 0.3 * X)  # log-normal: a long right tail
+    model = JDL(reg=1e-4).fit(X, Y)
+    grid, cut = central_grid(model)
+    atoms, weights = model.law_atoms_[:, 0], model.support_.weights
+    order = np.argsort(atoms)
+    cumulative = np.cumsum(weights[order])
+    low = atoms[order][np.argmax(cumulative >= (1 - CENTRAL_SHARE) / 2)]  # by hand: the first atom reaching 1%
+    high = atoms[order][np.argmax(cumulative >= (1 + CENTRAL_SHARE) / 2)]
+    pad = 4 * density_bandwidth(model)
+    full = default_grid(model)
+    assert cut and grid[0] == pytest.approx(max(low - pad, full[0])) and grid[-1] == pytest.approx(high + pad)
+    assert grid[-1] - grid[0] < 0.3 * (full[-1] - full[0])
+    normal = JDL(reg=1e-4).fit(X, X + 0.1 * rng.standard_normal((3000, 1)))  # light tails: the padding reaches the ends
+    assert np.ptp(central_grid(normal)[0]) > 0.6 * np.ptp(default_grid(normal))
+    path = save_model(model, tmp_path / "m.zarr")
+    assert [p.name for p in write_plots(path, tmp_path / "plots", n_slices=2)][:2] == ["residual_trace.png",
+                                                                                     "conditional_density.png"]

@@ -18,10 +18,11 @@ import numpy as np
 
 from ..validation import as_samples
 
-__all__ = ["GRID_POINTS", "query_points", "conditional_curves", "conditional_density", "default_grid", "default_x_values",
+__all__ = ["GRID_POINTS", "CENTRAL_SHARE", "central_grid", "query_points", "conditional_curves", "conditional_density", "default_grid", "default_x_values",
            "density_bandwidth"]
 
 GRID_POINTS = 256
+CENTRAL_SHARE = 0.98  # of the y marginal that figures show: from its 1st to its 99th percentile
 
 
 def density_bandwidth(model: Any, component: int = 0) -> float:
@@ -42,6 +43,26 @@ def default_grid(model: Any, component: int = 0, points: int = GRID_POINTS) -> n
     column = np.asarray(model.law_atoms_[:, component], dtype=np.float64)
     pad = 4 * density_bandwidth(model, component)
     return np.linspace(float(column.min()) - pad, float(column.max()) + pad, points)
+
+
+def central_grid(model: Any, component: int = 0, share: float = CENTRAL_SHARE,
+                 points: int = GRID_POINTS) -> tuple[np.ndarray, bool]:
+    """(``points`` y values over the central ``share`` of the y marginal of feature ``component`` (its
+    (1 - share) / 2 and (1 + share) / 2 quantiles under the support weights, equal weights where the model
+    has none) plus 4 bandwidths each side, within ``default_grid``'s span; whether that cut the span).
+    A heavy-tailed y drawn on its full range makes every conditional density one spike: this is the
+    range a figure shows."""
+    column = np.asarray(model.law_atoms_[:, component], dtype=np.float64)
+    support = getattr(model, "support_", None)
+    weights = np.full(column.size, 1.0 / column.size) if support is None else np.asarray(support.weights, dtype=np.float64)
+    order = np.argsort(column, kind="stable")
+    cumulative = np.cumsum(weights[order]) / weights.sum()
+    low = column[order][min(np.searchsorted(cumulative, (1 - share) / 2), column.size - 1)]
+    high = column[order][min(np.searchsorted(cumulative, (1 + share) / 2), column.size - 1)]
+    pad = 4 * density_bandwidth(model, component)
+    full = default_grid(model, component, points)
+    start, stop = max(float(low) - pad, float(full[0])), min(float(high) + pad, float(full[-1]))
+    return np.linspace(start, stop, points), bool(start > full[0] or stop < full[-1])
 
 
 def query_points(model: Any, x_values: Any) -> np.ndarray:
