@@ -175,7 +175,8 @@ class Estimator(ScikitLearnProtocol):
 
     # -- fitted state and query points ----------------------------------------------------------
     def _fitted(self) -> None:
-        """``RuntimeError`` unless the estimator was fitted (or loaded from a state)."""
+        """``NotFittedError`` (a ``RuntimeError``; scikit-learn's too where it is loaded) unless the estimator
+        was fitted (or loaded from a state)."""
         if not hasattr(self, self._FITTED):
             raise not_fitted(f"{type(self).__name__}: call fit(X, Y) before querying the model")
 

@@ -139,7 +139,8 @@ class ScikitLearnProtocol:
     def score(self, X: Any, y: Any) -> float:
         """The negative mean score of the conditional laws at the rows (X, y): the exact CRPS for a
         scalar y (``crps``), the energy score for a vector y (``energy_score``); in y's units, higher is
-        better (0 only for a law that is one atom at each observation)."""
+        better (0 only for a law that is one atom at each observation). A method whose laws are signed
+        (CME) is scored on its signed weights as they are, where the score is no longer proper."""
         shape = _shape(y)
         y_width = 1 if len(shape) == 1 else shape[1]
         losses = self.crps(X, y) if y_width == 1 else self.energy_score(X, y)
