@@ -5,7 +5,8 @@ A zarr store's metadata is consolidated (``consolidate``) just before the rename
 format 3 consolidated metadata is an extension of zarr-python's (it warns so when writing; the
 warning is silenced here, the choice being made): readers that do not know it read each array's own
 metadata, which is written as well. A published store is never changed in place, so the consolidated
-copy cannot go stale.
+copy cannot go stale; jdl's own checks of a store (``open_staged``, ``open_scores``, the model, tuning
+and evaluation loaders) read each array's metadata instead, so a store damaged on disk is still found.
 """
 from __future__ import annotations
 

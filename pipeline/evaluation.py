@@ -166,12 +166,13 @@ def _calibration_figure(dataset: Any, path: Path) -> None:
 
 
 def open_evaluation(path: str | os.PathLike) -> Any:
-    """Open an evaluation store after checking its contract; ``ValueError`` naming the broken rule."""
+    """Open an evaluation store after checking its contract (read from each array's own metadata, so a
+    damaged store is found); ``ValueError`` naming the broken rule."""
     import xarray as xr
 
     source = Path(path)
     try:
-        dataset = xr.open_zarr(source, zarr_format=3)
+        dataset = xr.open_zarr(source, zarr_format=3, consolidated=False)  # the files, not the consolidated copy
     except Exception as error:
         raise ValueError(f"evaluation {source}: not a readable zarr v3 store ({type(error).__name__})") from None
     validate_evaluation_dataset(dataset, f"evaluation {source}")

@@ -192,7 +192,7 @@ def open_scores(path: str | os.PathLike) -> zarr.Group:
     """Open a scores store after checking its contract; raises ``ValueError`` naming the broken rule."""
     source = Path(path)
     try:
-        group = zarr.open_group(source, mode="r", zarr_format=3)
+        group = zarr.open_group(source, mode="r", zarr_format=3, use_consolidated=False)
     except Exception as error:  # zarr raises many types for foreign or damaged directories
         raise ValueError(f"scores {source}: not a readable zarr v3 store ({type(error).__name__})") from None
     validate_scores_group(group, f"scores {source}")

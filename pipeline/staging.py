@@ -302,10 +302,11 @@ def data_fingerprint(group: zarr.Group) -> str:
 
 
 def open_staged(path: str | os.PathLike) -> zarr.Group:
-    """Open a staged store after checking its contract; raises ``ValueError`` naming the broken rule."""
+    """Open a staged store after checking its contract; raises ``ValueError`` naming the broken rule. The
+    check reads each array's own metadata, not the consolidated copy, so a damaged store is found."""
     path = Path(path)
     try:
-        group = zarr.open_group(path, mode="r", zarr_format=3)
+        group = zarr.open_group(path, mode="r", zarr_format=3, use_consolidated=False)
     except Exception as error:
         raise ValueError(f"data {path}: not a readable zarr v3 store ({type(error).__name__})") from None
     attrs = dict(group.attrs)

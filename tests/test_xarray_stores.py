@@ -92,3 +92,17 @@ def test_stores_of_the_previous_schemas_still_load_and_a_missing_coordinate_is_r
     data.attrs["schema_version"] = 2
     consolidate(tmp_path / "d.zarr")
     assert open_staged(tmp_path / "d.zarr").attrs["x_features"] == ["a", "b"]
+
+
+def test_a_store_damaged_on_disk_is_found_despite_its_consolidated_metadata(stores, tmp_path):
+    """The consolidated copy still lists an array whose directory is gone; jdl's checks read the files."""
+    import shutil
+
+    for name in ("d.zarr", "s.zarr"):
+        shutil.copytree(stores / name, tmp_path / name)
+    shutil.rmtree(tmp_path / "d.zarr" / "y")
+    with pytest.raises(ValueError, match="array 'y' is missing"):
+        open_staged(tmp_path / "d.zarr")
+    shutil.rmtree(tmp_path / "s.zarr" / "mean")
+    with pytest.raises(ValueError, match="array 'mean' is missing"):
+        open_scores(tmp_path / "s.zarr")
