@@ -56,7 +56,8 @@ def fit(name: str):
 
     factor = np.linalg.cholesky(correlation(6, 0))
     data = rng.standard_normal((100_000, 6)) @ factor.T
-    model = JDL(GaussianKernel(1.0), GaussianKernel(1.0), reg=1e-6, tol=1e-2, scaling="none").fit(data[:, :3], data[:, 3:])
+    model = JDL(GaussianKernel(1.0), GaussianKernel(1.0), reg=1e-6, tol=1e-2,
+                scaling="none").fit(data[:, :3], data[:, 3:])
     return model, (rng.standard_normal((100_000, 6)) @ factor.T)[:, :3]
 
 

@@ -95,7 +95,8 @@ class LevelEncoder:
             table[k] = self.codes.setdefault(level, len(self.codes))
         missing = np.flatnonzero(raw_codes < 0)
         if missing.size:
-            raise ValueError(f"{self.role} column {self.name!r}: missing value at row {row_number(first_row, missing[0])} "
+            row = row_number(first_row, missing[0])
+            raise ValueError(f"{self.role} column {self.name!r}: missing value at row {row} "
                              "(a categorical column needs a level in every row)")
         return table[raw_codes]
 
@@ -128,13 +129,15 @@ def validate_block(values, names: list[str], role: str, first_row: int | np.ndar
                 np.asarray(array[:, column], dtype=np.float64)
             except (TypeError, ValueError):
                 bad = next(i for i, v in enumerate(array[:, column]) if not _is_number(v))
-                raise ValueError(f"{role} column {name!r}: non-numeric value {array[bad, column]!r} at row {row_number(first_row, bad)}") from None
+                raise ValueError(f"{role} column {name!r}: non-numeric value {array[bad, column]!r} at row "
+                                 f"{row_number(first_row, bad)}") from None
         array = array.astype(np.float64)
     array = np.asarray(array, dtype=np.float64)
     finite = np.isfinite(array)
     if not finite.all():
         row, column = np.argwhere(~finite)[0]
-        raise ValueError(f"{role} column {names[column]!r}: {array[row, column]} at row {row_number(first_row, row)} (values must be finite)")
+        raise ValueError(f"{role} column {names[column]!r}: {array[row, column]} at row {row_number(first_row, row)} "
+                         "(values must be finite)")
     return array
 
 

@@ -31,7 +31,8 @@ from .pipelines import given
 from .signatures import settings_signature
 from .stages import StageResult
 
-__all__ = ["stage_flow", "tune_flow", "fit_flow", "score_flow", "evaluate_flow", "train_and_score_flow", "reproduce_flow", "compress_flow"]
+__all__ = ["stage_flow", "tune_flow", "fit_flow", "score_flow", "evaluate_flow", "train_and_score_flow",
+           "reproduce_flow", "compress_flow"]
 
 
 @flow(name="jdl-stage", validate_parameters=False)

@@ -9,7 +9,8 @@ from prefect.cache_policies import NO_CACHE
 from . import stages
 from .stages import RETRY_DELAYS, is_transient
 
-__all__ = ["stage_task", "tune_task", "fit_task", "score_task", "evaluate_task", "compress_task", "reproduce_cell_task", "TASKS"]
+__all__ = ["stage_task", "tune_task", "fit_task", "score_task", "evaluate_task", "compress_task", "reproduce_cell_task",
+           "TASKS"]
 
 
 def _retry_on_transient(task_, task_run, state) -> bool:

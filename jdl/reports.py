@@ -65,8 +65,9 @@ def evaluated(args: argparse.Namespace, result: dict) -> str:
     ds = open_evaluation(result["path"])
     coverage = ", ".join(f"{nominal:.0%} -> {observed:.1%}"
                          for nominal, observed in zip(ds["nominal"].values, ds["coverage"].values))
-    return (f"evaluated {ds.attrs['n_samples']:,} rows: CRPS {float(ds['crps_mean']):.4g}, RMSE {float(ds['rmse']):.4g}, "
-            f"pinball {float(ds['pinball'].mean()):.4g} (mean of {ds.sizes['level']} levels); coverage {coverage} "
+    return (f"evaluated {ds.attrs['n_samples']:,} rows: CRPS {float(ds['crps_mean']):.4g}, "
+            f"RMSE {float(ds['rmse']):.4g}, pinball {float(ds['pinball'].mean()):.4g} "
+            f"(mean of {ds.sizes['level']} levels); coverage {coverage} "
             f"-> {result['path']} (figure {ds.attrs['figure']})")
 
 

@@ -241,7 +241,8 @@ class Kernel:
         """Same kernel family, lengthscale and categorical columns with another scaling (None, None: none)."""
         return type(self)(self.lengthscale, location=location, scale=scale, categorical=self.categorical)
 
-    def standardised(self, Z: Any, names: list[str] | None = None, role: str = "x", constant: str = "refuse") -> "Kernel":
+    def standardised(self, Z: Any, names: list[str] | None = None, role: str = "x",
+                     constant: str = "refuse") -> "Kernel":
         """This kernel with the robust scaling of the columns of ``Z`` (n, d) (``robust_scaling``:
         median and interquartile range; 0 and 1 for its categorical columns); a constant column is
         refused (``ValueError`` naming it) or, with ``constant="unit"``, given scale 1."""

@@ -27,8 +27,8 @@ from data_schemas.data import (
 from .atomic import atomic_store
 
 __all__ = ["stage", "open_staged", "combined_fingerprint", "data_fingerprint", "arrays_fingerprint",
-           "create_data_arrays", "write_feature_coordinates", "data_attrs", "categorical_levels", "categorical_indices", "level_recoding", "recode",
-           "FORMATS", "DETECT_ROWS", "UNSEEN_RULES", "OTHER_CODE", "read_sample"]
+           "create_data_arrays", "write_feature_coordinates", "data_attrs", "categorical_levels", "categorical_indices",
+           "level_recoding", "recode", "FORMATS", "DETECT_ROWS", "UNSEEN_RULES", "OTHER_CODE", "read_sample", "MissingY"]
 
 FORMATS = {".csv": "csv", ".parquet": "parquet", ".pq": "parquet", ".npy": "npy", ".npz": "npz",
            ".nc": "netcdf", ".nc4": "netcdf", ".zarr": "zarr"}
@@ -120,8 +120,9 @@ def stage(
     ``categorical``: x columns to store as category codes (integer-coded ones, say); text x columns
     are detected as categorical anyway. A row with a missing y (NaN or empty) is refused, with one
     error naming how many rows miss one and the first of them, unless ``drop_missing_y``: those rows
-    are then left out, and the store's ``dropped_missing_y`` attribute counts them. The store records the data fingerprint (see
-    ``combined_fingerprint``) and, if given, the ``run_key`` of the orchestration that wrote it.
+    are then left out, and the store's ``dropped_missing_y`` attribute counts them. The store records the
+    data fingerprint (see ``combined_fingerprint``) and, if given, the ``run_key`` of the orchestration that
+    wrote it.
     """
     source, target = Path(source), Path(out)
     if not source.exists():

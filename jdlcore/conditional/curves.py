@@ -18,8 +18,8 @@ import numpy as np
 
 from ..validation import as_samples
 
-__all__ = ["GRID_POINTS", "CENTRAL_SHARE", "central_grid", "query_points", "conditional_curves", "conditional_density", "default_grid", "default_x_values",
-           "density_bandwidth"]
+__all__ = ["GRID_POINTS", "CENTRAL_SHARE", "central_grid", "query_points", "conditional_curves", "conditional_density",
+           "default_grid", "default_x_values", "density_bandwidth"]
 
 GRID_POINTS = 256
 CENTRAL_SHARE = 0.98  # of the y marginal that figures show: from its 1st to its 99th percentile
@@ -54,7 +54,8 @@ def central_grid(model: Any, component: int = 0, share: float = CENTRAL_SHARE,
     range a figure shows."""
     column = np.asarray(model.law_atoms_[:, component], dtype=np.float64)
     support = getattr(model, "support_", None)
-    weights = np.full(column.size, 1.0 / column.size) if support is None else np.asarray(support.weights, dtype=np.float64)
+    weights = (np.full(column.size, 1.0 / column.size) if support is None
+               else np.asarray(support.weights, dtype=np.float64))
     order = np.argsort(column, kind="stable")
     cumulative = np.cumsum(weights[order]) / weights.sum()
     low = column[order][min(np.searchsorted(cumulative, (1 - share) / 2), column.size - 1)]
