@@ -18,7 +18,8 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from data_schemas.evaluation import SCHEMA_NAME, SCHEMA_VERSION, validate_evaluation_dataset
-from jdlcore.conditional.laws import crps as law_crps
+from jdlcore.conditional.laws import crps as law_crps, quantiles as law_quantiles, randomised_pit
+from jdlcore.conditional.losses import pinball_losses
 from jdlcore.conditional.queries import check_levels
 from jdlcore.models.protocol import SCORE_ROWS
 
@@ -46,21 +47,18 @@ class _Totals:
 
     def add(self, model: Any, X: np.ndarray, y: np.ndarray, rows: slice, rng: np.random.Generator) -> None:
         """The rows ``rows`` (x (b, d), y (b,)) read from the model's law at each x."""
-        weights = model.conditional_weights(X)  # (b, M), each row a probability vector
+        weights = model.conditional_weights(X)  # (b, M): the law every figure is read from, once
         atoms = np.asarray(model.law_atoms_, dtype=np.float64)[:, 0]
         self.crps[rows] = law_crps(weights, atoms, y)
-        quantiles = model.conditional_quantile(X, self.asked)
+        quantiles = law_quantiles(weights, atoms, self.asked)  # what conditional_quantile reads from the law
         at = {float(level): k for k, level in enumerate(self.asked)}
         picked = quantiles[:, [at[float(level)] for level in self.levels]]
-        residual = y[:, None] - picked
-        self.pinball += np.maximum(self.levels * residual, (self.levels - 1) * residual).sum(axis=0)
+        self.pinball += pinball_losses(picked, y, self.levels).sum(axis=0)
         low = quantiles[:, [at[float(level)] for level in (1 - self.coverage) / 2]]
         high = quantiles[:, [at[float(level)] for level in (1 + self.coverage) / 2]]
         self.covered += ((y[:, None] >= low) & (y[:, None] <= high)).sum(axis=0)
         self.squared += float(np.sum((y - weights @ atoms) ** 2))
-        below = (weights * (atoms[None, :] < y[:, None])).sum(axis=1)
-        at_y = (weights * (atoms[None, :] == y[:, None])).sum(axis=1)
-        self.pit[rows] = np.clip(below + rng.uniform(size=y.size) * at_y, 0.0, 1.0)
+        self.pit[rows] = randomised_pit(weights, atoms, y, rng.uniform(size=y.size))
 
 
 def evaluate_store(model_path: str | os.PathLike, data: str | os.PathLike, out: str | os.PathLike, *,

@@ -32,7 +32,8 @@ import numpy as np
 from ..kernels import pool_map, pool_threads
 from .support import Support
 
-__all__ = ["RULES", "LEVELS", "FAILED", "BUDGETS", "project", "MomentBasis", "apply_rule", "quantiles", "crps", "map_rows",
+__all__ = ["RULES", "LEVELS", "FAILED", "BUDGETS", "project", "MomentBasis", "apply_rule", "quantiles", "crps", "energy_score",
+           "randomised_pit", "map_rows",
            "ROW_ELEMENTS"]
 
 RULES = ("signed", "clip", "project")
@@ -159,6 +160,34 @@ def crps(P: np.ndarray, values: np.ndarray, observed: np.ndarray) -> np.ndarray:
     centre = ascending[ascending.size // 2]  # the CRPS is translation invariant: an offset in y costs no digits
     out = np.empty(P.shape[0])
     _kernels().crps_rows(P, order, ascending - centre, np.asarray(observed, dtype=np.float64) - centre, out)
+    return out
+
+
+def energy_score(P: np.ndarray, atoms: np.ndarray, observed: np.ndarray) -> np.ndarray:
+    """Energy score of laws P (q, M) on vector atoms (M, d) at the observations (q, d): E||X - y|| -
+    E||X - X'|| / 2 (Euclidean norm) for X, X' independent draws of the law, exact for weighted atoms;
+    the CRPS for d = 1. Distances are summed from the differences (no cancellation between equal atoms)."""
+    spread = np.sqrt(_squared_differences(atoms, atoms))
+    distance = np.sqrt(_squared_differences(np.asarray(observed, dtype=np.float64), atoms))
+    return np.einsum("ij,ij->i", P, distance) - 0.5 * np.einsum("ij,ij->i", P @ spread, P)
+
+
+def randomised_pit(P: np.ndarray, values: np.ndarray, observed: np.ndarray, uniform: np.ndarray) -> np.ndarray:
+    """The randomised probability integral transform of laws P (q, M) on scalar atoms ``values`` (M,) at
+    the observations (q,): F(y-) + V (F(y) - F(y-)) with V = ``uniform`` (q,) draws on [0, 1], clipped to
+    [0, 1]. Uniform on [0, 1] when the observations follow the laws, atoms or no atoms."""
+    y = np.asarray(observed, dtype=np.float64)[:, None]
+    below = (P * (values[None, :] < y)).sum(axis=1)
+    at = (P * (values[None, :] == y)).sum(axis=1)
+    return np.clip(below + uniform * at, 0.0, 1.0)
+
+
+def _squared_differences(A: np.ndarray, B: np.ndarray) -> np.ndarray:
+    """|a_i - b_j|^2 for rows a_i of A (p, d) and b_j of B (q, d), shape (p, q), summed from the differences
+    one column at a time (no cancellation, unlike the expansion |a|^2 + |b|^2 - 2 a.b)."""
+    out = np.zeros((A.shape[0], B.shape[0]))
+    for k in range(A.shape[1]):
+        out += np.square(A[:, k, None] - B[None, :, k])
     return out
 
 

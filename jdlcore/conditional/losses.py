@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 __all__ = ["SecondMomentLoss", "ClippedLogisticLoss", "CRPSLoss", "PinballLoss", "LogLoss", "smoothed_log_density",
-           "pinball_loss", "second_moment", "conditional_second_moments",
+           "pinball_loss", "pinball_losses", "second_moment", "conditional_second_moments",
            "relative_second_moment_loss", "clipped_logistic_loss"]
 
 
@@ -61,11 +61,16 @@ def clipped_logistic_loss(probability: np.ndarray, event: np.ndarray, eta: float
     return float(-np.mean(np.where(event, positive, negative)))
 
 
-def pinball_loss(quantiles: np.ndarray, observed: np.ndarray, levels: np.ndarray) -> float:
-    """Mean over rows and levels of the pinball loss rho_tau(y - q) = max(tau (y - q), (tau - 1)(y - q)),
+def pinball_losses(quantiles: np.ndarray, observed: np.ndarray, levels: np.ndarray) -> np.ndarray:
+    """The pinball loss rho_tau(y - q) = max(tau (y - q), (tau - 1)(y - q)) of each row and level, (q, L),
     for quantiles (q, L) at ``levels`` (L,) and observations (q,)."""
     residual = np.asarray(observed, dtype=np.float64)[:, None] - quantiles
-    return float(np.mean(np.maximum(levels * residual, (levels - 1.0) * residual)))
+    return np.maximum(levels * residual, (levels - 1.0) * residual)
+
+
+def pinball_loss(quantiles: np.ndarray, observed: np.ndarray, levels: np.ndarray) -> float:
+    """Mean over rows and levels of the pinball loss (``pinball_losses``)."""
+    return float(np.mean(pinball_losses(quantiles, observed, levels)))
 
 
 class SecondMomentLoss:
