@@ -204,12 +204,29 @@ def design(train: pd.DataFrame, test: pd.DataFrame, target: str) -> tuple[np.nda
 
 
 def run_jdl_pipeline(train: pd.DataFrame, test: pd.DataFrame, target: str, work: Path) -> dict[str, Any]:
+    run = jdl_pipeline_laws(train, test, target, work)
+    y = test[target].to_numpy(float)
+    out = quantile_figures(run["quantiles"], y, run["mean"])
+    out["crps"] = float(np.mean(run["model"].crps(run["x"], y)))
+    kernel = run["model"].basis_x_.kernel
+    out.update(run["times"], m_x=int(run["model"].diagnostics_["rank_x"]), m_y=int(run["model"].diagnostics_["rank_y"]),
+               lengthscale_x=np.atleast_1d(kernel.lengthscale).tolist())
+    return out
+
+
+def jdl_pipeline_laws(train: pd.DataFrame, test: pd.DataFrame, target: str, work: Path) -> dict[str, Any]:
+    """The default path of the command line on ``train``, scored on ``test``: {"quantiles": (n, 99) at
+    ``LEVELS``, "mean": (n,), "model": the loaded model, "x": the test rows as its x kernel reads them,
+    "times": the wall times of tuning, fitting and scoring}."""
+    import zarr
+
+    from data_schemas.scores import scores_array
     from pipeline.fitting import fit_store
     from pipeline.model_store import load_model
     from pipeline.scoring import score_store
     from pipeline.staging import categorical_levels, level_recoding, open_staged, recode, stage
-    from pipeline.summaries import with_summaries
     from pipeline.tuning import tune_store
+    from pipeline.x_view import XView
 
     x = [c for c in train.columns if c != target]
     for name, frame in (("train", train), ("test", test)):
@@ -226,22 +243,12 @@ def run_jdl_pipeline(train: pd.DataFrame, test: pd.DataFrame, target: str, work:
     started = time.perf_counter()
     score_store(work / "model.zarr", work / "test.zarr", work / "scores.zarr", functions, unseen="other")
     times["predict_seconds"] = time.perf_counter() - started
-    import zarr
-
-    from data_schemas.scores import scores_array
-
     scores = zarr.open_group(work / "scores.zarr", mode="r")
     model = load_model(work / "model.zarr")
     group = open_staged(work / "test.zarr")
     tables = level_recoding(categorical_levels(group), model.provenance_.get("x_levels") or {}, x, "other")
-    X = with_summaries(model.x_summaries_, recode(group["x"][:], tables))
-    y = test[target].to_numpy(float)
-    out = quantile_figures(scores_array(scores, functions[1])[:], y, scores["mean"][:, 0])
-    out["crps"] = float(np.mean(model.crps(X, y)))
-    kernel = model.basis_x_.kernel
-    out.update(times, m_x=int(model.diagnostics_["rank_x"]), m_y=int(model.diagnostics_["rank_y"]),
-               lengthscale_x=np.atleast_1d(kernel.lengthscale).tolist())
-    return out
+    return {"quantiles": scores_array(scores, functions[1])[:], "mean": scores["mean"][:, 0], "model": model,
+            "x": XView.of(model).rows(recode(group["x"][:], tables)), "times": times}
 
 
 def _tuned(path: Path) -> dict[str, Any]:

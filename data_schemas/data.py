@@ -6,11 +6,14 @@ along ``sample`` only, with the same number of rows. Group attributes: ``schema`
 (schema 2) ``categorical``: {x column name: [its levels]}, the x columns that hold category codes
 0, 1, ... indexing those levels (in order of first appearance). Schema 3 adds the coordinate arrays
 ``x_feature`` and ``y_feature``: the column names (strings), so xarray selects a column by name.
-Stores of schema 2 (no coordinates) still load.
-Rules for incoming rows: numeric (categorical x columns: any value but a missing one), finite, at
-least 2 rows, no constant column (no categorical column with a single level). A row whose y is
-missing is refused (one error counting them), or left out when staging is asked to drop them; the
-attribute ``dropped_missing_y`` then counts them (optional).
+Stores of schema 2 (no coordinates) still load. Schema 4 lets x miss values: a continuous x cell may be
+NaN (missing), and the attribute ``missing_x`` = {x column name: rows missing it} names the continuous
+columns that have any (optional); a categorical x column holds its missing values as the level
+``MISSING_LEVEL``, like any other level.
+Rules for incoming rows: numeric (categorical x columns: any value), finite where present, at least 2
+rows, no constant column (no categorical column with a single level), no x column without a present
+value. A row whose y is missing is refused (one error counting them), or left out when staging is asked
+to drop them; the attribute ``dropped_missing_y`` then counts them (optional).
 """
 from __future__ import annotations
 
@@ -19,27 +22,41 @@ from typing import Any
 import numpy as np
 
 SCHEMA_NAME = "jdl.data"
-SCHEMA_VERSION = 3  # 2: categorical x columns; 3: the feature names as coordinates
+SCHEMA_VERSION = 4  # 2: categorical x columns; 3: the feature names as coordinates; 4: missing x values
 # what scoring does with a categorical level the model was not fitted on: refuse the batch, or read it
 # as "other", a code that matches no level
 UNSEEN_RULES = ("refuse", "other")
 OTHER_CODE = -1.0
+MISSING_LEVEL = "<missing>"  # the level of a categorical x cell that holds no value (NaN, None, empty text)
 
 
 class ColumnStats:
-    """Running per-column minimum and maximum, to refuse constant columns after streaming."""
+    """Running per-column minimum and maximum of the present values, and counts of the missing ones (NaN),
+    to refuse constant and empty columns after streaming."""
 
     def __init__(self, names: list[str]):
         self.names = names
         self.low = np.full(len(names), np.inf)
         self.high = np.full(len(names), -np.inf)
+        self.missing = np.zeros(len(names), dtype=np.int64)
 
     def update(self, block: np.ndarray) -> None:
         if block.shape[0]:
-            np.minimum(self.low, block.min(axis=0), out=self.low)
-            np.maximum(self.high, block.max(axis=0), out=self.high)
+            absent = np.isnan(block)
+            self.missing += absent.sum(axis=0)
+            present = np.where(absent, np.nan, block)
+            with np.errstate(invalid="ignore"):  # an all-missing column of the block leaves its range as it is
+                np.fmin(self.low, np.nanmin(np.where(absent, np.inf, present), axis=0), out=self.low)
+                np.fmax(self.high, np.nanmax(np.where(absent, -np.inf, present), axis=0), out=self.high)
+
+    def missing_counts(self) -> dict[str, int]:
+        """{column name: rows missing it}, for the columns that miss any."""
+        return {name: int(count) for name, count in zip(self.names, self.missing) if count}
 
     def check_not_constant(self, role: str) -> None:
+        empty = [name for name, lo in zip(self.names, self.low) if lo == np.inf]
+        if empty:
+            raise ValueError(f"{role} column {empty[0]!r}: every value is missing; a column needs present values")
         constant = [name for name, lo, hi in zip(self.names, self.low, self.high) if lo == hi]
         if constant:
             raise ValueError(f"{role} column {constant[0]!r}: is constant ({float(self.low[self.names.index(constant[0])])!r}); "
@@ -71,7 +88,7 @@ def level_name(value: Any) -> str | None:
 
 class LevelEncoder:
     """Codes of one categorical column, streamed block by block: each new level gets the next code
-    (0, 1, ...: order of first appearance). A missing value is refused, naming column and row."""
+    (0, 1, ...: order of first appearance). A missing value is the level ``MISSING_LEVEL``."""
 
     def __init__(self, name: str, role: str = "x"):
         self.name, self.role = name, role
@@ -85,19 +102,11 @@ class LevelEncoder:
         """float64 codes of a block of raw values (rows,)."""
         import pandas as pd
 
-        raw_codes, uniques = pd.factorize(np.asarray(values, dtype=object), use_na_sentinel=True)
+        raw_codes, uniques = pd.factorize(np.asarray(values, dtype=object), use_na_sentinel=False)
         table = np.empty(len(uniques), dtype=np.float64)
         for k, value in enumerate(uniques):
             level = level_name(value)
-            if level is None:
-                raw_codes[raw_codes == k] = -1
-                continue
-            table[k] = self.codes.setdefault(level, len(self.codes))
-        missing = np.flatnonzero(raw_codes < 0)
-        if missing.size:
-            row = row_number(first_row, missing[0])
-            raise ValueError(f"{self.role} column {self.name!r}: missing value at row {row} "
-                             "(a categorical column needs a level in every row)")
+            table[k] = self.codes.setdefault(MISSING_LEVEL if level is None else level, len(self.codes))
         return table[raw_codes]
 
     def check_levels(self) -> None:
@@ -119,26 +128,38 @@ def row_number(first_row: int | np.ndarray, i: int) -> int:
 
 
 def validate_block(values, names: list[str], role: str, first_row: int | np.ndarray) -> np.ndarray:
-    """Return a float64 (rows, columns) block or raise ``ValueError`` naming column, row and rule."""
+    """Return a float64 (rows, columns) block or raise ``ValueError`` naming column, row and rule. An x
+    cell may be missing (NaN, None or empty text: NaN in the block); a y cell may not."""
     array = np.asarray(values)
     if array.ndim == 1:
         array = array[:, None]
     if array.dtype.kind not in "biuf":
+        numbers = np.empty(array.shape, dtype=np.float64)
         for column, name in enumerate(names):
-            try:
-                np.asarray(array[:, column], dtype=np.float64)
-            except (TypeError, ValueError):
-                bad = next(i for i, v in enumerate(array[:, column]) if not _is_number(v))
-                raise ValueError(f"{role} column {name!r}: non-numeric value {array[bad, column]!r} at row "
-                                 f"{row_number(first_row, bad)}") from None
-        array = array.astype(np.float64)
+            numbers[:, column] = _numeric_column(array[:, column], name, role, first_row)
+        array = numbers
     array = np.asarray(array, dtype=np.float64)
-    finite = np.isfinite(array)
+    finite = np.isfinite(array) | (np.isnan(array) if role == "x" else False)
     if not finite.all():
         row, column = np.argwhere(~finite)[0]
         raise ValueError(f"{role} column {names[column]!r}: {array[row, column]} at row {row_number(first_row, row)} "
                          "(values must be finite)")
     return array
+
+
+def _numeric_column(values: np.ndarray, name: str, role: str, first_row: int | np.ndarray) -> np.ndarray:
+    """A column of objects (rows,) as float64; in x, None and empty text read as NaN (missing)."""
+    try:
+        return np.asarray(values, dtype=np.float64)
+    except (TypeError, ValueError):
+        pass
+    if role == "x":  # the slow path, only for a column that holds something other than numbers
+        values = np.array([np.nan if level_name(v) is None else v for v in values], dtype=object)
+    bad = [i for i, v in enumerate(values) if not _is_number(v)]
+    if bad:
+        raise ValueError(f"{role} column {name!r}: non-numeric value {values[bad[0]]!r} at row "
+                         f"{row_number(first_row, bad[0])}")
+    return np.asarray(values, dtype=np.float64)
 
 
 def _is_number(value) -> bool:

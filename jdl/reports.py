@@ -16,8 +16,11 @@ def staged(args: argparse.Namespace, result: dict) -> str:
                    if levels else "")
     dropped = group.attrs.get("dropped_missing_y")
     dropped = f" ({dropped:,} rows with a missing y left out)" if dropped else ""
+    gaps = dict(group.attrs.get("missing_x") or {})
+    gaps = ("; missing x values: " + ", ".join(f"{name} ({count:,} rows)" for name, count in gaps.items())
+            if gaps else "")
     return (f"staged {group.attrs['n_samples']:,} rows{dropped}: x {group.attrs['x_features']}, "
-            f"y {group.attrs['y_features']}{categorical} -> {result['path']}")
+            f"y {group.attrs['y_features']}{categorical}{gaps} -> {result['path']}")
 
 
 def tuned(args: argparse.Namespace, result: dict) -> str:

@@ -247,6 +247,9 @@ def compress_store(
     if categorical_levels(group):
         raise ValueError(f"data: {data} has categorical x columns ({', '.join(categorical_levels(group))}); compression "
                          "moves points continuously and takes numeric columns only")
+    if group.attrs.get("missing_x"):
+        raise ValueError(f"data: {data} has missing x values (in {', '.join(group.attrs['missing_x'])}); compression "
+                         "moves points continuously and takes complete rows only")
     n = int(group.attrs["n_samples"])
     kernel_x, kernel_y_ = _kernels(lengthscale_x, lengthscale_y, kernel_y)
     options = dict(m=m, method=method, kernel_x=kernel_x, kernel_y=kernel_y_, reg=reg, seed=seed, steps=steps,

@@ -26,7 +26,7 @@ from jdlcore.models.protocol import SCORE_ROWS
 from .atomic import atomic_store, refuse_existing
 from .model_store import load_model
 from .staging import categorical_levels, level_recoding, open_staged, recode
-from .summaries import with_summaries
+from .x_view import XView
 
 __all__ = ["evaluate_store", "open_evaluation", "figure_path", "DEFAULT_LEVELS", "DEFAULT_COVERAGE", "PIT_BINS"]
 
@@ -96,7 +96,7 @@ def evaluate_store(model_path: str | os.PathLike, data: str | os.PathLike, out: 
     totals, rng = _Totals(n, levels, nominal), np.random.default_rng(seed)
     for start in range(0, n, SCORE_ROWS):
         rows = slice(start, min(start + SCORE_ROWS, n))
-        X = with_summaries(getattr(model, "x_summaries_", None), recode(group["x"][rows], tables))
+        X = XView.of(model).rows(recode(group["x"][rows], tables))
         totals.add(model, X, np.asarray(group["y"][rows][:, 0], dtype=np.float64), rows, rng)
         if progress is not None and (rows.stop == n or (start // SCORE_ROWS) % 10 == 9):
             progress(f"evaluated {rows.stop:,}/{n:,} rows")

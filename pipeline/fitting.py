@@ -28,7 +28,8 @@ from .atomic import refuse_existing
 from .cluster import dask_client, resolve_scheduler
 from .model_store import save_model
 from .staging import categorical_indices, categorical_levels, data_fingerprint, open_staged, read_sample
-from .summaries import BoostedSummaries, kernel_categorical, kernel_features, read_summaries, with_summaries
+from .summaries import read_summaries
+from .x_view import XView, learn_missing, read_missing
 from .versions import DEFAULT_KEEP_VERSIONS, check_keep
 
 __all__ = ["fit_store", "make_estimator", "method_kernels", "run_parameters", "read_rows", "store_chunks",
@@ -100,22 +101,28 @@ def run_parameters(method: str, reg: float, options: dict[str, Any]) -> dict[str
     return params
 
 
-def data_scaling(data: str | os.PathLike, group: zarr.Group) -> dict[str, Scaling]:
+def data_scaling(data: str | os.PathLike, group: zarr.Group, view: XView = XView()) -> dict[str, Scaling]:
     """The robust scaling (``jdlcore.scaling.robust_scaling``: median and interquartile range per
-    feature; 0 and 1 for categorical columns) of x and y of a staged store, estimated on a seeded sample
-    of ``SCALING_ROWS`` rows (all of them in a smaller store). ``ValueError`` naming a constant column."""
-    rows = sample_rows(int(group.attrs["n_samples"]), 0, SCALING_ROWS)
-    return {role: robust_scaling(read_sample(data, role, rows), group.attrs[f"{role}_features"], role,
-                                 categorical_indices(group) if role == "x" else ())
-            for role in ("x", "y")}
+    feature; 0 and 1 for categorical columns) of x (as ``view`` reads it) and y of a staged store,
+    estimated on ``scaling_rows`` (a seeded sample). ``ValueError`` naming a constant column."""
+    rows = scaling_rows(group)
+    X = view.rows(read_sample(data, "x", rows))
+    return {"x": robust_scaling(X, view.columns(group.attrs["x_features"]), "x",
+                                view.categorical(categorical_indices(group))),
+            "y": robust_scaling(read_sample(data, "y", rows), group.attrs["y_features"], "y")}
 
 
-def check_lengthscale_widths(method: str, hyper: dict[str, Any], group: zarr.Group,
-                             summaries: BoostedSummaries | None = None) -> None:
+def scaling_rows(group: zarr.Group) -> np.ndarray:
+    """The seeded sample of ``SCALING_ROWS`` rows of a staged store (all of them in a smaller one) that a
+    fit estimates the data's scaling and its missing-value rule from."""
+    return sample_rows(int(group.attrs["n_samples"]), 0, SCALING_ROWS)
+
+
+def check_lengthscale_widths(method: str, hyper: dict[str, Any], group: zarr.Group, view: XView = XView()) -> None:
     """``ValueError`` unless each per-feature lengthscale of a kernel ``method`` has (``hyper``'s
-    lengthscale_x, lengthscale_y) has one entry per feature of the staged store (x's followed by the
-    kept ``summaries``)."""
-    read = {"x": kernel_features(group.attrs["x_features"], summaries), "y": list(group.attrs["y_features"])}
+    lengthscale_x, lengthscale_y) has one entry per feature of the staged store (x's as ``view`` reads
+    them: missing-value indicators and kept summaries after the columns)."""
+    read = {"x": view.columns(group.attrs["x_features"]), "y": list(group.attrs["y_features"])}
     for side in ("x", "y"):
         value, names = hyper[f"lengthscale_{side}"], read[side]
         if f"kernel_{side}" in estimator_class(method).KERNELS and np.ndim(value) == 1 and len(value) != len(names):
@@ -123,10 +130,11 @@ def check_lengthscale_widths(method: str, hyper: dict[str, Any], group: zarr.Gro
                              f"features ({', '.join(names)})")
 
 
-def fit_scaling(scaling: str | None, data: str | os.PathLike, group: zarr.Group, table: Any) -> tuple[str, dict]:
+def fit_scaling(scaling: str | None, data: str | os.PathLike, group: zarr.Group, table: Any,
+                view: XView = XView()) -> tuple[str, dict]:
     """(the scaling's name, its vectors by role) for a fit: a tuning store's own (its lengthscales are in
     its units; ``scaling``, if given, must agree), else ``scaling`` (default "robust") estimated on the
-    data. ``scaling``: None or one of ``SCALINGS``, already checked."""
+    data as ``view`` reads it. ``scaling``: None or one of ``SCALINGS``, already checked."""
     if table is not None:
         from .tuning import tuned_scaling
 
@@ -136,7 +144,7 @@ def fit_scaling(scaling: str | None, data: str | os.PathLike, group: zarr.Group,
                              f"those units; fit with scaling {tuned!r} or leave it out (got {scaling!r})")
         return tuned, vectors
     scaling = scaling or DEFAULT_SCALING
-    return scaling, data_scaling(data, group) if scaling == "robust" else {}
+    return scaling, data_scaling(data, group, view) if scaling == "robust" else {}
 
 
 def fit_store(
@@ -183,10 +191,11 @@ def fit_store(
     target = Path(out)
     refuse_existing(target, overwrite)  # before the fit, not after it
     group = open_staged(data)
-    table, summaries = _tuning_record(tuning)
-    check_lengthscale_widths(method, hyper, group, summaries)
+    table, view = _tuning_record(tuning, data, group)
+    check_lengthscale_widths(method, hyper, group, view)
     # a method without kernels (jpdl) has nothing to standardise
-    scaling, vectors = fit_scaling(scaling, data, group, table) if estimator_class(method).KERNELS else ("none", {})
+    scaling, vectors = (fit_scaling(scaling, data, group, table, view) if estimator_class(method).KERNELS
+                        else ("none", {}))
     x_levels = categorical_levels(group)
     if x_levels and "kernel_x" not in estimator_class(method).KERNELS:
         with_x_kernel = [name for name, cls in REGISTRY.items() if "kernel_x" in cls.KERNELS]
@@ -194,7 +203,7 @@ def fit_store(
                          f"({', '.join(x_levels)}) by; use one of {', '.join(with_x_kernel)}")
     estimator.set_params(**method_kernels(method, lengthscale_x=lengthscale_x, lengthscale_y=lengthscale_y,
                                           scaling=vectors,
-                                          categorical=kernel_categorical(categorical_indices(group), summaries)))
+                                          categorical=view.categorical(categorical_indices(group))))
     if "scaling" in estimator.parameters:  # the kernels carry the data's scaling ("robust"), or none
         estimator.set_params(scaling=scaling)
     estimator.check_params()
@@ -206,16 +215,16 @@ def fit_store(
             raise ValueError(f"scheduler: method {method} fits in memory; use --scheduler memory or auto "
                              f"(got {scheduler!r})")
         scheduler = None
-        model = estimator.fit(with_summaries(summaries, group["x"][:]), group["y"][:])
+        model = estimator.fit(view.rows(group["x"][:]), group["y"][:])
     else:
         scheduler = resolve_scheduler(scheduler, n)
-        model = _fit_from_reductions(estimator, data, group, scheduler, progress, summaries)
+        model = _fit_from_reductions(estimator, data, group, scheduler, progress, view)
     model.diagnostics_["fit_seconds"] = time.perf_counter() - started
     if hasattr(model, "check_degeneracies"):  # warns; the findings go into the store's diagnostics
         rows = sample_rows(n, model.seed, MARGINAL_ROWS)
-        model.check_degeneracies(with_summaries(summaries, read_sample(data, "x", rows)), read_sample(data, "y", rows))
+        model.check_degeneracies(view.rows(read_sample(data, "x", rows)), read_sample(data, "y", rows))
     if hasattr(model, "negative_support_mass"):
-        probes = with_summaries(summaries, np.asarray(group["x"][:PROBES], dtype=np.float64))
+        probes = view.rows(group["x"][:PROBES])
         negative = model.negative_support_mass(probes)
         model.diagnostics_.update({"negative_mass_max": float(negative.max()),
                                    "negative_mass_mean": float(negative.mean()), "negative_mass_probes": PROBES})
@@ -226,40 +235,44 @@ def fit_store(
         "x_features": group.attrs["x_features"], "y_features": group.attrs["y_features"],
         "scheduler": scheduler or "in-memory", "scaling": scaling,
         **({"x_levels": x_levels} if x_levels else {}),
-        **({"x_summaries": list(summaries.kept)} if summaries else {}),
+        **({"x_summaries": list(view.summaries.kept)} if view.summaries else {}),
     }
     if table is not None:
         provenance["tuning"] = {"store": str(Path(tuning).resolve()), "best": json.loads(table.attrs["best"]),
                                 "criterion": table.attrs["criterion"], "rows_used": table.attrs["rows_used"]}
-    model.provenance_, model.x_summaries_ = provenance, summaries
+    model.provenance_, model.x_missing_, model.x_summaries_ = provenance, view.missing, view.summaries
     mark = time.perf_counter()
     path = save_model(model, target, overwrite=overwrite, provenance=provenance, tuning=table, run_key=run_key,
-                      keep_versions=keep_versions, summaries=summaries)
+                      keep_versions=keep_versions)
     model.diagnostics_["write_seconds"] = time.perf_counter() - mark
     return path, model
 
 
-def _tuning_record(tuning: str | os.PathLike | None) -> tuple[Any, BoostedSummaries | None]:
-    """(the tuning store's Dataset, its boosted summaries of x), each None where there is none."""
-    if tuning is None:
-        return None, None
-    from .tuning import load_tuning
+def _tuning_record(tuning: str | os.PathLike | None, data: str | os.PathLike,
+                   group: zarr.Group) -> tuple[Any, XView]:
+    """(the tuning store's Dataset, None without one; the view of x the fit reads): the tuning's
+    missing-value rule and boosted summaries, the rule learned from the data where the tuning records
+    none (``learn_missing`` on ``scaling_rows``)."""
+    table, missing, summaries = None, None, None
+    if tuning is not None:
+        from .tuning import load_tuning
 
-    table = load_tuning(tuning)
-    return table, read_summaries(table, f"tuning {tuning}")
+        table = load_tuning(tuning)
+        missing, summaries = read_missing(table.attrs, f"tuning {tuning}"), read_summaries(table, f"tuning {tuning}")
+    return table, XView(missing or learn_missing(data, group, scaling_rows(group)), summaries)
 
 
 def _fit_from_reductions(estimator: Any, data: str | os.PathLike, group: zarr.Group, scheduler: str | None,
-                         progress: Callable[[str], None] | None, summaries: BoostedSummaries | None) -> Any:
+                         progress: Callable[[str], None] | None, view: XView) -> Any:
     """JDL and CME from the factorisations and m x m reductions: in this process (``scheduler`` None)
-    or chunk by chunk on Dask, where each chunk is a task reading its own rows of the store (and adding
-    its summaries)."""
+    or chunk by chunk on Dask, where each chunk is a task reading its own rows of the store (and reading
+    them through ``view``)."""
     factorisation = Factorisation.of(estimator)
     on_atoms = estimator.laws_on_atoms  # a support and a grid sample to build as well
     options = dict(support_size=estimator.support_size, grid_points=estimator.grid_points) if on_atoms else {}
     if scheduler is None:
         Y = group["y"][:]
-        X = with_summaries(summaries, group["x"][:])
+        X = view.rows(group["x"][:])
         problem = build_problem(X, Y, estimator.kernel_x, estimator.kernel_y, factorisation,
                                 values_x=estimator.reads_x_values, **options)
     else:
@@ -271,12 +284,13 @@ def _fit_from_reductions(estimator: Any, data: str | os.PathLike, group: zarr.Gr
         if on_atoms:
             grid_rows = sample_rows(n, estimator.seed, estimator.grid_points)
             samples = dict(y_sample=read_sample(data, "y", sample_rows(n, estimator.seed)),
-                           grid_x=with_summaries(summaries, read_sample(data, "x", grid_rows)))
+                           grid_x=view.rows(read_sample(data, "x", grid_rows)))
         with dask_client(scheduler) as client:
             chunks = store_chunks(client, data, group)
-            if summaries is not None:  # each chunk's summaries, a task of its own after its read
-                shipped = client.scatter(summaries, broadcast=True)
-                chunks["x"] = [client.submit(with_summaries, shipped, block) for block in chunks["x"]]
+            # each chunk as the kernel reads it: missing values filled and flagged, summaries added; a task
+            # of its own after its read
+            shipped = client.scatter(view, broadcast=True)
+            chunks["x"] = [client.submit(XView.rows, shipped, block) for block in chunks["x"]]
             problem = chunked_problem(client, chunks["x"], chunks["y"], estimator.kernel_x, estimator.kernel_y,
                                       factorisation, extremes=estimator.reads_x_values, progress=progress,
                                       **samples, **options)

@@ -16,12 +16,13 @@ import numpy as np
 import xarray as xr
 
 from jdlcore import JDL
+from jdlcore.missing import INDICATOR_SUFFIX
 from jdlcore.conditional.curves import (
     CENTRAL_SHARE, GRID_POINTS, central_grid, query_points, conditional_curves, conditional_density, default_x_values,
     density_bandwidth,
 )
 from pipeline.model_store import load_model
-from pipeline.summaries import kernel_features
+from pipeline.x_view import XView
 
 __all__ = ["model_card", "card_rows", "write_plots", "diagnostics_figure", "conditional_density", "conditional_curves",
            "density_bandwidth", "default_x_values", "read_tuning", "GRID_POINTS"]
@@ -54,8 +55,8 @@ def _names(model: Any, side: str) -> list[str]:
     width = _width(model, side)
     provenance = model.provenance_ if isinstance(model.provenance_, dict) else {}
     names = provenance.get(f"{side}_features")
-    if names and side == "x":  # a boosted-summaries model's x kernel reads them (after the columns, or alone)
-        names = kernel_features(names, getattr(model, "x_summaries_", None))
+    if names and side == "x":  # indicators of missing values and boosted summaries after the columns
+        names = XView.of(model).columns(names)
     return [str(n) for n in names] if names and len(names) == width else [f"{side}{k}" for k in range(width)]
 
 
@@ -182,8 +183,10 @@ def _feature_rows(side: str, kernel: Any, names: list[str], levels: dict[str, li
         if k in kernel.categorical:
             known = levels.get(name, [])
             shown = ", ".join(known[:8]) + (", ..." if len(known) > 8 else "")
-            rows.append((f"{side} feature {name}", f"categorical, {len(known)} levels ({shown}); mismatch lengthscale "
-                                                   f"{own[k]:.4g}, relevance {relevance[k]:.3f}"))
+            kind = (f"categorical, {len(known)} levels ({shown})" if name in levels or not name.endswith(INDICATOR_SUFFIX)
+                    else f"indicator of a missing {name[:-len(INDICATOR_SUFFIX)]} (its value read at the median)")
+            rows.append((f"{side} feature {name}", f"{kind}; mismatch lengthscale {own[k]:.4g}, "
+                                                   f"relevance {relevance[k]:.3f}"))
             continue
         scaling = ("" if kernel.scale is None else
                    f"location {np.broadcast_to(kernel.location, (width,))[k]:.6g}, "
@@ -305,11 +308,14 @@ def _slice_points(model: Any, n: int) -> np.ndarray:
 
 
 def _slices(model: JDL, x_values: Any, n_slices: int):
-    summaries = getattr(model, "x_summaries_", None)
     if x_values is None:
         x = _slice_points(model, n_slices)
-    else:  # the data's columns, with a summaries model's summaries appended
-        x = query_points(model, x_values if summaries is None else summaries.augment(np.atleast_2d(x_values)))
+    else:  # the data's columns, read as the model reads them
+        x = np.asarray(x_values, dtype=np.float64)
+        if x.ndim == 1:  # queries of the data's one column, or one query of its columns
+            provenance = model.provenance_ if isinstance(model.provenance_, dict) else {}
+            x = x[:, None] if len(provenance.get("x_features") or [None]) == 1 else x[None, :]
+        x = query_points(model, XView.of(model).rows(x))
     grid, cut = central_grid(model, 0)
     density, cdf = conditional_curves(model, x, grid)
     return x, grid, density, cdf, cut

@@ -29,7 +29,8 @@ from jdlcore.models.registry import METHODS, method_of
 
 from .atomic import refuse_existing
 from .staging import CHUNK_SIZE
-from .summaries import BoostedSummaries, read_summaries, summaries_variable
+from .summaries import read_summaries, summaries_variable
+from .x_view import XView, missing_attrs, read_missing
 from .versions import DEFAULT_KEEP_VERSIONS, Lease, open_version, publish
 
 __all__ = ["model_to_dataset", "model_from_dataset", "save_model", "load_model", "lease_model", "ESTIMATORS",
@@ -161,8 +162,7 @@ def model_from_dataset(ds: xr.Dataset, where: str = "model", atoms: Any = None) 
 
 def save_model(model: Any, path: str | os.PathLike, *, overwrite: bool = False,
                provenance: dict[str, Any] | None = None, tuning: xr.Dataset | None = None,
-               run_key: str | None = None, keep_versions: int = DEFAULT_KEEP_VERSIONS,
-               summaries: BoostedSummaries | None = None) -> Path:
+               run_key: str | None = None, keep_versions: int = DEFAULT_KEEP_VERSIONS) -> Path:
     """Publish the model as a new version of the store at ``path`` (``pipeline.versions``: the
     version is written whole, then the pointer ``path`` moves to it in one rename, and versions beyond
     the newest ``keep_versions`` are pruned unless being read). Refuses an existing ``path`` unless
@@ -170,8 +170,9 @@ def save_model(model: Any, path: str | os.PathLike, *, overwrite: bool = False,
 
     The atoms are copied block by block (they may be a lazily read array, e.g. the staged data's y).
     ``tuning``: a tuning store's Dataset (``data_schemas.tuning``), kept as the ``tuning_*`` variables.
-    ``run_key``: recorded as an attribute for the orchestration's resume check. ``summaries``: the
-    boosted summaries the model's x kernel reads (``pipeline.summaries``), kept as ``x_summaries``.
+    ``run_key``: recorded as an attribute for the orchestration's resume check. The view of x the model
+    reads (``pipeline.x_view.XView.of``: its missing-value rule, kept as the attribute ``x_missing``, and
+    its boosted summaries, kept as ``x_summaries``) is stored with it.
     """
     target = Path(path)
     refuse_existing(target, overwrite)  # before the checksums over every variable
@@ -180,8 +181,10 @@ def save_model(model: Any, path: str | os.PathLike, *, overwrite: bool = False,
     ds = _dataset(state, provenance, method)
     if tuning is not None:
         ds = ds.merge(tuning_variables(tuning))
-    if summaries is not None:
-        ds[SUMMARIES_VARIABLE] = summaries_variable(summaries)
+    view = XView.of(model)
+    if view.summaries is not None:
+        ds[SUMMARIES_VARIABLE] = summaries_variable(view.summaries)
+    ds.attrs.update(missing_attrs(view.missing))
     if run_key:
         ds.attrs["run_key"] = run_key
     with publish(target, run_key, keep=keep_versions) as staging:
@@ -245,6 +248,7 @@ def load_model(path: str | os.PathLike) -> Any:
             small[ATOMS] = ds[ATOMS]  # lazy: validated by dims, read through ``atoms``
         model = model_from_dataset(small, where=where, atoms=atoms)
         model.x_summaries_ = read_summaries(small, where)
+        model.x_missing_ = read_missing(small.attrs, where)
     model.store_version_, model.store_path_ = lease.version, source
     weakref.finalize(model, lease.release)  # the lease lasts as long as the model
     return model

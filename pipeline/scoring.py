@@ -33,7 +33,7 @@ from .atomic import atomic_store, refuse_existing
 from .cluster import dask_client, resolve_scheduler
 from .model_store import load_model
 from .staging import categorical_levels, level_recoding, open_staged, recode
-from .summaries import with_summaries
+from .x_view import XView
 
 __all__ = ["parse_function", "score_store", "open_scores"]
 
@@ -169,12 +169,11 @@ def score_chunk(model: Any, data: str, out: str, specs: dict, tables: dict[int, 
     """Score rows [start, stop) of the staged store ``data`` into the arrays of the store ``out``.
 
     ``tables``: the recoding of its category codes to the model's (``level_recoding``). Every request
-    is read from one law per row; a model with boosted summaries reads x with them appended
-    (``pipeline.summaries``). Returns, for a model whose laws are projected, the number of rows
+    is read from one law per row, x read as the model reads it (``pipeline.x_view``: missing values
+    filled and flagged, boosted summaries appended). Returns, for a model whose laws are projected, the number of rows
     at each projection level (level as a string -> count), else {}.
     """
-    block = with_summaries(getattr(model, "x_summaries_", None),
-                           recode(zarr.open_group(data, mode="r", zarr_format=3)["x"][start:stop], tables))
+    block = XView.of(model).rows(recode(zarr.open_group(data, mode="r", zarr_format=3)["x"][start:stop], tables))
     root = zarr.open_group(out, mode="r+", zarr_format=3)
     if getattr(model, "law_rule", None) == "project":
         kept = np.empty(stop - start, dtype=np.int8)

@@ -21,14 +21,16 @@ import numpy as np
 import zarr
 
 from data_schemas.data import (
-    OTHER_CODE, SCHEMA_NAME, SCHEMA_VERSION, UNSEEN_RULES, ColumnStats, LevelEncoder, is_categorical, validate_block,
+    MISSING_LEVEL, OTHER_CODE, SCHEMA_NAME, SCHEMA_VERSION, UNSEEN_RULES, ColumnStats, LevelEncoder, is_categorical,
+    validate_block,
 )
 
 from .atomic import atomic_store
 
 __all__ = ["stage", "open_staged", "combined_fingerprint", "data_fingerprint", "arrays_fingerprint",
            "create_data_arrays", "write_feature_coordinates", "data_attrs", "categorical_levels", "categorical_indices",
-           "level_recoding", "recode", "FORMATS", "DETECT_ROWS", "UNSEEN_RULES", "OTHER_CODE", "read_sample", "MissingY"]
+           "level_recoding", "recode", "FORMATS", "DETECT_ROWS", "UNSEEN_RULES", "OTHER_CODE", "read_sample", "MissingY",
+           "MISSING_LEVEL"]
 
 FORMATS = {".csv": "csv", ".parquet": "parquet", ".pq": "parquet", ".npy": "npy", ".npz": "npz",
            ".nc": "netcdf", ".nc4": "netcdf", ".zarr": "zarr"}
@@ -120,7 +122,9 @@ def stage(
     ``categorical``: x columns to store as category codes (integer-coded ones, say); text x columns
     are detected as categorical anyway. A row with a missing y (NaN or empty) is refused, with one
     error naming how many rows miss one and the first of them, unless ``drop_missing_y``: those rows
-    are then left out, and the store's ``dropped_missing_y`` attribute counts them. The store records the
+    are then left out, and the store's ``dropped_missing_y`` attribute counts them. A missing x value is
+    kept: NaN in a continuous column (the ``missing_x`` attribute counts them per column), the level
+    ``MISSING_LEVEL`` in a categorical one (``jdlcore.missing`` says how models read them). The store records the
     data fingerprint (see ``combined_fingerprint``) and, if given, the ``run_key`` of the orchestration that
     wrote it.
     """
@@ -172,6 +176,8 @@ def stage(
         write_feature_coordinates(group, list(x), list(y))
         if missing.count:
             group.attrs["dropped_missing_y"] = missing.count
+        if stats["x"].missing_counts():
+            group.attrs["missing_x"] = stats["x"].missing_counts()
         group.attrs.update(data_attrs(x, y, rows, source.resolve(),
                                       combined_fingerprint(digests["x"].hexdigest(), digests["y"].hexdigest()),
                                       run_key, {encoder.name: encoder.levels for encoder in (encoders or {}).values()}))
@@ -326,7 +332,12 @@ def open_staged(path: str | os.PathLike) -> zarr.Group:
     for name, levels in dict(attrs.get("categorical") or {}).items():
         if name not in attrs["x_features"] or not isinstance(levels, list) or len(levels) < 2:
             raise ValueError(f"data {path}: categorical column {name!r} is not an x feature with at least 2 levels")
+    for name, count in dict(attrs.get("missing_x") or {}).items():
+        if name not in attrs["x_features"] or name in (attrs.get("categorical") or {}) or not 0 < count <= attrs["n_samples"]:
+            raise ValueError(f"data {path}: missing_x names {name!r}, not a continuous x feature with 1 to n_samples "
+                             "missing values")
     return group
+
 
 
 def level_recoding(levels: dict[str, list[str]], reference: dict[str, list[str]], x_features: list[str],

@@ -27,6 +27,7 @@ import zarr
 from data_schemas.tuning import SCHEMA_NAME, SCHEMA_VERSION, SUMMARIES_VARIABLE, validate_tuning_dataset
 from jdlcore import JDL, GaussianKernel
 from jdlcore.scaling import DEFAULT_SCALING, check_scaling_choice
+from jdlcore.missing import MissingValues
 from jdlcore.tuning import (
     LENGTHSCALE_FACTORS, SEARCH_LONGEST, SEARCH_ROWS, SEARCH_TOLERANCE, VALIDATION_FRACTION, Fold, Regs, as_regs,
     check_grid, check_search_rows, default_lengthscales, kernels_at, make_folds, resolve_criterion, score_grid,
@@ -37,9 +38,10 @@ from .atomic import atomic_store, refuse_existing
 from .cluster import dask_client, resolve_scheduler
 from .staging import categorical_indices, categorical_levels, data_fingerprint, level_recoding, open_staged, read_sample, recode
 from .summaries import (
-    DEFAULT_SUMMARIES, MAX_ROWS as SUMMARY_ROWS, BoostedSummaries, fit_summaries, kernel_categorical, kernel_features,
-    summaries_variable, summary_rule, with_summaries,
+    DEFAULT_SUMMARIES, MAX_ROWS as SUMMARY_ROWS, BoostedSummaries, fit_summaries, summaries_variable, summary_rule,
+    with_summaries,
 )
+from .x_view import XView, learn_missing, missing_attrs
 
 __all__ = ["tune_store", "load_tuning", "scored_candidates", "tuned_scaling", "tuned_summaries", "default_lengthscales",
            "subsample_rows", "LENGTHSCALE_FACTORS"]
@@ -133,14 +135,16 @@ def tune_store(
     n = int(group.attrs["n_samples"])
     rows = subsample_rows(n, max_rows, seed)
     splits = splits_for(rows.size, validation_fraction, folds, seed, held_out=held_out is not None)
-    fitted, fold_maps, summaries_seconds = _fitted_summaries(data, group, summaries, seed, rows, splits, progress)
+    missing = learn_missing(data, group, rows)
+    fitted, fold_maps, summaries_seconds = _fitted_summaries(data, group, summaries, seed, rows, splits, progress,
+                                                             missing)
     started = time.perf_counter()
     where = resolve_scheduler(scheduler, rows.size)
-    job = _SearchJob(group, group["x"].get_orthogonal_selection((rows, slice(None))),
+    job = _SearchJob(group, missing.augment(group["x"].get_orthogonal_selection((rows, slice(None)))),
                      group["y"].get_orthogonal_selection((rows, slice(None))), splits, base, regs, score, scaling,
                      lengthscales_x, lengthscales_y, seed, search, search_rows,
                      None if where is None else _fan_out(where, base, regs, score, progress),
-                     held_out, validation, max_rows, progress, fold_maps)
+                     held_out, validation, max_rows, progress, missing, fold_maps)
     run, gain = _with_or_without(job, fitted, summaries)
     table, searched, best, screen = run.table, run.searched, run.best, run.screen
     ds = _tuning_dataset(table, run.grid_x, run.grid_y, regs)
@@ -149,7 +153,7 @@ def tune_store(
         ds = ds.merge(_search_dataset(searched, X.shape[1], Y.shape[1], len(X)))
     _add_maps(ds, run.summaries, run.kernel_x, run.kernel_y)
     ds.attrs.update({
-        "scaling": scaling,
+        "scaling": scaling, **missing_attrs(missing),
         "schema": SCHEMA_NAME, "schema_version": SCHEMA_VERSION, "data": str(Path(data).resolve()),
         "data_fingerprint": data_fingerprint(group), "criterion": getattr(score, "name", str(criterion)), "tol": float(tol),
         "constraints": constraints, "rows_used": int(rows.size), "n_samples": n,
@@ -168,7 +172,8 @@ def tune_store(
 @dataclass
 class _SearchJob:
     """The inputs of one tuning's search, shared by its runs with and without the summaries of x: the
-    subsample (X, Y: the staged columns), its splits (None: the held-out store validates), the search's
+    subsample (X, Y: the staged columns, x's read through the missing-value rule ``missing``, None where
+    they are complete), its splits (None: the held-out store validates), the search's
     settings, and the summaries' map of each split, fitted without its validation rows (None: the
     tuning's own map summarises every fold; ``_fold_maps``)."""
 
@@ -190,17 +195,19 @@ class _SearchJob:
     validation: Any
     max_rows: int
     progress: Callable[[str], None] | None
+    missing: MissingValues | None = None
     fold_maps: list[BoostedSummaries] | None = None
 
     def run(self, summaries: BoostedSummaries | None) -> "_SearchRun":
         """The grid and the search on the columns as ``summaries`` has the x kernel read them (the columns
         alone where None); each split's rows summarised by its own map where there are ``fold_maps``."""
+        view = XView(self.missing, summaries)
         X = with_summaries(summaries, self.X)
-        (kernel_x, grid_x), (kernel_y, grid_y) = _kernels(X, self.Y, self.group, summaries, self.scaling,
+        (kernel_x, grid_x), (kernel_y, grid_y) = _kernels(X, self.Y, self.group, view, self.scaling,
                                                           self.lengthscales_x, self.lengthscales_y, self.seed)
         if self.splits is None:
             folds = _held_out_fold(X, self.Y, self.group, self.held_out, self.validation, self.max_rows, self.seed,
-                                   summaries)
+                                   view)
         elif summaries is None or self.fold_maps is None:
             folds = make_folds(X, self.Y, self.splits)
         else:
@@ -306,24 +313,25 @@ def _add_maps(ds: xr.Dataset, summaries: BoostedSummaries | None, kernel_x: Any,
             ds[f"{role}_scale"] = xr.DataArray(kernel.scale, dims=f"{role}_feature")
 
 
-def _kernels(X: np.ndarray, Y: np.ndarray, group: zarr.Group, summaries: BoostedSummaries | None, scaling: str,
+def _kernels(X: np.ndarray, Y: np.ndarray, group: zarr.Group, view: XView, scaling: str,
              lengthscales_x: Sequence[float] | None, lengthscales_y: Sequence[float] | None,
              seed: int) -> tuple[tuple[Any, list[float]], tuple[Any, list[float]]]:
     """The (kernel, lengthscale grid) of x and of y on the subsample (``standardised_grid``); x's features
-    are the store's followed by the kept summaries, or the summaries alone (``kernel_features``)."""
-    categorical = kernel_categorical(categorical_indices(group), summaries)
+    are the store's as ``view`` reads them (``XView.columns``)."""
+    categorical = view.categorical(categorical_indices(group))
     return (standardised_grid(X, GaussianKernel(1.0, categorical=categorical), scaling,
                               lengthscales_x or None, seed, "lengthscales_x",
-                              kernel_features(group.attrs["x_features"], summaries), "x"),
+                              view.columns(group.attrs["x_features"]), "x"),
             standardised_grid(Y, GaussianKernel(1.0), scaling, lengthscales_y or None, seed, "lengthscales_y",
                               group.attrs["y_features"], "y"))
 
 
 def _fitted_summaries(data: str | os.PathLike, group: zarr.Group, rule: str, seed: int, rows: np.ndarray,
-                      splits: Any, progress: Callable[[str], None] | None
+                      splits: Any, progress: Callable[[str], None] | None, missing: MissingValues | None = None
                       ) -> tuple[BoostedSummaries | None, list[BoostedSummaries] | None, float]:
     """The boosted summaries of x the ``rule`` asks for (``summary_rule``; None where it asks for none),
-    fitted on a seeded sample of at most ``SUMMARY_ROWS`` rows of the store; the map of each of the
+    fitted on a seeded sample of at most ``SUMMARY_ROWS`` rows of the store (x read through the
+    missing-value rule ``missing``, its indicators categorical; None: x as staged); the map of each of the
     ``splits`` of the tuning's subsample ``rows`` (``_fold_maps``; None where the tuning's own map
     summarises every split); the seconds they took.
 
@@ -339,7 +347,9 @@ def _fitted_summaries(data: str | os.PathLike, group: zarr.Group, rule: str, see
     if one_map:
         sample = np.setdiff1d(sample, rows[splits[0][1]], assume_unique=True)
     started = time.perf_counter()
-    X, y, categorical = read_sample(data, "x", sample), read_sample(data, "y", sample)[:, 0], categorical_indices(group)
+    view = XView(missing)
+    X, y = view.rows(read_sample(data, "x", sample)), read_sample(data, "y", sample)[:, 0]
+    categorical = view.categorical(categorical_indices(group))
     fitted = fit_summaries(X, y, categorical, seed=seed)
     fold_maps = None if fitted is None or splits is None or one_map else _fold_maps(
         fitted, X, y, categorical, sample, rows, splits, seed)
@@ -364,15 +374,15 @@ def _fold_maps(fitted: BoostedSummaries, X: np.ndarray, y: np.ndarray, categoric
 
 
 def _held_out_fold(X: np.ndarray, Y: np.ndarray, group: zarr.Group, held_out: zarr.Group, validation: Any,
-                   max_rows: int, seed: int, summaries: BoostedSummaries | None) -> list[Fold]:
+                   max_rows: int, seed: int, view: XView) -> list[Fold]:
     """One fold: the subsample (X, Y) trains, a seeded subsample of at most ``max_rows`` rows of the staged
     store ``held_out`` validates, its category codes read as the training data's (a level the training
-    data lacks matches none) and its summaries added where the training's are."""
+    data lacks matches none) and its x read through the training's ``view``."""
     val = subsample_rows(int(held_out.attrs["n_samples"]), max_rows, seed)
     recoding = level_recoding(categorical_levels(held_out), categorical_levels(group),
                               list(group.attrs["x_features"]), "other", f"validation {validation}")
     X_held = recode(held_out["x"].get_orthogonal_selection((val, slice(None))), recoding)
-    return [(X, Y, with_summaries(summaries, X_held),
+    return [(X, Y, view.rows(X_held),
              held_out["y"].get_orthogonal_selection((val, slice(None))))]
 
 

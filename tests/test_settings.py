@@ -2,6 +2,7 @@
 Prefect flows' signatures read their defaults there, no default is written twice in the tree, and a bad
 value is refused with the same line from the command line, a flow or Python."""
 import ast
+import functools
 import inspect
 import re
 from pathlib import Path
@@ -90,14 +91,24 @@ def test_a_default_is_written_once_in_the_product(pattern, home):
     """The code of jdlcore, data_schemas, pipeline, flows and jdl (comments and docstrings aside) writes the
     tuning's subsample size, the staging's chunk size and the compression's learning rate once each,
     as a constant of the module that uses it; every other default refers to it."""
-    found = []
+    found = [where for where, written in numeric_constants() if re.fullmatch(pattern, written)]
+    assert len(found) == 1 and found[0].startswith(home), found
+
+
+@functools.lru_cache(maxsize=1)
+def numeric_constants() -> tuple[tuple[str, str], ...]:
+    """("path:line", the constant as written) of every numeric constant in the product's code."""
+    constants = []
     for package in ("jdlcore", "data_schemas", "pipeline", "flows", "jdl"):
         for path in sorted((ROOT / package).rglob("*.py")):
-            for node in ast.walk(ast.parse(path.read_text())):
-                if isinstance(node, ast.Constant) and not isinstance(node.value, (str, bytes)) and \
-                        re.fullmatch(pattern, ast.get_source_segment(path.read_text(), node) or ""):
-                    found.append(f"{path.relative_to(ROOT)}:{node.lineno}")
-    assert len(found) == 1 and found[0].startswith(home), found
+            source = path.read_text()
+            lines = [line.encode() for line in source.splitlines()]  # offsets are in UTF-8 bytes
+            for node in ast.walk(ast.parse(source)):
+                if isinstance(node, ast.Constant) and not isinstance(node.value, (str, bytes)):
+                    written = (lines[node.lineno - 1][node.col_offset:node.end_col_offset].decode()
+                               if node.end_lineno == node.lineno else ast.get_source_segment(source, node) or "")
+                    constants.append((f"{path.relative_to(ROOT)}:{node.lineno}", written))
+    return tuple(constants)
 
 
 def test_a_default_is_read_by_every_entry(tmp_path):

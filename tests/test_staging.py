@@ -48,7 +48,7 @@ def test_round_trip_every_format(table, tmp_path, suffix):
 @pytest.mark.parametrize(
     "mutate, x, y, message",
     [
-        (lambda t: t.assign(a=t["a"].where(t.index != 500)), ["a"], ["t"], r"x column 'a': nan at row 500"),
+        (lambda t: t.assign(a=t["a"].where(t.index != 500, -np.inf)), ["a"], ["t"], r"x column 'a': -inf at row 500"),
         (lambda t: t.assign(t=t["t"].where(t.index != 7, np.inf)), ["a"], ["t"], r"y column 't': inf at row 7"),
         (lambda t: t, ["a", "missing"], ["t"], r"column 'missing': not in source.csv"),
         (lambda t: t.assign(a=t["a"].astype(object).where(t.index != 3, "oops")), ["a"], ["t"], r"x column 'a': non-numeric value 'oops' at row 3"),

@@ -1,0 +1,91 @@
+"""The x columns a model reads from a staged store.
+
+A staged x row may miss values (NaN in a continuous column, ``data_schemas.data``). A model reads it
+through two maps, both stored with the tuning and the model and applied again at scoring:
+
+1. ``jdlcore.missing.MissingValues``: each missing value replaced by its column's training median, and an
+   indicator column appended for each column that missed values in the training rows (a categorical
+   column the x kernel compares like any other, at a lengthscale the tuning chooses);
+2. the boosted summaries of those columns (``pipeline.summaries``), beside them or alone.
+
+``XView`` is the pair; ``learn_missing`` learns the first from a staged store.
+"""
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import numpy as np
+import zarr
+
+from jdlcore.missing import MissingValues
+
+from .staging import categorical_indices, read_sample
+from .summaries import BoostedSummaries, kernel_categorical, kernel_features, with_summaries
+
+__all__ = ["XView", "learn_missing", "missing_attrs", "read_missing", "MISSING_ATTR"]
+
+MISSING_ATTR = "x_missing"  # the attribute of a tuning or model store that holds the rule (JSON)
+
+
+@dataclass(frozen=True)
+class XView:
+    """How a model reads staged x rows: ``missing`` (None: a model from before the rule, which reads rows
+    without missing values only), then ``summaries`` (None: none)."""
+
+    missing: MissingValues | None = None
+    summaries: BoostedSummaries | None = None
+
+    @classmethod
+    def of(cls, model: Any) -> "XView":
+        """The view a fitted or loaded model reads x through (``x_missing_``, ``x_summaries_``)."""
+        return cls(getattr(model, "x_missing_", None), getattr(model, "x_summaries_", None))
+
+    def rows(self, X: Any) -> np.ndarray:
+        """Staged x rows (n, d) as the model's x kernel reads them, float64 (n, d'): see the module.
+        A missing value for a model without the rule is a ``ValueError`` naming its column."""
+        X = np.asarray(X, dtype=np.float64)
+        if self.missing is not None:
+            X = self.missing.augment(X)
+        elif X.size and np.isnan(X).any():
+            column = int(np.argwhere(np.isnan(X))[0][1])
+            raise ValueError(f"x: column {column} (from 0) has missing values, and the model reads none (it was fitted by a "
+                             "jdl without missing-value support); refit it")
+        return with_summaries(self.summaries, X)
+
+    def columns(self, names: Sequence[str]) -> list[str]:
+        """The names of the columns ``rows`` returns, from the staged x columns' ``names``."""
+        names = list(names) if self.missing is None else self.missing.features(names)
+        return kernel_features(names, self.summaries)
+
+    def categorical(self, categorical: Sequence[int]) -> list[int]:
+        """The categorical columns among those ``rows`` returns, from the staged ones."""
+        codes = list(categorical) if self.missing is None else self.missing.categorical(categorical)
+        return kernel_categorical(codes, self.summaries)
+
+
+def learn_missing(data: str | os.PathLike, group: zarr.Group, rows: np.ndarray) -> MissingValues:
+    """The missing-value rule of a staged store, learned from its rows ``rows`` (a seeded sample,
+    ascending, that the tuning or the fit also reads): fill values, and an indicator for each continuous
+    column that misses values there (where a column misses so few that the sample holds none, an
+    indicator could not be learned; those values are read at the median)."""
+    return MissingValues.learn(read_sample(data, "x", rows), categorical_indices(group))
+
+
+def missing_attrs(missing: MissingValues | None) -> dict[str, str]:
+    """The store attributes that record ``missing`` (none for None)."""
+    return {} if missing is None else {MISSING_ATTR: json.dumps(missing.to_dict())}
+
+
+def read_missing(attrs: dict[str, Any], where: str) -> MissingValues | None:
+    """The rule a tuning or model store records (None for a store written before it), ``ValueError``
+    naming ``where`` for a damaged record."""
+    if MISSING_ATTR not in attrs:
+        return None
+    try:
+        spec = json.loads(attrs[MISSING_ATTR])
+    except (TypeError, ValueError):
+        raise ValueError(f"{where}: attribute {MISSING_ATTR!r} is not JSON") from None
+    return MissingValues.from_dict(spec, f"{where}: {MISSING_ATTR}")
