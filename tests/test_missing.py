@@ -218,3 +218,20 @@ def test_the_python_recipe_reads_missing_values_as_the_pipeline_does():
     assert np.abs(mean[gone] - 3.0).mean() < 0.3
     with pytest.raises(ValueError, match=r"^X: contains NaN"):
         JDL().fit(X, Y)
+
+
+def test_a_fit_without_a_tuning_learns_the_rule_from_its_own_rows(fitted_with_gaps, capsys):
+    """``jdl fit`` with explicit settings: the rule from the fit's sample of the data, a scalar lengthscale
+    for every column the view reads, and a per-feature one refused unless it covers the indicator."""
+    from jdl.cli import main
+    from pipeline.model_store import load_model
+
+    work, _, _ = fitted_with_gaps
+    arguments = ["fit", str(work / "train.zarr"), "--lengthscale-y", "0.5", "--reg", "1e-4"]
+    assert main([*arguments, "--lengthscale-x", "0.8", "--out", str(work / "plain.zarr")]) == 0
+    model = load_model(work / "plain.zarr")
+    assert model.x_missing_.flagged == (0,) and model.basis_x_.width == 3
+    capsys.readouterr()
+    assert main([*arguments, "--lengthscale-x", "0.8,1.2", "--out", str(work / "bad.zarr")]) == 2
+    assert "lengthscale_x: has 2 entries but the data has 3 x features (a, b, a missing)" in capsys.readouterr().err
+    assert not (work / "bad.zarr").exists()
