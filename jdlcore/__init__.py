@@ -49,6 +49,7 @@ from .models.problem import JDLProblem, build_problem
 from .models.psd_jdl import PSDJDL
 from .models.registry import METHODS, estimator_class
 from .psd.fit import fit_psd_density
+from .psd.filter import PSDFilter
 from .psd.model import GaussianPSDModel
 from .tuning import TuneResult, tune
 
@@ -60,7 +61,8 @@ __all__ = [
     "Factorisation", "FactorStorage", "InMemoryFactorStorage", "JDL", "JDLProblem", "build_problem", "JDLReductions",
     "SpectralBasis", "spectral_basis", "tune", "TuneResult", "SecondMomentLoss", "ClippedLogisticLoss",
     "relative_second_moment_loss", "clipped_logistic_loss", "CME", "KLR", "PolynomialJDL", "PolynomialBasis",
-    "GreedyJDL", "ClassBasis", "GaussianPSDModel", "fit_psd_density", "PSDJDL", "amcmd", "jmmd", "compress",
+    "GreedyJDL", "ClassBasis", "GaussianPSDModel", "PSDFilter", "fit_psd_density", "PSDJDL", "amcmd", "jmmd",
+    "compress",
     "run_compression", "DegeneracyWarning", "GridBudgetWarning", "METHODS", "estimator_class", "Estimator",
     "NotFittedError", "UnsupportedQuery",
 ]

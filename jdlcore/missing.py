@@ -111,6 +111,7 @@ class MissingValues:
     def from_dict(cls, spec: Any, where: str = "missing values") -> "MissingValues":
         """The rule from ``to_dict``'s record; ``ValueError`` naming ``where`` for any other record."""
         try:
-            return cls(int(spec["width"]), tuple(float(v) for v in spec["fill"]), tuple(int(j) for j in spec["flagged"]))
+            fill, flagged = tuple(float(v) for v in spec["fill"]), tuple(int(j) for j in spec["flagged"])
+            return cls(int(spec["width"]), fill, flagged)
         except (KeyError, TypeError, ValueError) as error:
             raise ValueError(f"{where}: not a missing-value rule ({error})") from None

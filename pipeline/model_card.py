@@ -183,8 +183,9 @@ def _feature_rows(side: str, kernel: Any, names: list[str], levels: dict[str, li
         if k in kernel.categorical:
             known = levels.get(name, [])
             shown = ", ".join(known[:8]) + (", ..." if len(known) > 8 else "")
-            kind = (f"categorical, {len(known)} levels ({shown})" if name in levels or not name.endswith(INDICATOR_SUFFIX)
-                    else f"indicator of a missing {name[:-len(INDICATOR_SUFFIX)]} (its value read at the median)")
+            indicator = name not in levels and name.endswith(INDICATOR_SUFFIX)
+            kind = (f"indicator of a missing {name[:-len(INDICATOR_SUFFIX)]} (its value read at the median)"
+                    if indicator else f"categorical, {len(known)} levels ({shown})")
             rows.append((f"{side} feature {name}", f"{kind}; mismatch lengthscale {own[k]:.4g}, "
                                                    f"relevance {relevance[k]:.3f}"))
             continue

@@ -29,8 +29,8 @@ from .atomic import atomic_store
 
 __all__ = ["stage", "open_staged", "combined_fingerprint", "data_fingerprint", "arrays_fingerprint",
            "create_data_arrays", "write_feature_coordinates", "data_attrs", "categorical_levels", "categorical_indices",
-           "level_recoding", "recode", "FORMATS", "DETECT_ROWS", "UNSEEN_RULES", "OTHER_CODE", "read_sample", "MissingY",
-           "MISSING_LEVEL"]
+           "level_recoding", "recode", "FORMATS", "DETECT_ROWS", "UNSEEN_RULES", "OTHER_CODE", "read_sample",
+           "MissingY", "MISSING_LEVEL"]
 
 FORMATS = {".csv": "csv", ".parquet": "parquet", ".pq": "parquet", ".npy": "npy", ".npz": "npz",
            ".nc": "netcdf", ".nc4": "netcdf", ".zarr": "zarr"}
@@ -333,7 +333,8 @@ def open_staged(path: str | os.PathLike) -> zarr.Group:
         if name not in attrs["x_features"] or not isinstance(levels, list) or len(levels) < 2:
             raise ValueError(f"data {path}: categorical column {name!r} is not an x feature with at least 2 levels")
     for name, count in dict(attrs.get("missing_x") or {}).items():
-        if name not in attrs["x_features"] or name in (attrs.get("categorical") or {}) or not 0 < count <= attrs["n_samples"]:
+        continuous = name in attrs["x_features"] and name not in (attrs.get("categorical") or {})
+        if not continuous or not 0 < count <= attrs["n_samples"]:
             raise ValueError(f"data {path}: missing_x names {name!r}, not a continuous x feature with 1 to n_samples "
                              "missing values")
     return group

@@ -51,8 +51,8 @@ class XView:
             X = self.missing.augment(X)
         elif X.size and np.isnan(X).any():
             column = int(np.argwhere(np.isnan(X))[0][1])
-            raise ValueError(f"x: column {column} (from 0) has missing values, and the model reads none (it was fitted by a "
-                             "jdl without missing-value support); refit it")
+            raise ValueError(f"x: column {column} (from 0) has missing values, and the model reads none (it was "
+                             "fitted by a jdl without missing-value support); refit it")
         return with_summaries(self.summaries, X)
 
     def columns(self, names: Sequence[str]) -> list[str]:

@@ -1,0 +1,228 @@
+"""Exact Bayesian filtering with Gaussian PSD models (Rudi & Ciliberto 2021, Prop. 10 and Alg. 1).
+
+A hidden Markov model with a state x_t of d_x coordinates and observations y_t of d_y:
+
+  transition   tau(x', x)   a Gaussian PSD model over (x', x), the next state's coordinates first;
+  observation  omega(y, x)  a Gaussian PSD model over (y, x), the observation's coordinates first;
+  prior        p(x_0)       a Gaussian PSD model over x.
+
+The filter's recursion (20),
+
+  p(x_t | y_1..t)  propto  omega(y_t, x_t) int tau(x_t, x_{t-1}) p(x_{t-1} | y_1..t-1) dx_{t-1},
+
+keeps every belief a Gaussian PSD model, in closed form. With the transition on centres (X'_i, X_i),
+precisions (eta', eta) and matrix B (n x n), the observation on centres (Y_a, Z_a), precisions
+(eta_y, eta_z) and matrix C (m x m), and a belief on centres Xb (N of them), precision eb, matrix A:
+
+1. **Predict** (the transition integrated against the belief; Prop. 1 and 2 with the reduction (7),
+   the n^2 N x n^2 N product never formed): a model over x' on the centres X' with precision eta' and
+
+     D_ij = B_ij K_{eta/2}(X_i, X_j) c_{2 eta + 2 eb} sum_ab A_ab K_{eb/2}(Xb_a, Xb_b) k_{e*}(m_ij, mb_ab),
+
+   m_ij = (X_i + X_j) / 2, mb_ab = (Xb_a + Xb_b) / 2, e* = 2 eta eb / (eta + eb): the Gaussian integral of
+   four kernels, per coordinate. D is the Gram matrix of the functions k_eta(X_i, .) in L2(belief) times
+   B, entrywise: positive semi-definite by the Schur product theorem. Cost O(n^2 N^2 d_x), in blocks.
+2. **Observe**: omega at y_t (partial evaluation, eq. 3) times the prediction (the product rule, Prop. 2):
+   a model on the centres (eta' X'_i + eta_z Z_a) / (eta' + eta_z), n m of them, precision eta' + eta_z.
+   **The centres are the same at every step**, so the belief's size stays n m.
+3. **Normalise**: the constant int omega(y_t, x) p(x | y_1..t-1) dx is the one-step predictive density
+   of y_t (the prediction normalised first), and its logarithms sum to the log-likelihood.
+
+``compress_to`` projects each belief onto fixed centres (Nystrom compression, eq. 9) to bound the cost
+where n m is large. Filtered means, covariances, quantiles and the one-step predictive law of y are in
+closed form (``FilterResult``).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import numpy as np
+from scipy.optimize import brentq
+
+from .model import GaussianPSDModel, _sqdist, gaussian_block, gaussian_mass
+
+__all__ = ["PSDFilter", "FilterResult", "psd_quantiles"]
+
+_PAIR_BLOCK = 1 << 21  # (ij, ab) kernel entries per block of the prediction
+_QUANTILE_XTOL = 1e-12  # relative bracket width at which a quantile's root search stops
+
+
+@dataclass(frozen=True)
+class FilterResult:
+    """The filtered series of ``PSDFilter.run`` over T observations.
+
+    Attributes
+    ----------
+    means, variances:
+        (T, d_x): the mean and the variance of each state coordinate under p(x_t | y_1..t).
+    levels, quantiles:
+        The levels (L,) and the quantiles (T, d_x, L) of each coordinate's filtered marginal law.
+    predicted_means, predicted_variances:
+        (T, d_y): the mean and variance of the one-step predictive law of y_t given y_1..t-1.
+    log_evidence:
+        (T,): log p(y_t | y_1..t-1), the predictive density at the observation (its sum: the
+        log-likelihood of the series).
+    beliefs:
+        The T filtered laws, Gaussian PSD models over x (normalised).
+    """
+
+    means: np.ndarray
+    variances: np.ndarray
+    levels: np.ndarray
+    quantiles: np.ndarray
+    predicted_means: np.ndarray
+    predicted_variances: np.ndarray
+    log_evidence: np.ndarray
+    beliefs: tuple[GaussianPSDModel, ...]
+
+
+class PSDFilter:
+    """The filter of a hidden Markov model given by Gaussian PSD models (see the module).
+
+    Parameters
+    ----------
+    transition:
+        tau over (x', x), 2 d_x coordinates, the next state's first.
+    observation:
+        omega over (y, x), d_y + d_x coordinates, the observation's first.
+    prior:
+        p(x_0) over d_x coordinates.
+    compress_to:
+        Optional fixed centres (k, d_x): each belief is compressed onto them (eq. 9) at the belief's
+        precision. None (the default) keeps the exact belief on its n m centres.
+    """
+
+    def __init__(self, transition: GaussianPSDModel, observation: GaussianPSDModel, prior: GaussianPSDModel, *,
+                 compress_to: Any = None):
+        for name, model in (("transition", transition), ("observation", observation), ("prior", prior)):
+            if not isinstance(model, GaussianPSDModel):
+                raise ValueError(f"{name}: must be a GaussianPSDModel, got {type(model).__name__}")
+        d = prior.d
+        if transition.d != 2 * d:
+            raise ValueError(f"transition: must have 2 d_x = {2 * d} coordinates (x', x), got {transition.d}")
+        if observation.d <= d:
+            raise ValueError(f"observation: must have d_y + d_x coordinates (y, x) with d_x = {d}, got {observation.d}")
+        self.transition, self.observation, self.prior = transition, observation, prior
+        self.state_dim, self.obs_dim = d, observation.d - d
+        self.compress_to = None if compress_to is None else np.asarray(compress_to, dtype=np.float64).reshape(-1, d)
+
+    # -- one step ----------------------------------------------------------------------------------
+    def predict(self, belief: GaussianPSDModel) -> GaussianPSDModel:
+        """p(x_t | y_1..t-1) from the belief p(x_{t-1} | y_1..t-1): a normalised model over x on the
+        transition's next-state centres (step 1 of the module)."""
+        d = self.state_dim
+        if belief.d != d:
+            raise ValueError(f"belief: must have d_x = {d} coordinates, got {belief.d}")
+        C, eta = self.transition.centers, self.transition.eta
+        now, later = C[:, d:], C[:, :d]
+        eta_now, eta_later = eta[d:], eta[:d]
+        eb = belief.eta
+        weights = belief.A * gaussian_block(belief.centers, belief.centers, 0.5 * eb)
+        smoothed = _smoothed_pairs(now, belief.centers, weights, 2.0 * eta_now * eb / (eta_now + eb))
+        D = (self.transition.A * gaussian_block(now, now, 0.5 * eta_now) * smoothed
+             * gaussian_mass(2.0 * eta_now + 2.0 * eb))
+        return GaussianPSDModel._from_parts(D, later, eta_later).normalized()
+
+    def update(self, predicted: GaussianPSDModel, y: Any) -> tuple[GaussianPSDModel, float]:
+        """(p(x_t | y_1..t), log p(y_t | y_1..t-1)) from the prediction and the observation y_t (d_y,)
+        (steps 2 and 3). ``ValueError`` where the observation has density 0 under the prediction."""
+        y = np.asarray(y, dtype=np.float64).reshape(-1)
+        if y.size != self.obs_dim or not np.all(np.isfinite(y)):
+            raise ValueError(f"y: must be {self.obs_dim} finite value(s), got {y!r}")
+        likelihood = self.observation.partial_evaluate((list(range(self.obs_dim)), y))  # a model over x
+        joint = predicted.product(likelihood)
+        evidence = joint.integral()
+        if not evidence > 0:
+            raise ValueError(f"y: {y.tolist()} has density 0 under the predicted law (to rounding)")
+        belief = joint.normalized()
+        if self.compress_to is not None:
+            belief = belief.compress(self.compress_to).normalized()
+        return belief, float(np.log(evidence))
+
+    def predictive_y(self, predicted: GaussianPSDModel) -> GaussianPSDModel:
+        """The one-step predictive law of y_t, int omega(y, x) p(x | y_1..t-1) dx (not normalised: its
+        integral is that of omega's y-marginal under the prediction), a model over y."""
+        d_y = self.obs_dim
+        shared = [(d_y + t, t) for t in range(self.state_dim)]
+        return self.observation.product(predicted, shared=shared).marginalize(list(range(d_y)))
+
+    def step(self, belief: GaussianPSDModel, y: Any) -> tuple[GaussianPSDModel, float]:
+        """One step of the recursion: (the new belief, log p(y_t | y_1..t-1))."""
+        return self.update(self.predict(belief), y)
+
+    # -- a series ------------------------------------------------------------------------------------
+    def run(self, observations: Any, levels: Sequence[float] = (0.05, 0.5, 0.95)) -> FilterResult:
+        """Filter the series ``observations`` (T, d_y) (a 1-D array: T scalar observations) from the prior
+        (the state at t = 0, before y_1)."""
+        Y = np.asarray(observations, dtype=np.float64)
+        Y = Y.reshape(-1, 1) if Y.ndim == 1 and self.obs_dim == 1 else Y
+        if Y.ndim != 2 or Y.shape[1] != self.obs_dim:
+            raise ValueError(f"observations: must have shape (T, {self.obs_dim}), got {np.shape(observations)}")
+        levels = np.asarray(levels, dtype=np.float64).reshape(-1)
+        if np.any((levels <= 0) | (levels >= 1)):
+            raise ValueError(f"levels: must lie in (0, 1), got {levels.tolist()}")
+        T, d = Y.shape[0], self.state_dim
+        out = {name: np.empty((T, d)) for name in ("means", "variances")}
+        out.update(quantiles=np.empty((T, d, levels.size)), predicted_means=np.empty((T, self.obs_dim)),
+                   predicted_variances=np.empty((T, self.obs_dim)), log_evidence=np.empty(T))
+        beliefs, belief = [], self.prior.normalized()
+        for t in range(T):
+            predicted = self.predict(belief)
+            law_y = self.predictive_y(predicted)
+            out["predicted_means"][t], out["predicted_variances"][t] = law_y.mean(), np.diag(law_y.covariance())
+            belief, out["log_evidence"][t] = self.update(predicted, Y[t])
+            out["means"][t], out["variances"][t] = belief.mean(), np.diag(belief.covariance())
+            for k in range(d):
+                out["quantiles"][t, k] = psd_quantiles(belief if d == 1 else belief.marginalize([k]), levels)
+            beliefs.append(belief)
+        return FilterResult(levels=levels, beliefs=tuple(beliefs), **out)
+
+
+def psd_quantiles(model: GaussianPSDModel, levels: Any) -> np.ndarray:
+    """Quantiles (L,) of a one-coordinate Gaussian PSD model's normalised law at ``levels`` (L,) in (0, 1):
+    the roots of its CDF (``box_integral`` from -inf, in closed form) less each level, to a relative
+    bracket of 1e-12."""
+    if model.d != 1:
+        raise ValueError(f"model: quantiles need a one-coordinate model, got {model.d}")
+    total = model.integral()
+    mean, sd = float(model.mean()[0]), float(np.sqrt(model.covariance()[0, 0]))
+
+    def below(x: float, level: float) -> float:
+        return model.box_integral(-np.inf, x) / total - level
+
+    out = np.empty(np.size(levels))
+    for k, level in enumerate(np.asarray(levels, dtype=np.float64).reshape(-1)):
+        low, high, width = mean - sd, mean + sd, sd
+        while below(low, level) > 0:
+            width *= 2.0
+            low = mean - width
+        while below(high, level) < 0:
+            width *= 2.0
+            high = mean + width
+        out[k] = brentq(below, low, high, args=(level,), xtol=_QUANTILE_XTOL * max(1.0, abs(mean), sd),
+                        rtol=4 * np.finfo(float).eps)
+    return out
+
+
+def _smoothed_pairs(centers: np.ndarray, belief_centers: np.ndarray, weights: np.ndarray,
+                    precision: np.ndarray) -> np.ndarray:
+    """S_ij = sum_ab weights_ab k_precision(m_ij, mb_ab), shape (n, n), with m_ij the midpoints of
+    ``centers`` (n, d) and mb_ab those of ``belief_centers`` (N, d): the sum over the pairs (a <= b, the
+    off-diagonal ones counted twice) in blocks of ``_PAIR_BLOCK`` kernel entries."""
+    n, N = centers.shape[0], belief_centers.shape[0]
+    iu, ju = np.triu_indices(n)
+    au, bu = np.triu_indices(N)
+    w = weights[au, bu] * np.where(au == bu, 1.0, 2.0)
+    keep = w != 0.0
+    w, mids = w[keep], 0.5 * (belief_centers[au[keep]] + belief_centers[bu[keep]])
+    ours = 0.5 * (centers[iu] + centers[ju])
+    total = np.zeros(iu.size)
+    step = max(1, _PAIR_BLOCK // max(iu.size, 1))
+    for start in range(0, w.size, step):
+        block = _sqdist(ours, mids[start:start + step], precision)
+        total += np.exp(-block, out=block) @ w[start:start + step]
+    S = np.empty((n, n))
+    S[iu, ju] = total
+    S[ju, iu] = total
+    return S
