@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from jdlcore.psd.model import GaussianPSDModel
+from jdlcore.solvers.fista import ConvergenceWarning
 from jdlcore.psd.fit import (
     project_psd_affine,
     fit_psd_density,
@@ -224,13 +225,36 @@ def test_cvxpy_and_pgd_agree(d, normalize):
     assert b.fit_info_["solver"] == "pgd" and a.fit_info_["solver"].startswith("cvxpy")
 
 
+def test_pgd_stops_on_a_certified_duality_gap_that_bounds_its_distance_to_cvxpys_optimum():
+    """At reg 1e-6, where a small step is no proof of convergence: pgd stops on the Frank-Wolfe gap
+    (an upper bound on J(A) - J*), agrees with cvxpy's objective, and a capped run reports its own
+    larger gap, unconverged, which still bounds its excess over the optimum."""
+    rng = np.random.default_rng(8)
+    X = rng.normal(size=(2000, 2))
+    kw = dict(m=20, lengthscale=0.5, reg=1e-6)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        optimum = fit_psd_density(X, solver="cvxpy", **kw).fit_info_["objective"]
+    fit = fit_psd_density(X, solver="pgd", gap_tol=1e-7, max_iter=20_000, **kw).fit_info_
+    assert fit["converged"] and fit["gap"] <= 1e-7
+    assert abs(fit["objective"] - optimum) <= 1e-6 * abs(optimum)
+    with pytest.warns(ConvergenceWarning, match=r"pgd stopped at max_iter = 25 with a certified relative duality gap"):
+        capped = fit_psd_density(X, solver="pgd", gap_tol=1e-7, max_iter=25, **kw).fit_info_
+    assert not capped["converged"] and capped["gap"] > 1e-7 and capped["iterations"] == 25
+    slack = 1e-9  # cvxpy's own tolerance
+    assert fit["objective"] - optimum <= fit["gap"] * max(1.0, abs(fit["objective"])) + slack
+    assert capped["objective"] - optimum <= capped["gap"] * max(1.0, abs(capped["objective"])) + slack
+    assert capped["objective"] - optimum > 10 * (fit["objective"] - optimum)
+
+
 def test_auto_solver_choice():
     X = np.random.default_rng(3).normal(size=(200, 1))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         assert fit_psd_density(X, m=8, lengthscale=0.5, reg=1e-3).fit_info_["solver"].startswith("cvxpy")
     X = np.random.default_rng(3).uniform(-3, 3, size=(500, 1))
-    res = fit_psd_density(X, m=45, lengthscale=0.1, reg=1e-3, max_iter=50)
+    with pytest.warns(ConvergenceWarning):  # 50 iterations: the gap is not reached
+        res = fit_psd_density(X, m=45, lengthscale=0.1, reg=1e-3, max_iter=50)
     assert res.A.shape[0] == 45 and res.fit_info_["solver"] == "pgd"
 
 
@@ -247,7 +271,8 @@ def test_pgd_stays_sane_with_ill_conditioned_centres():
     """Regression: with cond(K) ~ 1e9 the rounding-level negative eigenvalues of the L2 Gram made
     J unbounded below (J ~ -1e16 before the Gram was replaced by its PSD factor)."""
     X = np.random.default_rng(2).normal(size=(2000, 1))
-    res = fit_psd_density(X, m=50, lengthscale=0.3, reg=1e-6, solver="pgd", max_iter=500)
+    with pytest.warns(ConvergenceWarning):  # 500 iterations at reg 1e-6 and cond(K) ~ 1e9: far from the gap
+        res = fit_psd_density(X, m=50, lengthscale=0.3, reg=1e-6, solver="pgd", max_iter=500)
     info = res.fit_info_
     assert info["cond_K"] > 1e7
     # J = |f - p|^2 - |p|^2 + reg * ..., and |p|^2 = 1 / (2 sqrt(pi)) = 0.282 for N(0, 1)

@@ -244,3 +244,16 @@ def test_bad_input(data):
     with pytest.raises(ValueError, match="levels"):
         fitted.conditional_quantile(X[:2], [0.0])
     assert fitted.get_params()["max_features"] == 400
+
+
+def test_the_solve_reports_a_certified_duality_gap_that_falls_as_it_converges(data, model):
+    """The gap bounds the objective's excess over the optimum: small for the converged fit, larger after
+    five iterations, and the converged fit's objective is below the capped one's by less than the
+    capped gap allows."""
+    converged = model.diagnostics_
+    assert 0.0 <= converged["gap"] < 1e-5  # measured 3.5e-6: the step rule (solver_tol 1e-8) stopped there
+    with pytest.warns(DegeneracyWarning, match="solver_unconverged"):
+        capped = PSDJDL(GaussianKernel(0.5), GaussianKernel(0.5), reg=1e-2, tol=1e-2, max_rank=6,
+                        max_iter=5).fit(*data).diagnostics_
+    assert capped["gap"] > 100 * converged["gap"]
+    assert 0.0 <= capped["objective"] - converged["objective"] <= capped["gap"] * max(1.0, abs(capped["objective"]))

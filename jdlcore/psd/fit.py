@@ -72,7 +72,7 @@ from typing import Any
 import numpy as np
 
 from .model import GaussianPSDModel, eta_from_lengthscale, gaussian_block, gaussian_mass
-from ..solvers.fista import fista
+from ..solvers.fista import ConvergenceWarning, affine_psd_gap, fista
 from ..validation import as_samples, check_choice, check_nonnegative
 
 __all__ = ["fit_psd_density", "psd_objective_terms", "psd_l2_gram", "held_out_loss", "project_psd_affine"]
@@ -227,8 +227,9 @@ def fit_psd_density(
     reg: float = 1e-6,
     normalize: bool = True,
     solver: str = "auto",
-    max_iter: int = 2000,
+    max_iter: int = 20_000,
     tol: float = 1e-9,
+    gap_tol: float = 1e-6,
     seed: int = 0,
     max_centers: int = 150,
 ) -> GaussianPSDModel:
@@ -246,7 +247,12 @@ def fit_psd_density(
         the result by its integral.
     solver: "auto" (cvxpy for m <= 40, else pgd), "cvxpy" (Clarabel, SCS fallback) or "pgd"
         (FISTA with exact projection; see the module docstring).
-    max_iter, tol: pgd iteration cap and stopping tolerance on |A_k+1 - A_k|_F / max(1, |A_k+1|_F).
+    max_iter: pgd's iteration cap; a run that stops there unconverged warns (``ConvergenceWarning``).
+    gap_tol: with ``normalize``, pgd stops where its certified relative duality gap is <= gap_tol
+        (``jdlcore.solvers.fista.affine_psd_gap``: an upper bound on J(A) - J*, over max(1, |J(A)|));
+        fit_info_ reports "gap" and "converged".
+    tol: without ``normalize``, pgd stops where |A_k+1 - A_k|_F <= tol * max(1, |A_k+1|_F) (a small step,
+        not a certificate).
     seed: for the power iteration start and the fallback centre choice.
     max_centers: refuse more centres than this (the L2 term costs O(m^4) memory).
 
@@ -262,8 +268,9 @@ def fit_psd_density(
     check_choice(solver, "solver", ("auto", "cvxpy", "pgd"))
     if int(max_iter) < 1:
         raise ValueError(f"max_iter: must be >= 1, got {max_iter!r}")
-    if not (np.isfinite(tol) and tol >= 0):
-        raise ValueError(f"tol: must be finite and >= 0, got {tol!r}")
+    for name, value in (("tol", tol), ("gap_tol", gap_tol)):
+        if not (np.isfinite(value) and value >= 0):
+            raise ValueError(f"{name}: must be finite and >= 0, got {value!r}")
     C, center_source = _fit_centers(X, centers, m, lengthscale, seed, max_centers)
     mC = C.shape[0]
     if solver == "auto":
@@ -274,7 +281,12 @@ def fit_psd_density(
     if solver == "cvxpy":
         A, info = _solve_cvxpy(problem, normalize)
     else:
-        A, info = _solve_pgd(problem, normalize, int(max_iter), float(tol), seed)
+        A, info = _solve_pgd(problem, normalize, int(max_iter), float(gap_tol if normalize else tol), seed)
+    if solver == "pgd" and not info["converged"]:
+        measure = (f"a certified relative duality gap of {info['gap']:.3g} above gap_tol = {gap_tol:g}" if normalize
+                   else f"a relative step above tol = {tol:g}")
+        warnings.warn(f"fit_psd_density: pgd stopped at max_iter = {max_iter} with {measure}; raise max_iter, or "
+                      "reg (a larger reg converges faster)", ConvergenceWarning, stacklevel=2)
     A, objective, info_extra = _unit_integral(problem, A, normalize)
     seconds = time.perf_counter() - t0
     eig_A = np.linalg.eigvalsh(A)
@@ -545,7 +557,11 @@ def _solve_pgd(p: _Problem, normalize: bool, max_iter: int, tol: float, seed: in
         eig_count += 1
         return _project_psd(B)
 
+    def gap(B: np.ndarray, gradient: np.ndarray) -> float:  # J(B) = <B, H B> - 2 <S, B> = <B, g> / 2 - <S, B>
+        return affine_psd_gap(B, gradient, N, 0.5 * float(np.sum(B * gradient)) - float(np.sum(S * B)))
+
     start = np.eye(m) / np.trace(N) if normalize else np.zeros((m, m))
-    B, info = fista(lambda Y: 2.0 * (hess(Y) - S), project, start, L, tol=tol, max_iter=max_iter)
+    B, info = fista(lambda Y: 2.0 * (hess(Y) - S), project, start, L, tol=tol, max_iter=max_iter,
+                    certificate=gap if normalize else None)
     return R @ B @ R, {"solver": "pgd", **info, "lipschitz": L, "eigendecompositions": eig_count}
 
