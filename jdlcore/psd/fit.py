@@ -227,7 +227,7 @@ def fit_psd_density(
     reg: float = 1e-6,
     normalize: bool = True,
     solver: str = "auto",
-    max_iter: int = 20_000,
+    max_iter: int = 10_000,
     tol: float = 1e-9,
     gap_tol: float = 1e-6,
     seed: int = 0,
