@@ -235,3 +235,30 @@ def test_a_fit_without_a_tuning_learns_the_rule_from_its_own_rows(fitted_with_ga
     assert main([*arguments, "--lengthscale-x", "0.8,1.2", "--out", str(work / "bad.zarr")]) == 2
     assert "lengthscale_x: has 2 entries but the data has 3 x features (a, b, a missing)" in capsys.readouterr().err
     assert not (work / "bad.zarr").exists()
+
+
+def test_a_fit_and_a_scoring_on_a_real_dask_scheduler_read_missing_values_as_in_memory(fitted_with_gaps,
+                                                                                      dask_client):
+    """Each chunk's x is read through the rule on the workers (``XView.rows`` as a task): the model and its
+    scores equal the in-memory ones."""
+    import zarr
+
+    from jdl.cli import main
+    from pipeline.model_store import load_model
+    from pipeline.staging import open_staged
+    from pipeline.x_view import XView
+
+    work, _, _ = fitted_with_gaps
+    models = {}
+    for name, scheduler in (("memory", "memory"), ("dask", dask_client.scheduler.address)):
+        assert main(["fit", str(work / "train.zarr"), "--tuning", str(work / "tuning.zarr"), "--out",
+                     str(work / f"fit-{name}.zarr"), "--scheduler", scheduler]) == 0
+        models[name] = load_model(work / f"fit-{name}.zarr")
+    assert models["dask"].x_missing_ == models["memory"].x_missing_
+    X = XView.of(models["memory"]).rows(open_staged(work / "test.zarr")["x"][:])
+    np.testing.assert_allclose(models["dask"].conditional_expectation(X), models["memory"].conditional_expectation(X),
+                               rtol=0, atol=1e-8)
+    assert main(["score", str(work / "fit-memory.zarr"), str(work / "test.zarr"), "--out", str(work / "s-dask.zarr"),
+                 "--function", "mean", "--scheduler", dask_client.scheduler.address]) == 0
+    np.testing.assert_allclose(zarr.open_group(work / "s-dask.zarr", mode="r")["mean"][:],
+                               models["memory"].conditional_expectation(X), rtol=0, atol=1e-12)

@@ -56,6 +56,10 @@ A = R B R, on symmetric matrices (power iteration, +2 % safety margin). The proj
   finally rescaled by 1/<N, A> (a relative change below the root tolerance) so <N, A> = 1 holds
   to rounding.
 
+With ``normalize=True`` pgd stops on a certificate: the Frank-Wolfe duality gap of its iterate over that
+bounded set (``jdlcore.solvers.fista.affine_psd_gap``), an upper bound on J - J*, at most ``gap_tol``
+relative to max(1, |J|). Without it (the PSD cone is unbounded) it stops on a small step (``tol``).
+
 ``"auto"``: cvxpy for m <= 40, else pgd.
 
 With ``normalize=False`` the problem is solved without the equality and the returned A is
