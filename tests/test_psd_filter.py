@@ -108,3 +108,18 @@ def test_bad_input_is_refused_by_name(hmm):
         PSDFilter(transition, observation, prior).run([0.3], levels=[0.5, 1.0])
     with pytest.raises(ValueError, match=r"^model: quantiles need a one-coordinate model"):
         psd_quantiles(transition, [0.5])
+
+
+def test_the_compressed_step_equals_compressing_the_whole_product(hmm):
+    """The observe step with ``compress_to`` never forms the n m x n m product, and equals forming it and
+    compressing it (eq. 9) to rounding; its evidence is the product's exact integral."""
+    transition, observation, prior = hmm
+    centres = np.linspace(-3.0, 3.0, 17)[:, None]
+    ffilter = PSDFilter(transition, observation, prior, compress_to=centres)
+    predicted = ffilter.predict(prior.normalized())
+    fused, log_evidence = ffilter.update(predicted, 0.4)
+    likelihood = observation.partial_evaluate(([0], [0.4]))
+    whole = predicted.product(likelihood)
+    expected = whole.normalized().compress(centres).normalized()
+    np.testing.assert_allclose(fused.A, expected.A, rtol=0, atol=1e-10 * np.abs(expected.A).max())
+    assert log_evidence == pytest.approx(np.log(whole.integral()), abs=1e-12)

@@ -40,7 +40,7 @@ from typing import Any, Sequence
 import numpy as np
 from scipy.optimize import brentq
 
-from .model import GaussianPSDModel, _sqdist, gaussian_block, gaussian_mass
+from .model import GaussianPSDModel, _sqdist, gaussian_block, gaussian_mass, nystrom_map
 
 __all__ = ["PSDFilter", "FilterResult", "psd_quantiles"]
 
@@ -117,11 +117,7 @@ class PSDFilter:
         C, eta = self.transition.centers, self.transition.eta
         now, later = C[:, d:], C[:, :d]
         eta_now, eta_later = eta[d:], eta[:d]
-        eb = belief.eta
-        weights = belief.A * gaussian_block(belief.centers, belief.centers, 0.5 * eb)
-        smoothed = _smoothed_pairs(now, belief.centers, weights, 2.0 * eta_now * eb / (eta_now + eb))
-        D = (self.transition.A * gaussian_block(now, now, 0.5 * eta_now) * smoothed
-             * gaussian_mass(2.0 * eta_now + 2.0 * eb))
+        D = self.transition.A * _gram_in(now, eta_now, belief)
         return GaussianPSDModel._from_parts(D, later, eta_later).normalized()
 
     def update(self, predicted: GaussianPSDModel, y: Any) -> tuple[GaussianPSDModel, float]:
@@ -131,14 +127,14 @@ class PSDFilter:
         if y.size != self.obs_dim or not np.all(np.isfinite(y)):
             raise ValueError(f"y: must be {self.obs_dim} finite value(s), got {y!r}")
         likelihood = self.observation.partial_evaluate((list(range(self.obs_dim)), y))  # a model over x
-        joint = predicted.product(likelihood)
-        evidence = joint.integral()
+        evidence = float(np.sum(predicted.A * _gram_in(predicted.centers, predicted.eta, likelihood)))
         if not evidence > 0:
             raise ValueError(f"y: {y.tolist()} has density 0 under the predicted law (to rounding)")
-        belief = joint.normalized()
-        if self.compress_to is not None:
-            belief = belief.compress(self.compress_to).normalized()
-        return belief, float(np.log(evidence))
+        if self.compress_to is None:
+            belief = predicted.product(likelihood)
+        else:
+            belief = _compressed_product(predicted, likelihood, self.compress_to)
+        return belief.normalized(), float(np.log(evidence))
 
     def predictive_y(self, predicted: GaussianPSDModel) -> GaussianPSDModel:
         """The one-step predictive law of y_t, int omega(y, x) p(x | y_1..t-1) dx (not normalised: its
@@ -203,6 +199,32 @@ def psd_quantiles(model: GaussianPSDModel, levels: Any) -> np.ndarray:
         out[k] = brentq(below, low, high, args=(level,), xtol=_QUANTILE_XTOL * max(1.0, abs(mean), sd),
                         rtol=4 * np.finfo(float).eps)
     return out
+
+
+def _gram_in(centres: np.ndarray, eta: np.ndarray, law: GaussianPSDModel) -> np.ndarray:
+    """G_ij = int k_eta(c_i, x) k_eta(c_j, x) law(x) dx, shape (n, n), for ``centres`` (n, d): the Gram
+    matrix of the kernel functions in L2(law), PSD for a non-negative law. The Gaussian integral of four
+    kernels: c_{2 eta + 2 el} K_{eta/2, ij} sum_ab A_ab K_{el/2, ab} k_{e*}(m_ij, ml_ab), e* = 2 eta el / (eta + el)."""
+    el = law.eta
+    weights = law.A * gaussian_block(law.centers, law.centers, 0.5 * el)
+    smoothed = _smoothed_pairs(centres, law.centers, weights, 2.0 * eta * el / (eta + el))
+    return gaussian_mass(2.0 * eta + 2.0 * el) * gaussian_block(centres, centres, 0.5 * eta) * smoothed
+
+
+def _compressed_product(first: GaussianPSDModel, second: GaussianPSDModel, centres: np.ndarray) -> GaussianPSDModel:
+    """The product of two models over the same coordinates (Prop. 2: n m centres, matrix
+    (A1 kron A2) o (v v^T)) compressed onto ``centres`` (k, d) (eq. 9: B E B^T, B = ``nystrom_map``) without
+    forming the n m x n m matrix: with W_p = B_p o v as an n x m matrix, (B E B^T)_pq = <W_p, A1 W_q A2>.
+    Memory O(k n m), time O(k n m (n + m + k))."""
+    n, m, k = first.n, second.n, centres.shape[0]
+    e1, e2 = first.eta, second.eta
+    weighted = (e1 * first.centers[:, None, :] + e2 * second.centers[None, :, :]) / (e1 + e2)
+    product_centres = weighted.reshape(n * m, -1)
+    v = gaussian_block(first.centers, second.centers, e1 * e2 / (e1 + e2)).ravel()  # (i, a) at row i m + a
+    W = (nystrom_map(centres, product_centres, e1 + e2) * v).reshape(k, n, m)
+    spread = np.matmul(np.matmul(first.A, W), second.A)  # A1 W_q A2, (k, n, m)
+    A = W.reshape(k, n * m) @ spread.reshape(k, n * m).T
+    return GaussianPSDModel._from_parts(A, centres, e1 + e2)
 
 
 def _smoothed_pairs(centers: np.ndarray, belief_centers: np.ndarray, weights: np.ndarray,

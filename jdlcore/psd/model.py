@@ -28,7 +28,7 @@ from scipy.special import erf, erfc
 
 from ..validation import as_samples, check_positive
 
-__all__ = ["GaussianPSDModel", "gaussian_block", "gaussian_mass", "eta_from_lengthscale"]
+__all__ = ["GaussianPSDModel", "gaussian_block", "gaussian_mass", "eta_from_lengthscale", "nystrom_map"]
 
 _SYM_TOL = 1e-10  # relative asymmetry tolerated in A (then symmetrised)
 _PSD_TOL = 1e-10  # min eigenvalue >= -_PSD_TOL * max |eigenvalue|
@@ -36,6 +36,28 @@ _EVAL_ELEMENTS = 1 << 20  # kernel entries per evaluation chunk
 
 
 # -- helpers (all in eta) ------------------------------------------------------------------------
+def nystrom_map(new: np.ndarray, old: np.ndarray, eta: np.ndarray, jitter: float = 1e-10) -> np.ndarray:
+    """B = K_{new,new}^{-1} K_{new,old} (k, n), the map of the compression (9): a model's A on ``old``
+    centres becomes B A B^T on ``new`` ones. Solved by Cholesky of K_new,new + jitter I plus one step of
+    iterated Tikhonov (the jitter's bias drops from O(jitter) to O(jitter^2); in near-null directions of
+    K the step at most doubles a component). ``ValueError`` for a bad jitter or duplicate new centres."""
+    jitter = float(jitter)
+    if not np.isfinite(jitter) or jitter < 0:
+        raise ValueError(f"jitter: must be finite and >= 0, got {jitter!r}")
+    K = gaussian_block(new, new, eta)
+    K[np.diag_indices_from(K)] += jitter
+    try:
+        factor = linalg.cho_factor(K, lower=True, check_finite=False)
+    except linalg.LinAlgError:
+        raise ValueError(
+            f"new_centers: K_new,new + {jitter:g} I is not positive definite (duplicate centres?); increase jitter"
+        ) from None
+    B = linalg.cho_solve(factor, gaussian_block(new, old, eta), check_finite=False)
+    if jitter > 0:
+        B += jitter * linalg.cho_solve(factor, B, check_finite=False)
+    return B
+
+
 def _sqdist(A: np.ndarray, B: np.ndarray, eta: np.ndarray) -> np.ndarray:
     """sum_t eta_t (a_t - b_t)^2 for all pairs, shape (p, q); per-coordinate differences (no
     cancellation from the |a|^2 + |b|^2 - 2ab expansion)."""
@@ -395,22 +417,7 @@ class GaussianPSDModel:
         iterative refinement (bias O(jitter^2) for well-conditioned K). Exact when the new centres
         contain the old ones (to rounding / conditioning); A~ = B A B^T is PSD."""
         N = self._points(new_centers, "new_centers")
-        jitter = float(jitter)
-        if not np.isfinite(jitter) or jitter < 0:
-            raise ValueError(f"jitter: must be finite and >= 0, got {jitter!r}")
-        K = gaussian_block(N, N, self._eta)
-        K[np.diag_indices_from(K)] += jitter
-        try:
-            factor = linalg.cho_factor(K, lower=True, check_finite=False)
-        except linalg.LinAlgError:
-            raise ValueError(
-                f"new_centers: K_new,new + {jitter:g} I is not positive definite (duplicate centres?); increase jitter"
-            ) from None
-        B = linalg.cho_solve(factor, gaussian_block(N, self._C, self._eta), check_finite=False)
-        if jitter > 0:
-            # one step of iterated Tikhonov: the jitter bias drops from O(jitter) to O(jitter^2), and in
-            # near-null directions of K the step at most doubles a component (no blow-up).
-            B += jitter * linalg.cho_solve(factor, B, check_finite=False)
+        B = nystrom_map(N, self._C, self._eta, jitter)
         return self._from_parts(B @ self._A @ B.T, N, self._eta)
 
     # -- moments ---------------------------------------------------------------------------------------
