@@ -143,6 +143,23 @@ class PSDFilter:
         shared = [(d_y + t, t) for t in range(self.state_dim)]
         return self.observation.product(predicted, shared=shared).marginalize(list(range(d_y)))
 
+    def predictive_moments(self, predicted: GaussianPSDModel) -> tuple[np.ndarray, np.ndarray]:
+        """(mean, variance), each (d_y,), of the normalised ``predictive_y`` without forming its n N centres:
+        omega's signed mixture weights over its y centres' midpoints, each weighed by the Gram of its x
+        kernels in L2(prediction)."""
+        d_y = self.obs_dim
+        C, eta = self.observation.centers, self.observation.eta
+        Y, ey = C[:, :d_y], eta[:d_y]
+        weights = (self.observation.A * gaussian_mass(2.0 * ey) * gaussian_block(Y, Y, 0.5 * ey)
+                   * _gram_in(C[:, d_y:], eta[d_y:], predicted))
+        total = float(np.sum(weights))
+        if not total > 0:
+            raise ValueError("predicted: the predictive law of y has no mass (to rounding)")
+        mids = 0.5 * (Y[:, None, :] + Y[None, :, :])  # (m, m, d_y)
+        mean = np.einsum("ab,abt->t", weights, mids) / total
+        second = np.einsum("ab,abt->t", weights, mids**2) / total + 1.0 / (4.0 * ey)
+        return mean, second - mean**2
+
     def step(self, belief: GaussianPSDModel, y: Any) -> tuple[GaussianPSDModel, float]:
         """One step of the recursion: (the new belief, log p(y_t | y_1..t-1))."""
         return self.update(self.predict(belief), y)
@@ -165,8 +182,7 @@ class PSDFilter:
         beliefs, belief = [], self.prior.normalized()
         for t in range(T):
             predicted = self.predict(belief)
-            law_y = self.predictive_y(predicted)
-            out["predicted_means"][t], out["predicted_variances"][t] = law_y.mean(), np.diag(law_y.covariance())
+            out["predicted_means"][t], out["predicted_variances"][t] = self.predictive_moments(predicted)
             belief, out["log_evidence"][t] = self.update(predicted, Y[t])
             out["means"][t], out["variances"][t] = belief.mean(), np.diag(belief.covariance())
             for k in range(d):
