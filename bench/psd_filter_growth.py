@@ -59,7 +59,8 @@ def particle_filter(ys: np.ndarray, particles: int, rng: np.random.Generator) ->
     return means
 
 
-def fitted_models(pairs: int, centres: int, rng: np.random.Generator) -> tuple[GaussianPSDModel, GaussianPSDModel, dict]:
+def fitted_models(pairs: int, centres: int,
+                  rng: np.random.Generator) -> tuple[GaussianPSDModel, GaussianPSDModel, dict]:
     states, ys = simulate(pairs + 1, rng)
     started = time.perf_counter()
     with warnings.catch_warnings(record=True) as caught:
