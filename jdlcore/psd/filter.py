@@ -28,8 +28,9 @@ precisions (eta', eta) and matrix B (n x n), the observation on centres (Y_a, Z_
 3. **Normalise**: the constant int omega(y_t, x) p(x | y_1..t-1) dx is the one-step predictive density
    of y_t (the prediction normalised first), and its logarithms sum to the log-likelihood.
 
-``compress_to`` projects each belief onto fixed centres (Nystrom compression, eq. 9) to bound the cost
-where n m is large. Filtered means, covariances, quantiles and the one-step predictive law of y are in
+``compress_to`` projects each belief onto k fixed centres (Nystrom compression, eq. 9) as the
+observation's product is formed (``_compressed_product``: O(k n m) memory, never the n m x n m matrix),
+to bound the cost where n m is large. Filtered means, covariances, quantiles and the one-step predictive law of y are in
 closed form (``FilterResult``).
 """
 from __future__ import annotations
