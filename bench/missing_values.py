@@ -44,7 +44,7 @@ import numpy as np
 import pandas as pd
 
 from _common import write_json
-from peers import LEVELS, jdl_pipeline_laws, pinball
+from peers import crps_99, jdl_pipeline_laws
 
 
 @dataclass(frozen=True)
@@ -95,11 +95,6 @@ def median_imputed(train: pd.DataFrame, test: pd.DataFrame, target: str) -> pd.D
         fill = train[column].mode().iloc[0] if train[column].dtype == object else train[column].median()
         filled[column] = test[column].fillna(fill)
     return filled
-
-
-def crps_99(Q: np.ndarray, y: np.ndarray) -> float:
-    Q = np.sort(Q, axis=1)
-    return 2.0 * float(np.mean([pinball(Q[:, k], y, level) for k, level in enumerate(LEVELS)]))
 
 
 def run_table(name: str, seed: int) -> dict[str, Any]:

@@ -159,11 +159,17 @@ def pinball(q: np.ndarray, y: np.ndarray, level: float) -> float:
     return float(np.mean(np.maximum(level * diff, (level - 1.0) * diff)))
 
 
+def crps_99(Q: np.ndarray, y: np.ndarray) -> float:
+    """Twice the mean pinball loss over ``LEVELS`` of the quantiles Q (n, 99), sorted per row, at y (n,)."""
+    Q = np.sort(Q, axis=1)
+    return 2.0 * float(np.mean([pinball(Q[:, k], y, level) for k, level in enumerate(LEVELS)]))
+
+
 def quantile_figures(Q: np.ndarray, y: np.ndarray, centre: np.ndarray) -> dict[str, float]:
     """The figures read off 99 quantile levels (n, 99), sorted per row, and a point forecast."""
     Q = np.sort(Q, axis=1)
     index = {level: int(np.argmin(np.abs(LEVELS - level))) for level in REPORTED}
-    out = {"crps_99": 2.0 * float(np.mean([pinball(Q[:, k], y, level) for k, level in enumerate(LEVELS)]))}
+    out = {"crps_99": crps_99(Q, y)}
     out.update({f"pinball_{level:g}": pinball(Q[:, index[level]], y, level) for level in REPORTED})
     out["coverage_90"] = float(np.mean((Q[:, index[0.05]] <= y) & (y <= Q[:, index[0.95]])))
     out["rmse_mean"] = float(np.sqrt(np.mean((centre - y) ** 2)))
@@ -224,9 +230,9 @@ def jdl_pipeline_laws(train: pd.DataFrame, test: pd.DataFrame, target: str, work
     from pipeline.fitting import fit_store
     from pipeline.model_store import load_model
     from pipeline.scoring import score_store
-    from pipeline.staging import categorical_levels, level_recoding, open_staged, recode, stage
+    from pipeline.staging import open_staged, recode, stage
     from pipeline.tuning import tune_store
-    from pipeline.x_view import XView
+    from pipeline.x_view import XView, model_recoding
 
     x = [c for c in train.columns if c != target]
     for name, frame in (("train", train), ("test", test)):
@@ -246,7 +252,7 @@ def jdl_pipeline_laws(train: pd.DataFrame, test: pd.DataFrame, target: str, work
     scores = zarr.open_group(work / "scores.zarr", mode="r")
     model = load_model(work / "model.zarr")
     group = open_staged(work / "test.zarr")
-    tables = level_recoding(categorical_levels(group), model.provenance_.get("x_levels") or {}, x, "other")
+    tables = model_recoding(model, group, work / "test.zarr", "other")
     return {"quantiles": scores_array(scores, functions[1])[:], "mean": scores["mean"][:, 0], "model": model,
             "x": XView.of(model).rows(recode(group["x"][:], tables)), "times": times}
 

@@ -42,12 +42,10 @@ class ColumnStats:
 
     def update(self, block: np.ndarray) -> None:
         if block.shape[0]:
-            absent = np.isnan(block)
+            absent = np.isnan(block)  # an all-missing column of the block leaves its range as it is
             self.missing += absent.sum(axis=0)
-            present = np.where(absent, np.nan, block)
-            with np.errstate(invalid="ignore"):  # an all-missing column of the block leaves its range as it is
-                np.fmin(self.low, np.nanmin(np.where(absent, np.inf, present), axis=0), out=self.low)
-                np.fmax(self.high, np.nanmax(np.where(absent, -np.inf, present), axis=0), out=self.high)
+            np.minimum(self.low, np.where(absent, np.inf, block).min(axis=0), out=self.low)
+            np.maximum(self.high, np.where(absent, -np.inf, block).max(axis=0), out=self.high)
 
     def missing_counts(self) -> dict[str, int]:
         """{column name: rows missing it}, for the columns that miss any."""

@@ -25,8 +25,8 @@ from jdlcore.models.protocol import SCORE_ROWS
 
 from .atomic import atomic_store, refuse_existing
 from .model_store import load_model
-from .staging import categorical_levels, level_recoding, open_staged, recode
-from .x_view import XView
+from .staging import open_staged, recode
+from .x_view import XView, model_recoding
 
 __all__ = ["evaluate_store", "open_evaluation", "figure_path", "DEFAULT_LEVELS", "DEFAULT_COVERAGE", "PIT_BINS"]
 
@@ -39,16 +39,15 @@ class _Totals:
     """The running sums over the rows of the figures that are means: pinball per level, rows covered per
     nominal coverage, squared error of the mean; and the per-row CRPS and PIT."""
 
-    def __init__(self, n: int, levels: np.ndarray, coverage: np.ndarray):
-        self.levels, self.coverage = levels, coverage
+    def __init__(self, n: int, levels: np.ndarray, coverage: np.ndarray, atoms: np.ndarray):
+        self.levels, self.coverage, self.atoms = levels, coverage, atoms  # atoms: (M,), the law's support
         self.asked = np.unique(np.concatenate([levels, (1 - coverage) / 2, (1 + coverage) / 2]))
         self.crps, self.pit = np.empty(n), np.empty(n)
         self.pinball, self.covered, self.squared = np.zeros(levels.size), np.zeros(coverage.size), 0.0
 
     def add(self, model: Any, X: np.ndarray, y: np.ndarray, rows: slice, rng: np.random.Generator) -> None:
         """The rows ``rows`` (x (b, d), y (b,)) read from the model's law at each x."""
-        weights = model.conditional_weights(X)  # (b, M): the law every figure is read from, once
-        atoms = np.asarray(model.law_atoms_, dtype=np.float64)[:, 0]
+        weights, atoms = model.conditional_weights(X), self.atoms  # (b, M): the law every figure is read from
         self.crps[rows] = law_crps(weights, atoms, y)
         quantiles = law_quantiles(weights, atoms, self.asked)  # what conditional_quantile reads from the law
         at = {float(level): k for k, level in enumerate(self.asked)}
@@ -87,16 +86,13 @@ def evaluate_store(model_path: str | os.PathLike, data: str | os.PathLike, out: 
     if len(y_features) != 1 or model.y_width_ != 1:
         raise ValueError(f"data: evaluate needs a scalar y; the data have y {y_features}, the model "
                          f"{model.y_width_} y feature(s)")
-    trained = model.provenance_.get("x_features")
-    if trained is not None and list(group.attrs["x_features"]) != list(trained):
-        raise ValueError(f"data: x features {group.attrs['x_features']} differ from the model's {trained}")
-    tables = level_recoding(categorical_levels(group), model.provenance_.get("x_levels") or {},
-                            list(group.attrs["x_features"]), unseen, f"data {data}")
+    tables, view = model_recoding(model, group, data, unseen), XView.of(model)
     n = int(group.attrs["n_samples"])
-    totals, rng = _Totals(n, levels, nominal), np.random.default_rng(seed)
+    totals = _Totals(n, levels, nominal, np.asarray(model.law_atoms_, dtype=np.float64)[:, 0])
+    rng = np.random.default_rng(seed)
     for start in range(0, n, SCORE_ROWS):
         rows = slice(start, min(start + SCORE_ROWS, n))
-        X = XView.of(model).rows(recode(group["x"][rows], tables))
+        X = view.rows(recode(group["x"][rows], tables))
         totals.add(model, X, np.asarray(group["y"][rows][:, 0], dtype=np.float64), rows, rng)
         if progress is not None and (rows.stop == n or (start // SCORE_ROWS) % 10 == 9):
             progress(f"evaluated {rows.stop:,}/{n:,} rows")

@@ -32,8 +32,8 @@ from jdlcore.models.estimator import PARAMETRISED_KINDS, REQUEST_KINDS
 from .atomic import atomic_store, refuse_existing
 from .cluster import dask_client, resolve_scheduler
 from .model_store import load_model
-from .staging import categorical_levels, level_recoding, open_staged, recode
-from .x_view import XView
+from .staging import open_staged, recode
+from .x_view import XView, model_recoding
 
 __all__ = ["parse_function", "score_store", "open_scores"]
 
@@ -89,11 +89,7 @@ def score_store(model_path: str | os.PathLike, data: str | os.PathLike, out: str
     model = load_model(model_path)
     group = open_staged(data)
 
-    trained = model.provenance_.get("x_features")
-    if trained is not None and list(group.attrs["x_features"]) != list(trained):
-        raise ValueError(f"data: x features {group.attrs['x_features']} differ from the model's {trained}")
-    tables = level_recoding(categorical_levels(group), model.provenance_.get("x_levels") or {},
-                            list(group.attrs["x_features"]), unseen, f"data {data}")
+    tables = model_recoding(model, group, data, unseen)
     specs = model.prepare_requests(specs)  # checked against what the model answers; functions registered once
     d_y = model.y_width_
     x = group["x"]

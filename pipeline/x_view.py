@@ -22,10 +22,10 @@ import zarr
 
 from jdlcore.missing import MissingValues
 
-from .staging import categorical_indices, read_sample
+from .staging import categorical_indices, categorical_levels, level_recoding, read_sample
 from .summaries import BoostedSummaries, kernel_categorical, kernel_features, with_summaries
 
-__all__ = ["XView", "learn_missing", "missing_attrs", "read_missing", "MISSING_ATTR"]
+__all__ = ["XView", "model_recoding", "learn_missing", "missing_attrs", "read_missing", "MISSING_ATTR"]
 
 MISSING_ATTR = "x_missing"  # the attribute of a tuning or model store that holds the rule (JSON)
 
@@ -64,6 +64,17 @@ class XView:
         """The categorical columns among those ``rows`` returns, from the staged ones."""
         codes = list(categorical) if self.missing is None else self.missing.categorical(categorical)
         return kernel_categorical(codes, self.summaries)
+
+
+def model_recoding(model: Any, group: zarr.Group, data: str | os.PathLike, unseen: str) -> dict[int, np.ndarray]:
+    """How a staged batch's x is read by a fitted model: ``ValueError`` unless its x features are the
+    model's, then the recoding of its category codes to the model's levels (``level_recoding``, with the
+    ``unseen`` rule)."""
+    trained = model.provenance_.get("x_features")
+    if trained is not None and list(group.attrs["x_features"]) != list(trained):
+        raise ValueError(f"data: x features {group.attrs['x_features']} differ from the model's {trained}")
+    return level_recoding(categorical_levels(group), model.provenance_.get("x_levels") or {},
+                          list(group.attrs["x_features"]), unseen, f"data {data}")
 
 
 def learn_missing(data: str | os.PathLike, group: zarr.Group, rows: np.ndarray) -> MissingValues:
