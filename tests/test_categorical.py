@@ -202,7 +202,8 @@ def fitted(tmp_path_factory):
     for name in ("train", "batch", "unseen"):
         assert main(["stage", str(root / f"{name}.csv"), "--x", "u,color,code", "--y", "y", "--categorical", "code",
                      "--out", str(root / f"{name}.zarr")]) == 0
-    assert main(["tune", str(root / "train.zarr"), "--out", str(root / "t.zarr"), "--regs", "1e-5,1e-4"]) == 0
+    assert main(["tune", str(root / "train.zarr"), "--out", str(root / "t.zarr"), "--regs", "1e-5,1e-4",
+                 "--summaries", "none"]) == 0
     assert main(["fit", str(root / "train.zarr"), "--out", str(root / "m.zarr"), "--tuning", str(root / "t.zarr"),
                  "--positivity", "clip"]) == 0
     return root, train, batch, unseen
@@ -234,14 +235,10 @@ def test_levels_round_trip_through_the_model_store_and_scoring_reads_them_by_nam
     assert main(["score", str(root / "m.zarr"), str(root / "batch.zarr"), "--out", str(root / "s.zarr"),
                  "--function", "mean", "--function", "cdf:-1,0,1"]) == 0
     scores = zarr.open_group(root / "s.zarr", mode="r")
-    from pipeline.summaries import with_summaries
-
-    def augment(X):  # the tuning's boosted summaries of x (where it kept them), read after the columns
-        return with_summaries(model.x_summaries_, X)
-
+    assert model.x_summaries_ is None  # tuned on the columns alone: x is the codes
     by_hand = JDL(kernel, model.basis_y_.kernel, reg=model.reg, tol=model.tol, positivity="clip").fit(
-        augment(_codes(train, levels)), train[["y"]].to_numpy())
-    X_batch = augment(_codes(batch, levels))
+        _codes(train, levels), train[["y"]].to_numpy())
+    X_batch = _codes(batch, levels)
     np.testing.assert_allclose(scores["mean"][:], by_hand.predict(X_batch), rtol=1e-10, atol=1e-12)
     np.testing.assert_allclose(scores["cdf:-1,0,1"][:], by_hand.conditional_cdf(X_batch, [-1.0, 0.0, 1.0]),
                                rtol=0, atol=1e-10)
@@ -263,7 +260,6 @@ def test_an_unseen_level_is_refused_by_name_or_matches_no_level(fitted, capsys):
     from jdl.cli import main
     from pipeline.model_store import load_model
     from pipeline.staging import categorical_levels, open_staged
-    from pipeline.summaries import with_summaries
 
     root, train, _, unseen = fitted
     capsys.readouterr()
@@ -279,8 +275,7 @@ def test_an_unseen_level_is_refused_by_name_or_matches_no_level(fitted, capsys):
     X = _codes(unseen, levels, other=True)
     assert (X[:, 1] == -1).sum() == len(range(3, 300, 7))
     np.testing.assert_allclose(zarr.open_group(root / "u.zarr", mode="r")["mean"][:],
-                               model.predict(with_summaries(model.x_summaries_, X)),
-                               rtol=1e-10, atol=1e-12)
+                               model.predict(X), rtol=1e-10, atol=1e-12)
 
 
 def test_a_validation_store_is_read_in_the_training_datas_levels(fitted):

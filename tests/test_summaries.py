@@ -146,7 +146,8 @@ def staged(tmp_path):
 
 def test_tune_fit_and_score_carry_the_summaries_in_memory_and_on_dask(staged, dask_client, capsys):
     tmp = staged
-    assert main(["tune", str(tmp / "src.zarr"), "--out", str(tmp / "tuning.zarr")]) == 0
+    # one validation split (not five folds) keeps the test short; "auto" decides on it as on folds
+    assert main(["tune", str(tmp / "src.zarr"), "--out", str(tmp / "tuning.zarr"), "--folds", "1"]) == 0
     assert "with x summaries summary_median, summary_log_spread" in capsys.readouterr().out
     tuning = load_tuning(tmp / "tuning.zarr")
     assert json.loads(tuning.attrs["x_summaries"]) == list(NAMES) and tuning.attrs["summaries"] == "auto"
@@ -173,7 +174,8 @@ def test_tune_fit_and_score_carry_the_summaries_in_memory_and_on_dask(staged, da
         scores = zarr.open_group(tmp / name, mode="r")
         np.testing.assert_allclose(scores["mean"][:], memory.conditional_expectation(Xq), rtol=0, atol=1e-12)
         assert (scores["quantile:0.1,0.9"][:] == memory.conditional_quantile(Xq, [0.1, 0.9])).mean() > 0.99
-    assert main(["tune", str(tmp / "src.zarr"), "--out", str(tmp / "plain.zarr"), "--summaries", "none"]) == 0
+    assert main(["tune", str(tmp / "src.zarr"), "--out", str(tmp / "plain.zarr"), "--summaries", "none",
+                 "--lengthscales-x", "1.0", "--regs", "1e-4", "--no-search"]) == 0
     plain = load_tuning(tmp / "plain.zarr")
     assert plain.sizes["x_feature"] == 3 and "x_summaries" not in plain.variables
     assert main(["fit", str(tmp / "src.zarr"), "--tuning", str(tmp / "plain.zarr"), "--out", str(tmp / "p.zarr")]) == 0
@@ -187,10 +189,10 @@ def test_auto_leaves_the_summaries_out_where_the_columns_alone_do_as_well(tmp_pa
     x = rng.uniform(-3, 3, 3_000)
     np.savez(tmp_path / "s.npz", x=x, y=np.sin(x) + x / 3 + (0.15 + 0.25 * np.abs(x)) * rng.standard_normal(3_000))
     assert main(["stage", str(tmp_path / "s.npz"), "--x", "x", "--y", "y", "--out", str(tmp_path / "d.zarr")]) == 0
-    auto = load_tuning(tune_store(tmp_path / "d.zarr", tmp_path / "auto.zarr"))
+    auto = load_tuning(tune_store(tmp_path / "d.zarr", tmp_path / "auto.zarr", folds=1))  # one split: short
     assert auto.attrs["summaries_gain"] <= SEARCH_TOLERANCE and json.loads(auto.attrs["x_summaries"]) == []
     assert "x_summaries" not in auto.variables and np.ndim(json.loads(auto.attrs["best"])["lengthscale_x"]) == 0
-    boosted = load_tuning(tune_store(tmp_path / "d.zarr", tmp_path / "boosted.zarr", summaries="boosted"))
+    boosted = load_tuning(tune_store(tmp_path / "d.zarr", tmp_path / "boosted.zarr", summaries="boosted", folds=1))
     assert boosted.attrs["summaries_gain"] is None and json.loads(boosted.attrs["x_summaries"]) == list(NAMES)
     assert len(json.loads(boosted.attrs["best"])["lengthscale_x"]) == 3
 
