@@ -48,7 +48,7 @@ from .models.polynomial_basis import PolynomialBasis
 from .models.problem import JDLProblem, build_problem
 from .models.psd_jdl import PSDJDL
 from .models.registry import METHODS, estimator_class
-from .psd.conditional_fit import fit_psd_conditional
+from .psd.conditional_fit import conditional_loss, fit_psd_conditional, tune_psd_conditional
 from .psd.fit import fit_psd_density
 from .psd.filter import PSDFilter
 from .psd.model import GaussianPSDModel
@@ -63,6 +63,7 @@ __all__ = [
     "SpectralBasis", "spectral_basis", "tune", "TuneResult", "SecondMomentLoss", "ClippedLogisticLoss",
     "relative_second_moment_loss", "clipped_logistic_loss", "CME", "KLR", "PolynomialJDL", "PolynomialBasis",
     "GreedyJDL", "ClassBasis", "GaussianPSDModel", "PSDFilter", "fit_psd_density", "fit_psd_conditional",
+    "conditional_loss", "tune_psd_conditional",
     "PSDJDL", "amcmd", "jmmd",
     "compress",
     "run_compression", "DegeneracyWarning", "GridBudgetWarning", "METHODS", "estimator_class", "Estimator",

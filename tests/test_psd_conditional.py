@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from jdlcore import PSDFilter
-from jdlcore.psd.conditional_fit import fit_psd_conditional
+from jdlcore.psd.conditional_fit import conditional_loss, fit_psd_conditional, tune_psd_conditional
 from jdlcore.psd.model import GaussianPSDModel
 from jdlcore.solvers.fista import ConvergenceWarning
 
@@ -39,6 +39,44 @@ def test_the_objective_equals_its_definition_by_quadrature():
     regulariser = np.trace(model.A @ joint @ model.A @ joint)
     expected = squares.mean() - 2.0 * model(np.column_stack([x_next, x])).mean() + reg * regulariser
     assert model.fit_info_["objective"] == pytest.approx(expected, rel=1e-9)
+
+
+def test_the_held_out_loss_equals_its_definition_by_quadrature():
+    """conditional_loss on pairs the fit did not see: (1/n) sum_s int tau(x', x_s)^2 dx' - (2/n) sum_s
+    tau(x'_s, x_s) by the trapezoid rule; on the training pairs it is the objective less reg Tr(AKAK)."""
+    x_next, x = ar1_pairs(150)
+    held_next, held = ar1_pairs(60, seed=7)
+    reg = 1e-4
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        model = fit_psd_conditional(x_next, x, m=12, lengthscale_next=0.5, lengthscale=0.6, reg=reg, max_iter=300)
+    squares = np.array([integrate(model(np.column_stack([GRID, np.full(GRID.size, s)])) ** 2) for s in held])
+    expected = squares.mean() - 2.0 * model(np.column_stack([held_next, held])).mean()
+    assert conditional_loss(model, held_next, held) == pytest.approx(expected, rel=1e-9)
+    C, eta = model.centers, model.eta
+    joint = np.exp(-sum(eta[t] * (C[:, t, None] - C[None, :, t]) ** 2 for t in range(2)))
+    on_training = model.fit_info_["objective"] - reg * np.trace(model.A @ joint @ model.A @ joint)
+    assert conditional_loss(model, x_next, x) == pytest.approx(on_training, rel=1e-9)
+    with pytest.raises(ValueError, match="the model is over 2 coordinates"):
+        conditional_loss(model, np.c_[held_next, held_next], held)
+
+
+def test_the_tuning_chooses_by_the_held_out_loss_and_refits_on_every_pair():
+    """A grid with a lengthscale far too short for x' = 0.7 x + 0.5 e: the held-out loss rejects it,
+    the table is the grid in order, and the returned model is the chosen point refitted on all pairs."""
+    x_next, x = ar1_pairs(800, seed=3)
+    options = dict(m=15, max_iter=2000, tol=1e-7)
+    model, table = tune_psd_conditional(x_next, x, lengthscales_next=[0.02, 0.35], lengthscales=[0.5], regs=[1e-6],
+                                        **options)
+    assert [row["lengthscale_next"] for row in table] == [0.02, 0.35]
+    assert table[1]["loss"] < table[0]["loss"]
+    assert model.fit_info_["chosen"] == {"lengthscale_next": 0.35, "lengthscale": 0.5, "reg": 1e-6}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        refit = fit_psd_conditional(x_next, x, lengthscale_next=0.35, lengthscale=0.5, reg=1e-6, **options)
+    np.testing.assert_array_equal(model.A, refit.A)
+    with pytest.raises(ValueError, match="validation: the held-out share"):
+        tune_psd_conditional(x_next, x, lengthscales_next=[0.35], lengthscales=[0.5], validation=1.0)
 
 
 def test_it_learns_a_known_conditional_law():
