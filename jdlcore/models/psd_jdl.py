@@ -21,11 +21,11 @@ N = (G~_X / n) (x) (G~_Y / n), G~_X = sum_s a~_s a~_s^T. Closed forms (no p^2 x 
   (q_X^2, q_Y^2) matrix Mr[(j j'), (k k')] = M[(j k), (j' k')] and F_X[(j j'), (l l')] =
   sum_s a~_sj a~_sj' a~_sl a~_sl' (q_X^2 x q_X^2, likewise F_Y) are the fourth-moment matrices.
 
-The solver is FISTA with gradient-based adaptive restart and the exact Euclidean projection onto
-{M PSD, <N, M> = 1} (``psd_fit.project_psd_affine``), step 1/L with L = 2 lambda_max(F_X)
-lambda_max(F_Y) / n^2 + 2 reg, started at E0 (feasible). Every iteration costs one to a few
-eigendecompositions of a p x p matrix and O(q_X^4 q_Y^2 + q_X^2 q_Y^4) for T, so p is limited
-(``max_features``, default 400).
+The solver is ADMM with the Hessian inverted exactly through its Kronecker structure
+(``jdlcore.models.psd_jdl_admm``): one eigendecomposition of a p x p matrix (its positive part) and
+four products of q^2-sized matrices per iteration, a certified relative duality gap every few
+iterations, and a stop where it is at most ``solver_tol``. M is p x p, so p is limited
+(``max_features``, default 400; raise it deliberately: p = 2,000 costs seconds per iteration).
 
 Queries. For x, M_x = sum_{j j'} a~_j(x) a~_j'(x) M[j, :, j', :] (q_Y x q_Y, PSD) and the weight of the
 training atom y_t is w_t(x) = b~_t^T M_x b~_t / Tr(M_x G~_Y) (non-negative, sums to 1). Expectations
@@ -46,8 +46,7 @@ from ..scaling import DEFAULT_SCALING
 from .estimator import SCALING_PARAMS, Estimator
 from .problem import kernel_problem
 from ..kernels import Kernel
-from ..psd.fit import project_psd_affine
-from ..solvers.fista import affine_psd_gap, fista
+from .psd_jdl_admm import _from_pairs, _to_pairs, solve_psd_jdl
 from ..conditional.queries import below_thresholds, check_levels, quantiles_from_weights
 from ..lowrank.cholesky import DEFAULT_TOL, FACTORISATION_PARAMS
 from ..params import Integer, Number, Param
@@ -91,16 +90,6 @@ def diagonal_moments(At: np.ndarray, Bt: np.ndarray) -> np.ndarray:
     return (D + D.T) / 2.0
 
 
-def _to_pairs(M: np.ndarray, qx: int, qy: int) -> np.ndarray:
-    """M (p, p) -> Mr (q_X^2, q_Y^2), Mr[(j j'), (k k')] = M[(j k), (j' k')]."""
-    return M.reshape(qx, qy, qx, qy).transpose(0, 2, 1, 3).reshape(qx * qx, qy * qy)
-
-
-def _from_pairs(Mr: np.ndarray, qx: int, qy: int) -> np.ndarray:
-    """Inverse of ``_to_pairs``."""
-    return Mr.reshape(qx, qx, qy, qy).transpose(0, 2, 1, 3).reshape(qx * qy, qx * qy)
-
-
 def apply_T(M: np.ndarray, F_x: np.ndarray, F_y: np.ndarray) -> np.ndarray:
     """T(M) (p, p) with <M, T(M)> = sum_{s,t} g(x_s, y_t)^2 (and gradient 2 T(M) of that sum)."""
     qx = math.isqrt(F_x.shape[0])
@@ -131,8 +120,8 @@ class PSDJDL(Estimator):
     reg: weight of reg |M - E0|_F^2, >= 0.
     tol, pivoting, max_rank, seed, block_size: the pivoted Cholesky factorisations (as ``JDL``).
     scaling: how the kernels' inputs are standardised, as for ``JDL`` (default "robust").
-    solver_tol: FISTA stops when |M_new - M|_F <= solver_tol * max(1, |M|_F).
-    max_iter: FISTA iteration cap.
+    solver_tol: the solver stops where its certified relative duality gap is at most this.
+    max_iter: ADMM iterations at most (an unconverged fit warns, with its gap).
     max_features: refuse p = (m_X + 1)(m_Y + 1) above this (M is p x p, each iteration O(p^3)).
 
     Fitted attributes: coef_ (M, p x p), factor_ (R (p, r) with M = R R^T; what the store keeps and
@@ -151,14 +140,14 @@ class PSDJDL(Estimator):
         "reg": Param(Number(low=0), "weight of reg |M - E0|_F^2"),
         **FACTORISATION_PARAMS,
         **SCALING_PARAMS,
-        "solver_tol": Param(Number(low=0), "FISTA stops when |M_new - M|_F <= solver_tol x max(1, |M|_F)"),
-        "max_iter": Param(Integer(), "FISTA iterations at most"),
+        "solver_tol": Param(Number(low=0), "the certified relative duality gap at which the solver stops"),
+        "max_iter": Param(Integer(), "ADMM iterations at most"),
         "max_features": Param(Integer(), "refuse (m_X + 1)(m_Y + 1) features above this"),
     }
 
     def __init__(self, kernel_x: Kernel | None = None, kernel_y: Kernel | None = None, *, reg: float = 1e-3,
                  tol: float = DEFAULT_TOL, pivoting: str = "random", max_rank: int | None = None, seed: int | None = 0,
-                 block_size: int | None = None, solver_tol: float = 1e-9, max_iter: int = 3000,
+                 block_size: int | None = None, solver_tol: float = 1e-6, max_iter: int = 10_000,
                  max_features: int = 400, scaling: str = DEFAULT_SCALING):
         self._keep_params(locals())
 
@@ -185,7 +174,8 @@ class PSDJDL(Estimator):
         G_x, G_y = At.T @ At, Bt.T @ Bt
         N = np.kron(G_x / n, G_y / n)
         N = (N + N.T) / 2.0
-        M, info = _fista(F_x, F_y, D, N, n, float(self.reg), float(self.solver_tol), int(self.max_iter))
+        M, info = solve_psd_jdl(F_x, F_y, D, N, n, float(self.reg), tol=float(self.solver_tol),
+                                max_iter=int(self.max_iter))
         self.basis_x_, self.basis_y_ = problem.basis_x, problem.basis_y
         self.n_samples_ = n
         self.n_iter_ = int(info["iterations"])
@@ -204,7 +194,8 @@ class PSDJDL(Estimator):
         }
         self.diagnostics_["degeneracies"] = {
             **factor_degeneracies({**factors, **self.diagnostics_}, n, float(self.tol)),
-            **solver_degeneracy(info, "FISTA solver", f"max_iter = {self.max_iter}, solver_tol = {self.solver_tol:g}"),
+            **solver_degeneracy(info, "ADMM solver", f"max_iter = {self.max_iter}, solver_tol = {self.solver_tol:g}; "
+                                                    f"relative duality gap {info['gap']:.2g}"),
         }
         announce(self.diagnostics_["degeneracies"], stacklevel=2)
         return self
@@ -370,38 +361,3 @@ class PSDJDL(Estimator):
         for sl in self._batches(Xq.shape[0]):
             out[sl] = quantiles_from_weights(self.conditional_weights(Xq[sl])[:, order], column[order], levels)
         return out
-
-
-
-def _fista(F_x: np.ndarray, F_y: np.ndarray, D: np.ndarray, N: np.ndarray, n: int, reg: float, tol: float,
-           max_iter: int) -> tuple[np.ndarray, dict[str, Any]]:
-    """FISTA with adaptive restart on {M PSD, <N, M> = 1}, started at E0. Its stopping rule is the step
-    (``solver_tol``); the info reports besides the certified relative duality gap of the result
-    (``jdlcore.solvers.fista.affine_psd_gap``; NaN where N is singular), how far from optimal it is."""
-    p = D.shape[0]
-    E0 = np.zeros((p, p))
-    E0[0, 0] = 1.0
-    L = 2.0 * float(np.linalg.eigvalsh(F_x)[-1]) * float(np.linalg.eigvalsh(F_y)[-1]) / n**2 + 2.0 * reg
-    if not L > 0:
-        raise RuntimeError("PSDJDL: zero curvature, cannot choose a step size")
-    linear = (2.0 / n) * D + 2.0 * reg * E0
-    scale_mu = 1.0 / max(float(np.linalg.norm(N)), 1e-300)
-    mu, eigs = 0.0, 0
-
-    def grad(M: np.ndarray) -> np.ndarray:
-        G = (2.0 / n**2) * apply_T(M, F_x, F_y) + 2.0 * reg * M - linear
-        return (G + G.T) / 2.0
-
-    def project(B: np.ndarray) -> np.ndarray:
-        nonlocal mu, eigs
-        A, mu, e = project_psd_affine(B, N, mu, scale_mu * max(1.0, float(np.linalg.norm(B))))
-        eigs += e
-        return A / float(np.sum(N * A))
-
-    M, info = fista(grad, project, E0, L, tol=tol, max_iter=max_iter)
-    g = grad(M)
-    try:  # the objective whose gradient is g, up to a constant: <M, g> / 2 - <linear, M> / 2
-        gap = affine_psd_gap(M, g, N, 0.5 * float(np.sum(M * g)) - 0.5 * float(np.sum(linear * M)))
-    except np.linalg.LinAlgError:
-        gap = float("nan")
-    return M, {**info, "lipschitz": L, "eigendecompositions": eigs, "gap": gap}
