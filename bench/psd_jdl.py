@@ -46,7 +46,7 @@ def main() -> None:
     parser.add_argument("--lengthscale", type=float, default=0.5)
     parser.add_argument("--tol", type=float, default=1e-2)
     parser.add_argument("--regs", type=float, nargs="+", default=[1e-4, 1e-3, 1e-2])
-    parser.add_argument("--max-iter", type=int, default=3000)
+    parser.add_argument("--max-iter", type=int, default=10_000)
     args = parser.parse_args()
     rng = np.random.default_rng(1)
     x = rng.standard_normal(args.n)
@@ -79,7 +79,8 @@ def main() -> None:
             negative = float(model.negative_mass(far[:, None]).max()) + 0.0  # no -0.0
             info = model.diagnostics_
             if options is None:
-                solver = f"FISTA {info['iterations']} it, {'converged' if info['converged'] else 'NOT converged'}"
+                solver = (f"ADMM {info['iterations']} it, gap {info['gap']:.1e}, "
+                          f"{'converged' if info['converged'] else 'NOT converged'}")
             elif "rounds" in info:
                 solver = f"cutting planes, {info['rounds']} rounds"
             else:
@@ -91,7 +92,7 @@ def main() -> None:
                    "second_moment_loss": loss, "far_min": minimum, "max_negative_mass": negative,
                    "fit_seconds": seconds, "solver": solver}
             if options is None:
-                row.update({k: info[k] for k in ("iterations", "converged", "objective", "min_eigenvalue",
+                row.update({k: info[k] for k in ("iterations", "converged", "gap", "objective", "min_eigenvalue",
                                                  "normalization_defect", "features")})
             rows.append(row)
             print(f"| {label} | {reg:.0e} | {info['rank_x']}x{info['rank_y']} | {rmse:.4f} | {loss:.4f} | "

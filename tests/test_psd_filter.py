@@ -85,6 +85,9 @@ def test_the_prediction_is_a_psd_model_and_the_predictive_law_of_y_matches_quadr
     for y in (-1.0, 0.2, 1.7):
         joint = observation(np.column_stack([np.full(GRID.size, y), GRID])) * by_grid
         assert law_y(np.array([[y]]))[0] == pytest.approx(integrate(joint), rel=1e-8)
+    # the mass by quadrature over y as well, and in closed form over the product's centres
+    assert ffilter.predictive_mass(predicted) == pytest.approx(integrate(law_y(GRID[:, None])), rel=1e-8)
+    assert ffilter.predictive_mass(predicted) == pytest.approx(law_y.integral(), rel=1e-12)
     mean, variance = ffilter.predictive_moments(predicted)  # without forming the product's n N centres
     assert mean[0] == pytest.approx(law_y.mean()[0], abs=1e-12)
     assert variance[0] == pytest.approx(law_y.covariance()[0, 0], rel=1e-11)

@@ -106,6 +106,16 @@ def test_the_kronecker_solve_inverts_the_dense_hessian(rng):
     assert quadratic.value(M) == pytest.approx(psd_jdl_objective(M, F_x, F_y, D, n, reg), rel=1e-12)
 
 
+def test_without_reg_the_solver_reports_the_frank_wolfe_gap(data):
+    """reg = 0: the Hessian may be singular, so the dual bound is not available; the gap is the Frank-Wolfe
+    one (valid for any convex objective), and the fit is still PSD and normalised."""
+    with pytest.warns(DegeneracyWarning, match="solver_unconverged"):
+        model = PSDJDL(GaussianKernel(0.5), GaussianKernel(0.5), reg=0.0, tol=1e-2, max_rank=4, max_iter=30).fit(*data)
+    info = model.diagnostics_
+    assert info["gap_kind"] == "frank-wolfe" and 0.0 <= info["gap"] < np.inf
+    assert abs(info["normalization_defect"]) < 1e-10 and info["min_eigenvalue"] > -1e-12
+
+
 def test_the_solver_matches_cvxpy_reference():
     cp = pytest.importorskip("cvxpy")
     X, Y = bivariate_gaussian(40, seed=5)

@@ -133,8 +133,10 @@ def solve_psd_jdl(F_x: np.ndarray, F_y: np.ndarray, D: np.ndarray, N: np.ndarray
             rho *= factor
             U /= factor  # the scaled multiplier: rho U stays the multiplier
             solved_N = quadratic.solve(N, rho)
-    M = Z / float(np.sum(N * Z))
-    return M, {"iterations": it, "converged": converged, "gap": float(gap), "rho": rho,
+    mass = float(np.sum(N * Z))
+    if not mass > 0:
+        raise RuntimeError("PSDJDL: the ADMM iterate has no positive part left (to rounding); raise reg")
+    return Z / mass, {"iterations": it, "converged": converged, "gap": float(gap), "rho": rho,
                "gap_kind": "dual" if reg > 0 else "frank-wolfe"}
 
 

@@ -144,15 +144,27 @@ class PSDFilter:
         shared = [(d_y + t, t) for t in range(self.state_dim)]
         return self.observation.product(predicted, shared=shared).marginalize(list(range(d_y)))
 
-    def predictive_moments(self, predicted: GaussianPSDModel) -> tuple[np.ndarray, np.ndarray]:
-        """(mean, variance), each (d_y,), of the normalised ``predictive_y`` without forming its n N centres:
-        omega's signed mixture weights over its y centres' midpoints, each weighed by the Gram of its x
-        kernels in L2(prediction)."""
+    def _predictive_weights(self, predicted: GaussianPSDModel) -> np.ndarray:
+        """omega's signed mixture weights over its y centres' midpoints (m, m), each weighed by the Gram of
+        its x kernels in L2(prediction): their sum is the predictive law's mass."""
         d_y = self.obs_dim
         C, eta = self.observation.centers, self.observation.eta
-        Y, ey = C[:, :d_y], eta[:d_y]
-        weights = (self.observation.A * gaussian_mass(2.0 * ey) * gaussian_block(Y, Y, 0.5 * ey)
-                   * _gram_in(C[:, d_y:], eta[d_y:], predicted))
+        ey = eta[:d_y]
+        return (self.observation.A * gaussian_mass(2.0 * ey) * gaussian_block(C[:, :d_y], C[:, :d_y], 0.5 * ey)
+                * _gram_in(C[:, d_y:], eta[d_y:], predicted))
+
+    def predictive_mass(self, predicted: GaussianPSDModel) -> float:
+        """The integral of ``predictive_y``, int int omega(y, x) p(x | y_1..t-1) dx dy (1 for an omega
+        normalised in y), without forming its centres; ``update``'s evidence over it is the normalised
+        predictive density of y_t."""
+        return float(np.sum(self._predictive_weights(predicted)))
+
+    def predictive_moments(self, predicted: GaussianPSDModel) -> tuple[np.ndarray, np.ndarray]:
+        """(mean, variance), each (d_y,), of the normalised ``predictive_y`` without forming its n N centres
+        (``_predictive_weights``)."""
+        d_y = self.obs_dim
+        Y, ey = self.observation.centers[:, :d_y], self.observation.eta[:d_y]
+        weights = self._predictive_weights(predicted)
         total = float(np.sum(weights))
         if not total > 0:
             raise ValueError("predicted: the predictive law of y has no mass (to rounding)")
