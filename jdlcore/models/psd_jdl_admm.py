@@ -23,9 +23,9 @@ with rho started at the geometric mean of Hess's least and largest eigenvalues a
 the primal and dual residuals (halved or doubled where one exceeds the other tenfold; section 3.4.1).
 
 **Certificate.** U = (M + U_old) - PSD part of (M + U_old) is negative semidefinite, so W = -rho U is
-PSD (its PSD part is taken, against rounding), the multiplier of "M PSD". Weak duality: for any PSD W, g(W) = min_{<N, M> = 1} f(M) - <W, M>
-(closed form: the solve at rho = 0, defined for reg > 0) is at most the optimum, and Z / <N, Z> is
-feasible. The relative gap (f(Z / <N, Z>) - g(W)) / max(1, |f|) therefore bounds how far the returned M
+PSD (its PSD part is taken, against rounding), the multiplier of "M PSD". Weak duality: for any PSD
+W, g(W) = min_{<N, M> = 1} f(M) - <W, M> (closed form: the solve at rho = 0, defined for reg > 0) is
+at most the optimum, and Z / <N, Z> is feasible. The relative gap (f(Z / <N, Z>) - g(W)) / max(1, |f|) therefore bounds how far the returned M
 is from optimal; it is computed every ``CHECK_EVERY`` iterations, and the solver stops where it is at
 most ``tol``. For reg = 0 (Hess may be singular) the bound is the Frank-Wolfe gap
 (``jdlcore.solvers.fista.affine_psd_gap``), valid for every convex f but much looser.
