@@ -77,6 +77,8 @@ def test_the_tuning_chooses_by_the_held_out_loss_and_refits_on_every_pair():
     np.testing.assert_array_equal(model.A, refit.A)
     with pytest.raises(ValueError, match="validation: the held-out share"):
         tune_psd_conditional(x_next, x, lengthscales_next=[0.35], lengthscales=[0.5], validation=1.0)
+    with pytest.raises(ValueError, match="regs: the grid needs at least one value"):
+        tune_psd_conditional(x_next, x, lengthscales_next=[0.35], lengthscales=[0.5], regs=[])
 
 
 def test_it_learns_a_known_conditional_law():

@@ -136,6 +136,9 @@ def tune_psd_conditional(X_next: Any, X: Any, *, lengthscales_next: Sequence[flo
         raise ValueError(f"X_next: has {Xn.shape[0]} rows but X has {Xc.shape[0]}")
     if not 0.0 < float(validation) < 1.0:
         raise ValueError(f"validation: the held-out share must lie in (0, 1), got {validation!r}")
+    for name, values in (("lengthscales_next", lengthscales_next), ("lengthscales", lengthscales), ("regs", regs)):
+        if len(values) == 0:
+            raise ValueError(f"{name}: the grid needs at least one value")
     held = np.random.default_rng(seed).permutation(Xn.shape[0])
     cut = int(round(float(validation) * Xn.shape[0]))
     if cut < 1 or cut >= Xn.shape[0]:
