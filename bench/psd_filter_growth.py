@@ -91,7 +91,8 @@ def fitted_models(pairs: int, centres: int, grids: dict[str, list[float]],
                                                        lengthscales=grid[3:], m=centres, **FIT)
             record[f"{name}_grid"] = table
             record.update({f"{name}_{key}": models[name].fit_info_[key] for key in (
-                "chosen", "validation_loss", "integral_mean", "integral_min", "integral_max", "iterations", "m")})
+                "chosen", "on_grid_edge", "validation_loss", "integral_mean", "integral_min", "integral_max",
+                "iterations", "m")})
     record.update(fit_seconds=time.perf_counter() - started, warnings=[str(w.message) for w in caught])
     return models["tau"], models["omega"], record
 

@@ -6,7 +6,8 @@ Figures: the fourth-moment set-up and the solve in seconds, ADMM's iterations, i
 duality gap, the objective and the relative second-moment loss (40) against E[Y^2 | x] on 2,000 test
 points. ``--max-iter`` caps the solve (each iteration costs one eigendecomposition of a p x p matrix).
 
-    cd bench && python psd_jdl_scale.py [--n 4000] [--rank 44] [--reg 1e-4] [--max-iter 10000]
+    cd bench && python psd_jdl_scale.py [--n 4000] [--rank 44] [--reg 1e-3] [--max-iter 300]
+        [--out psd_jdl_scale]
 """
 from __future__ import annotations
 
@@ -27,9 +28,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--n", type=int, default=4000)
     parser.add_argument("--rank", type=int, default=44)
-    parser.add_argument("--reg", type=float, default=1e-4)
-    parser.add_argument("--max-iter", type=int, default=10_000)
+    parser.add_argument("--reg", type=float, default=1e-3)
+    parser.add_argument("--max-iter", type=int, default=300)
     parser.add_argument("--solver-tol", type=float, default=1e-6)
+    parser.add_argument("--out", default="psd_jdl_scale", help="name of the JSON in bench/results/")
     args = parser.parse_args()
     rho = 0.8
     rng = np.random.default_rng(1)
@@ -56,7 +58,7 @@ def main() -> None:
     state = "converged" if info["converged"] else "NOT converged"
     print(f"p = {info['features']:,} ({info['rank_x']} x {info['rank_y']} ranks): fit {seconds:.0f} s, ADMM "
           f"{info['iterations']:,} iterations, gap {info['gap']:.1e} ({state}), second-moment loss {loss:.4f}")
-    print("wrote", write_json("psd_jdl_scale", record))
+    print("wrote", write_json(args.out, record))
 
 
 if __name__ == "__main__":

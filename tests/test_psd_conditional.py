@@ -71,6 +71,7 @@ def test_the_tuning_chooses_by_the_held_out_loss_and_refits_on_every_pair():
     assert [row["lengthscale_next"] for row in table] == [0.02, 0.35]
     assert table[1]["loss"] < table[0]["loss"]
     assert model.fit_info_["chosen"] == {"lengthscale_next": 0.35, "lengthscale": 0.5, "reg": 1e-6}
+    assert model.fit_info_["on_grid_edge"] == ["lengthscale_next"]  # the grid's largest: the best may lie beyond
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)
         refit = fit_psd_conditional(x_next, x, lengthscale_next=0.35, lengthscale=0.5, reg=1e-6, **options)

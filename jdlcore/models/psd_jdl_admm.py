@@ -25,10 +25,11 @@ the primal and dual residuals (halved or doubled where one exceeds the other ten
 **Certificate.** U = (M + U_old) - PSD part of (M + U_old) is negative semidefinite, so W = -rho U is
 PSD (its PSD part is taken, against rounding), the multiplier of "M PSD". Weak duality: for any PSD
 W, g(W) = min_{<N, M> = 1} f(M) - <W, M> (closed form: the solve at rho = 0, defined for reg > 0) is
-at most the optimum, and Z / <N, Z> is feasible. The relative gap (f(Z / <N, Z>) - g(W)) / max(1, |f|) therefore bounds how far the returned M
-is from optimal; it is computed every ``CHECK_EVERY`` iterations, and the solver stops where it is at
-most ``tol``. For reg = 0 (Hess may be singular) the bound is the Frank-Wolfe gap
-(``jdlcore.solvers.fista.affine_psd_gap``), valid for every convex f but much looser.
+at most the optimum, and Z / <N, Z> is feasible. The relative gap (f(Z / <N, Z>) - g(W)) / max(1, |f|)
+therefore bounds how far the returned M is from optimal; it is computed every ``CHECK_EVERY``
+iterations, and the solver stops where it is at most ``tol``. For reg = 0 (Hess may be singular) the
+bound is the Frank-Wolfe gap (``jdlcore.solvers.fista.affine_psd_gap``), valid for every convex f but
+much looser.
 """
 from __future__ import annotations
 
@@ -44,6 +45,7 @@ __all__ = ["solve_psd_jdl", "CHECK_EVERY"]
 
 CHECK_EVERY = 25  # ADMM iterations between two evaluations of the duality gap
 BALANCE = 10.0  # residual ratio beyond which rho is doubled or halved
+_EPS = np.finfo(float).eps * 16
 
 
 def _to_pairs(M: np.ndarray, qx: int, qy: int) -> np.ndarray:
@@ -63,8 +65,10 @@ class _KroneckerQuadratic:
         self.qx, self.qy = math.isqrt(F_x.shape[0]), math.isqrt(F_y.shape[0])
         a, self.U_x = np.linalg.eigh(F_x)
         b, self.U_y = np.linalg.eigh(F_y)
-        # F_x, F_y are Gram matrices (PSD): rounding below 0 is clipped
-        self.curvature = 2.0 * np.outer(np.clip(a, 0.0, None), np.clip(b, 0.0, None)) / n**2 + 2.0 * reg
+        # F_x, F_y are Gram matrices (PSD): eigenvalues at rounding level (below eps x the largest) are 0
+        a = np.where(a > _EPS * a[-1], a, 0.0)
+        b = np.where(b > _EPS * b[-1], b, 0.0)
+        self.curvature = 2.0 * np.outer(a, b) / n**2 + 2.0 * reg
         self.F_x, self.F_y, self.n, self.reg = F_x, F_y, n, reg
         self.C = (2.0 / n) * D
         self.C[0, 0] += 2.0 * reg
@@ -104,7 +108,8 @@ def solve_psd_jdl(F_x: np.ndarray, F_y: np.ndarray, D: np.ndarray, N: np.ndarray
                   tol: float, max_iter: int) -> tuple[np.ndarray, dict[str, Any]]:
     """Minimise R(M) over {M PSD, <N, M> = 1} from F_x, F_y (fourth moments), D (p, p) and N (p, p,
     positive definite). Returns M (p, p: PSD, <N, M> = 1 to rounding) and {"iterations", "converged"
-    (the gap reached ``tol``), "gap" (the certified relative duality gap of M), "rho", "gap_kind"
+    (the gap reached ``tol``), "gap" (the certified relative duality gap of M), "rho" (of the last
+    iteration), "gap_kind"
     ("dual" or "frank-wolfe")}."""
     quadratic = _KroneckerQuadratic(F_x, F_y, D, n, reg)
     p = D.shape[0]
@@ -112,18 +117,20 @@ def solve_psd_jdl(F_x: np.ndarray, F_y: np.ndarray, D: np.ndarray, N: np.ndarray
     E0[0, 0] = 1.0
     rho = float(np.sqrt(quadratic.curvature.min() * quadratic.curvature.max()))
     if not rho > 0:
-        rho = 1.0  # reg = 0 and a flat direction: any positive start
+        rho = float(quadratic.curvature.max()) or 1.0  # reg = 0 and a flat direction: the largest curvature
     Z, U = E0 / float(N[0, 0]), np.zeros((p, p))
     solved_N = quadratic.solve(N, rho)
-    gap, converged, it = math.inf, False, 0
+    solved_N0 = quadratic.solve(N, 0.0) if reg > 0 else None  # for the dual bound
+    gap, converged, it, used = math.inf, False, 0, rho
     for it in range(1, max_iter + 1):
+        used = rho
         M = _constrained(quadratic, quadratic.C + rho * (Z - U), rho, N, solved_N)
         previous = Z
         Z = _psd_part(M + U)
         U += M - Z
         if it % CHECK_EVERY and it != max_iter:
             continue
-        gap = _gap(quadratic, Z, _psd_part(-rho * U), N)
+        gap = _gap(quadratic, Z, _psd_part(-rho * U), N, solved_N0)
         if gap <= tol:
             converged = True
             break
@@ -136,19 +143,21 @@ def solve_psd_jdl(F_x: np.ndarray, F_y: np.ndarray, D: np.ndarray, N: np.ndarray
     mass = float(np.sum(N * Z))
     if not mass > 0:
         raise RuntimeError("PSDJDL: the ADMM iterate has no positive part left (to rounding); raise reg")
-    return Z / mass, {"iterations": it, "converged": converged, "gap": float(gap), "rho": rho,
+    return Z / mass, {"iterations": it, "converged": converged, "gap": float(gap), "rho": used,
                "gap_kind": "dual" if reg > 0 else "frank-wolfe"}
 
 
-def _gap(quadratic: _KroneckerQuadratic, Z: np.ndarray, W: np.ndarray, N: np.ndarray) -> float:
-    """The relative duality gap of the feasible Z / <N, Z> against the dual point W (PSD)."""
+def _gap(quadratic: _KroneckerQuadratic, Z: np.ndarray, W: np.ndarray, N: np.ndarray,
+         solved_N0: np.ndarray | None) -> float:
+    """The relative duality gap of the feasible Z / <N, Z> against the dual point W (PSD); solved_N0 =
+    Hess^-1 N where reg > 0 (else the Frank-Wolfe gap)."""
     scale = float(np.sum(N * Z))
     if not scale > 0:
         return math.inf
     feasible = Z / scale
     value = quadratic.value(feasible)
     if quadratic.reg > 0:
-        bound_at = _constrained(quadratic, quadratic.C + W, 0.0, N, quadratic.solve(N, 0.0))
+        bound_at = _constrained(quadratic, quadratic.C + W, 0.0, N, solved_N0)
         lower = quadratic.value(bound_at) - float(np.sum(W * bound_at))
         return max(value - lower, 0.0) / max(1.0, abs(value))
     gradient = quadratic.gradient(feasible)

@@ -130,7 +130,8 @@ def tune_psd_conditional(X_next: Any, X: Any, *, lengthscales_next: Sequence[flo
 
     Returns (the refitted model, the grid: one dict per point with lengthscale_next, lengthscale, reg and
     loss, in grid order). Scalar lengthscales (one per side); the model's ``fit_info_`` gains the
-    chosen point and its validation loss."""
+    chosen point, its validation loss and ``on_grid_edge``: the parameters whose chosen value is the
+    smallest or largest of a grid of several (the best may lie beyond it: widen that grid)."""
     Xn, Xc = as_samples(X_next, "X_next"), as_samples(X, "X")
     if Xn.shape[0] != Xc.shape[0]:
         raise ValueError(f"X_next: has {Xn.shape[0]} rows but X has {Xc.shape[0]}")
@@ -152,9 +153,15 @@ def tune_psd_conditional(X_next: Any, X: Any, *, lengthscales_next: Sequence[flo
                                         reg=reg, seed=seed, **fit_options)
             table.append({"lengthscale_next": float(length_next), "lengthscale": float(length), "reg": float(reg),
                           "loss": conditional_loss(model, Xn[test], Xc[test])})
-    best = min(table, key=lambda row: row["loss"])
+    finite = [row for row in table if np.isfinite(row["loss"])]
+    if not finite:
+        raise ValueError("lengthscales_next, lengthscales, regs: no point of the grid gave a finite validation loss")
+    best = min(finite, key=lambda row: row["loss"])
+    edges = [name for name, values in (("lengthscale_next", lengthscales_next), ("lengthscale", lengthscales),
+                                       ("reg", regs))
+             if len(values) > 1 and best[name] in (float(min(values)), float(max(values)))]
     model = fit_psd_conditional(Xn, Xc, lengthscale_next=best["lengthscale_next"], lengthscale=best["lengthscale"],
                                 reg=best["reg"], seed=seed, **fit_options)
     model.fit_info_ = {**model.fit_info_, "chosen": {k: best[k] for k in ("lengthscale_next", "lengthscale", "reg")},
-                       "validation_loss": best["loss"]}
+                       "validation_loss": best["loss"], "on_grid_edge": edges}
     return model, table
