@@ -34,7 +34,6 @@ the O(n q_Y^2) sums of f.
 """
 from __future__ import annotations
 
-import math
 import time
 from typing import Any, Callable
 
@@ -46,7 +45,7 @@ from ..scaling import DEFAULT_SCALING
 from .estimator import SCALING_PARAMS, Estimator
 from .problem import kernel_problem
 from ..kernels import Kernel
-from .psd_jdl_admm import _from_pairs, _to_pairs, solve_psd_jdl
+from .psd_jdl_admm import apply_T, solve_psd_jdl
 from ..conditional.queries import below_thresholds, check_levels, quantiles_from_weights
 from ..lowrank.cholesky import DEFAULT_TOL, FACTORISATION_PARAMS
 from ..params import Integer, Number, Param
@@ -88,13 +87,6 @@ def diagonal_moments(At: np.ndarray, Bt: np.ndarray) -> np.ndarray:
         Phi = (At[rows, :, None] * Bt[rows, None, :]).reshape(-1, p)
         D += Phi.T @ Phi
     return (D + D.T) / 2.0
-
-
-def apply_T(M: np.ndarray, F_x: np.ndarray, F_y: np.ndarray) -> np.ndarray:
-    """T(M) (p, p) with <M, T(M)> = sum_{s,t} g(x_s, y_t)^2 (and gradient 2 T(M) of that sum)."""
-    qx = math.isqrt(F_x.shape[0])
-    qy = math.isqrt(F_y.shape[0])
-    return _from_pairs(F_x @ _to_pairs(M, qx, qy) @ F_y.T, qx, qy)
 
 
 def psd_jdl_objective(M: np.ndarray, F_x: np.ndarray, F_y: np.ndarray, D: np.ndarray, n: int, reg: float) -> float:

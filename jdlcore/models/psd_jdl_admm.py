@@ -39,11 +39,10 @@ from typing import Any
 import numpy as np
 from scipy.linalg import eigh
 
-from ..solvers.fista import affine_psd_gap
+from ..solvers.fista import CHECK_EVERY, affine_psd_gap
 
-__all__ = ["solve_psd_jdl", "CHECK_EVERY"]
+__all__ = ["solve_psd_jdl", "apply_T"]
 
-CHECK_EVERY = 25  # ADMM iterations between two evaluations of the duality gap
 BALANCE = 10.0  # residual ratio beyond which rho is doubled or halved
 _EPS = np.finfo(float).eps * 16
 
@@ -56,6 +55,13 @@ def _to_pairs(M: np.ndarray, qx: int, qy: int) -> np.ndarray:
 def _from_pairs(Mr: np.ndarray, qx: int, qy: int) -> np.ndarray:
     """Inverse of ``_to_pairs``."""
     return Mr.reshape(qx, qx, qy, qy).transpose(0, 2, 1, 3).reshape(qx * qy, qx * qy)
+
+
+def apply_T(M: np.ndarray, F_x: np.ndarray, F_y: np.ndarray) -> np.ndarray:
+    """T(M) (p, p) with <M, T(M)> = sum_{s,t} g(x_s, y_t)^2 (and gradient 2 T(M) of that sum)."""
+    qx = math.isqrt(F_x.shape[0])
+    qy = math.isqrt(F_y.shape[0])
+    return _from_pairs(F_x @ _to_pairs(M, qx, qy) @ F_y.T, qx, qy)
 
 
 class _KroneckerQuadratic:
@@ -74,8 +80,7 @@ class _KroneckerQuadratic:
         self.C[0, 0] += 2.0 * reg
 
     def hess(self, M: np.ndarray) -> np.ndarray:
-        Mr = _to_pairs(M, self.qx, self.qy)
-        return _from_pairs(self.F_x @ Mr @ self.F_y.T, self.qx, self.qy) * (2.0 / self.n**2) + 2.0 * self.reg * M
+        return apply_T(M, self.F_x, self.F_y) * (2.0 / self.n**2) + 2.0 * self.reg * M
 
     def value(self, M: np.ndarray) -> float:
         return float(0.5 * np.sum(M * self.hess(M)) - np.sum(self.C * M)) + self.reg
