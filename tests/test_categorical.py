@@ -203,7 +203,7 @@ def fitted(tmp_path_factory):
         assert main(["stage", str(root / f"{name}.csv"), "--x", "u,color,code", "--y", "y", "--categorical", "code",
                      "--out", str(root / f"{name}.zarr")]) == 0
     assert main(["tune", str(root / "train.zarr"), "--out", str(root / "t.zarr"), "--regs", "1e-5,1e-4",
-                 "--summaries", "none"]) == 0
+                 "--summaries", "none", "--folds", "1"]) == 0
     assert main(["fit", str(root / "train.zarr"), "--out", str(root / "m.zarr"), "--tuning", str(root / "t.zarr"),
                  "--positivity", "clip"]) == 0
     return root, train, batch, unseen
