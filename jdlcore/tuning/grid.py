@@ -11,7 +11,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from ..kernels import Kernel
+from ..kernels import Kernel, pool_map
 from ..lowrank.cholesky import Factorisation, PivotedCholesky, pivoted_cholesky
 from ..models.degeneracy import physical_memory, rank_budget
 from ..models.jdl import JDL
@@ -39,7 +39,8 @@ def _factoriser(Zs: Sequence[np.ndarray], factorisation: Factorisation) -> tuple
     """A function (kernel, its factorisations if already made: one per fold, None where not) -> (the
     ``ProblemSide`` of the pivoted Cholesky of each fold's rows ``Zs`` with that kernel, or the first
     error one raised; seconds), each under the default rank budget of its rows where max_rank is None,
-    and those budgets."""
+    and those budgets. The folds are factorised side by side on the kernel pool (``pool_map``, BLAS at
+    one thread meanwhile): a fold's kernel blocks are too small to keep the pool's threads busy."""
     budgets = [rank_budget(len(Z)) if factorisation.max_rank is None else None for Z in Zs]
     options = [factorisation.cholesky_arguments(max_rank=_rank_cap(len(Z), factorisation)) for Z in Zs]
 
@@ -47,9 +48,10 @@ def _factoriser(Zs: Sequence[np.ndarray], factorisation: Factorisation) -> tuple
                   ) -> tuple[tuple[ProblemSide, ...] | Exception, float]:
         started = time.perf_counter()
         try:
-            sides: tuple[ProblemSide, ...] | Exception = tuple(
-                problem_side(pivoted_cholesky(kernel, Z, **option) if made is None else made, kernel)
-                for Z, option, made in zip(Zs, options, given or [None] * len(Zs)))
+            sides: tuple[ProblemSide, ...] | Exception = tuple(pool_map(
+                lambda fold: problem_side(pivoted_cholesky(kernel, fold[0], **fold[1]) if fold[2] is None else fold[2],
+                                          kernel),
+                list(zip(Zs, options, given or [None] * len(Zs))), one_blas_thread=True))
         except _CANDIDATE_ERRORS as error:
             sides = error
         return sides, time.perf_counter() - started
@@ -148,10 +150,10 @@ def _pair_problem(factors_x: tuple[ProblemSide, ...] | Exception, factors_y: tup
     if failed is not None:
         return None, failed
     try:
-        return tuple(problem_from_factors(fx, fy, kernel_x, kernel_y, X, Y, support_size=base.support_size,
-                                          seed=base.seed, grid_points=base.grid_points, rank_budget=budget,
-                                          values_x=base.reads_x_values)
-                     for fx, fy, (X, Y, _, _), budget in zip(factors_x, factors_y, folds, budgets)), None
+        return tuple(pool_map(lambda pair: problem_from_factors(
+            pair[0], pair[1], kernel_x, kernel_y, pair[2][0], pair[2][1], support_size=base.support_size,
+            seed=base.seed, grid_points=base.grid_points, rank_budget=pair[3], values_x=base.reads_x_values),
+            list(zip(factors_x, factors_y, folds, budgets)), one_blas_thread=True)), None
     except _CANDIDATE_ERRORS as error:
         return None, error
 
@@ -185,12 +187,14 @@ def _candidate(problems: tuple[Any, ...], params: dict[str, Any], kernel_x: Kern
     validation rows; the score is the mean of the folds' weighted by their validation rows (the
     criteria being means over rows, the mean over every validated row)."""
     started = time.perf_counter()
+
+    def scored(pair: tuple[Any, Fold]) -> float:
+        problem, (_, Y_train, X_val, Y_val) = pair
+        model = JDL(**{**params, "kernel_x": kernel_x, "kernel_y": kernel_y, "reg": float(reg)})
+        return float(score(model.fit_problem(problem, Y_train), X_val, Y_val))
+
     try:
-        values = []
-        for problem, (_, Y_train, X_val, Y_val) in zip(problems, folds):
-            model = JDL(**{**params, "kernel_x": kernel_x, "kernel_y": kernel_y, "reg": float(reg)})
-            model.fit_problem(problem, Y_train)
-            values.append(float(score(model, X_val, Y_val)))
+        values = pool_map(scored, list(zip(problems, folds)), one_blas_thread=True)  # the folds side by side
         value = values[0] if len(values) == 1 else float(np.average(values, weights=[len(fold[2]) for fold in folds]))
     except _CANDIDATE_ERRORS as error:
         return _failed(kernel_x, kernel_y, reg, error, shared_seconds + time.perf_counter() - started, problems)
