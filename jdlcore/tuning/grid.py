@@ -46,12 +46,14 @@ def _factoriser(Zs: Sequence[np.ndarray], factorisation: Factorisation) -> tuple
 
     def factorise(kernel: Kernel, given: Sequence[PivotedCholesky | None] | None = None
                   ) -> tuple[tuple[ProblemSide, ...] | Exception, float]:
+        def side(fold: tuple[np.ndarray, dict[str, Any], PivotedCholesky | None]) -> ProblemSide:
+            Z, option, made = fold
+            return problem_side(pivoted_cholesky(kernel, Z, **option) if made is None else made, kernel)
+
         started = time.perf_counter()
         try:
-            sides: tuple[ProblemSide, ...] | Exception = tuple(pool_map(
-                lambda fold: problem_side(pivoted_cholesky(kernel, fold[0], **fold[1]) if fold[2] is None else fold[2],
-                                          kernel),
-                list(zip(Zs, options, given or [None] * len(Zs))), one_blas_thread=True))
+            sides: tuple[ProblemSide, ...] | Exception = tuple(
+                pool_map(side, list(zip(Zs, options, given or [None] * len(Zs))), one_blas_thread=True))
         except _CANDIDATE_ERRORS as error:
             sides = error
         return sides, time.perf_counter() - started
@@ -149,11 +151,15 @@ def _pair_problem(factors_x: tuple[ProblemSide, ...] | Exception, factors_y: tup
                       None)
     if failed is not None:
         return None, failed
-    try:
-        return tuple(pool_map(lambda pair: problem_from_factors(
-            pair[0], pair[1], kernel_x, kernel_y, pair[2][0], pair[2][1], support_size=base.support_size,
-            seed=base.seed, grid_points=base.grid_points, rank_budget=pair[3], values_x=base.reads_x_values),
-            list(zip(factors_x, factors_y, folds, budgets)), one_blas_thread=True)), None
+
+    def problem(pair: tuple[ProblemSide, ProblemSide, Fold, int | None]) -> Any:
+        side_x, side_y, (X, Y, _, _), budget = pair
+        return problem_from_factors(side_x, side_y, kernel_x, kernel_y, X, Y, support_size=base.support_size,
+                                    seed=base.seed, grid_points=base.grid_points, rank_budget=budget,
+                                    values_x=base.reads_x_values)
+
+    try:  # the folds side by side
+        return tuple(pool_map(problem, list(zip(factors_x, factors_y, folds, budgets)), one_blas_thread=True)), None
     except _CANDIDATE_ERRORS as error:
         return None, error
 
