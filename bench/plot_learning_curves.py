@@ -5,7 +5,7 @@ Reads any mix of ``bench/peers.py`` runs (rows with a ``table``) and ``bench/lea
 crps_99 per training size on a log axis.
 
     python bench/plot_learning_curves.py docs/results/peers.json docs/results/peers_large.json \
-        docs/results/learning_curve.json \
+        docs/results/learning_curve.json docs/results/learning_curve_1e6.json \
         --tables flights births "synthetic (known law)" --models jdl "jdl, columns alone" lightgbm qrf \
         --out docs/figures/learning_curves.png
 """
