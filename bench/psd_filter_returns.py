@@ -41,7 +41,6 @@ import numpy as np
 
 from _common import write_json
 from jdlcore import GaussianPSDModel, PSDFilter, tune_psd_conditional
-from jdlcore.psd.filter import psd_quantiles
 
 WINDOW = 20  # days of the realised volatility
 MULTIPLIERS = (0.1, 0.2, 0.4, 0.8)  # the lengthscales tried, in standard deviations of each variable
@@ -75,20 +74,14 @@ def normal_log_density(y: np.ndarray, variance: np.ndarray) -> np.ndarray:
     return -0.5 * (np.log(2.0 * np.pi * variance) + y**2 / variance)
 
 
-def run_filter(ffilter: PSDFilter, ys: np.ndarray, prior: GaussianPSDModel) -> dict[str, np.ndarray]:
-    """Filter ys (T,): the filtered mean and 5% / 95% quantiles of v, and the normalised predictive log
-    density of each y (the predictive law's mass is omega's y-integral under the prediction, about 1;
-    the caller adds the map's log Jacobian for the density of r)."""
-    out = {name: np.empty(ys.size) for name in ("mean", "low", "high", "log_score")}
-    belief = prior
-    for t, y in enumerate(ys):
-        predicted = ffilter.predict(belief)
-        mass = ffilter.predictive_mass(predicted)
-        belief, log_evidence = ffilter.update(predicted, [y])
-        out["log_score"][t] = log_evidence - np.log(mass)
-        out["mean"][t] = belief.mean()[0]
-        out["low"][t], out["high"][t] = psd_quantiles(belief, [0.05, 0.95])
-    return out
+def run_filter(ffilter: PSDFilter, ys: np.ndarray) -> dict[str, np.ndarray]:
+    """Filter ys (T,) (``PSDFilter.run``): the filtered mean and 5% / 95% quantiles of v, and the
+    normalised predictive log density of each y (the evidence less the log of the predictive law's mass,
+    omega's y-integral under the prediction, about 1; the caller adds the map's log Jacobian for the
+    density of r)."""
+    result = ffilter.run(ys, levels=(0.05, 0.95))
+    return {"mean": result.means[:, 0], "low": result.quantiles[:, 0, 0], "high": result.quantiles[:, 0, 1],
+            "log_score": result.log_evidence - np.log(result.predicted_mass)}
 
 
 def plot(path: Path, dates: np.ndarray, v: np.ndarray, filtered: dict[str, np.ndarray], r: np.ndarray) -> None:
@@ -144,7 +137,7 @@ def main(argv: list[str] | None = None) -> int:
     prior = GaussianPSDModel(np.eye(1), np.array([[float(np.mean(v[train]))]]), np.sqrt(2.0) * prior_sd)
     ffilter = PSDFilter(tau, omega, prior, compress_to=np.linspace(low - 0.2 * span, high + 0.2 * span, args.grid))
     started = time.perf_counter()
-    filtered = run_filter(ffilter, y[test + 1], prior)
+    filtered = run_filter(ffilter, y[test + 1])
     filtered["log_score"] -= 0.5 * np.log(r[test + 1] ** 2 + scale**2)  # the density of r: times dy/dr
     step_seconds = (time.perf_counter() - started) / test.size
     truth = v[test]

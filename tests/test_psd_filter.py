@@ -65,6 +65,10 @@ def test_each_filter_step_equals_a_quadrature_of_the_recursion(hmm):
         cdf = np.concatenate([[0.0], np.cumsum(0.5 * (expected[t][1:] + expected[t][:-1]) * STEP)])
         np.testing.assert_allclose(result.quantiles[t, 0], np.interp([0.1, 0.5, 0.9], cdf, GRID), atol=2e-5)
     np.testing.assert_allclose(result.log_evidence, evidence, rtol=0, atol=1e-8)
+    ffilter = PSDFilter(transition, observation, prior)  # each step's predictive mass (quadrature-checked below)
+    before = [prior.normalized(), *result.beliefs[:-1]]
+    np.testing.assert_allclose(result.predicted_mass, [ffilter.predictive_mass(ffilter.predict(b)) for b in before],
+                               rtol=1e-12)
     # the base points stay fixed: n m of them from the second step on
     assert {belief.n for belief in result.beliefs} == {transition.n * observation.n}
     np.testing.assert_array_equal(result.beliefs[1].centers, result.beliefs[2].centers)

@@ -61,9 +61,12 @@ class FilterResult:
         The levels (L,) and the quantiles (T, d_x, L) of each coordinate's filtered marginal law.
     predicted_means, predicted_variances:
         (T, d_y): the mean and variance of the one-step predictive law of y_t given y_1..t-1.
+    predicted_mass:
+        (T,): the mass of that predictive law (``PSDFilter.predictive_mass``; 1 for an omega normalised
+        in y, near 1 for a fitted one).
     log_evidence:
         (T,): log p(y_t | y_1..t-1), the predictive density at the observation (its sum: the
-        log-likelihood of the series).
+        log-likelihood of the series); less log ``predicted_mass``, that of the normalised law.
     beliefs:
         The T filtered laws, Gaussian PSD models over x (normalised).
     """
@@ -74,6 +77,7 @@ class FilterResult:
     quantiles: np.ndarray
     predicted_means: np.ndarray
     predicted_variances: np.ndarray
+    predicted_mass: np.ndarray
     log_evidence: np.ndarray
     beliefs: tuple[GaussianPSDModel, ...]
 
@@ -162,6 +166,11 @@ class PSDFilter:
     def predictive_moments(self, predicted: GaussianPSDModel) -> tuple[np.ndarray, np.ndarray]:
         """(mean, variance), each (d_y,), of the normalised ``predictive_y`` without forming its n N centres
         (``_predictive_weights``)."""
+        return self._predictive_law(predicted)[1:]
+
+    def _predictive_law(self, predicted: GaussianPSDModel) -> tuple[float, np.ndarray, np.ndarray]:
+        """(mass, mean, variance) of ``predictive_y``: ``predictive_mass`` and ``predictive_moments`` from
+        one evaluation of the weights."""
         d_y = self.obs_dim
         Y, ey = self.observation.centers[:, :d_y], self.observation.eta[:d_y]
         weights = self._predictive_weights(predicted)
@@ -171,7 +180,7 @@ class PSDFilter:
         mids = 0.5 * (Y[:, None, :] + Y[None, :, :])  # (m, m, d_y)
         mean = np.einsum("ab,abt->t", weights, mids) / total
         second = np.einsum("ab,abt->t", weights, mids**2) / total + 1.0 / (4.0 * ey)
-        return mean, second - mean**2
+        return total, mean, second - mean**2
 
     def step(self, belief: GaussianPSDModel, y: Any) -> tuple[GaussianPSDModel, float]:
         """One step of the recursion: (the new belief, log p(y_t | y_1..t-1))."""
@@ -191,11 +200,13 @@ class PSDFilter:
         T, d = Y.shape[0], self.state_dim
         out = {name: np.empty((T, d)) for name in ("means", "variances")}
         out.update(quantiles=np.empty((T, d, levels.size)), predicted_means=np.empty((T, self.obs_dim)),
-                   predicted_variances=np.empty((T, self.obs_dim)), log_evidence=np.empty(T))
+                   predicted_variances=np.empty((T, self.obs_dim)), predicted_mass=np.empty(T),
+                   log_evidence=np.empty(T))
         beliefs, belief = [], self.prior.normalized()
         for t in range(T):
             predicted = self.predict(belief)
-            out["predicted_means"][t], out["predicted_variances"][t] = self.predictive_moments(predicted)
+            out["predicted_mass"][t], out["predicted_means"][t], out["predicted_variances"][t] = (
+                self._predictive_law(predicted))
             belief, out["log_evidence"][t] = self.update(predicted, Y[t])
             out["means"][t], out["variances"][t] = belief.mean(), np.diag(belief.covariance())
             for k in range(d):
