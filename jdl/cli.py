@@ -391,7 +391,7 @@ def _add_tune(commands) -> None:
     tune.add_argument("--lengthscales-y", type=_floats, help="comma-separated (default as for x)")
     tune.add_argument("--regs", type=_floats, help="comma-separated, all scored (default: the decades 1e-10 to "
                                                     "1e-3, walked from 1e-6 toward the lower validation loss)")
-    tune.add_argument("--tol", type=float, help="relative pivoted-Cholesky tolerance (default: jdl's, 1e-3)")
+    setting("--tol", type=float, help="relative pivoted-Cholesky tolerance of jdl's factorisations (default {default})")
     setting("--criterion",
             help="auto (default: crps for a scalar y, else second_moment) | crps (the exact CRPS of the "
                  "laws; scalar y) | pinball:L1,L2,... (the mean pinball loss at those levels; scalar y) | "

@@ -367,12 +367,13 @@ def test_the_runs_compared_and_the_one_kept():
 
 def test_the_summaries_left_out_score_as_the_columns_alone_at_those_lengthscales(staged):
     """``_SearchJob.left_out`` scores the beside run's best setting with the summaries' lengthscales at
-    ``SEARCH_LONGEST``: the same score as a search-free candidate fitted by hand at those kernels."""
+    ``SEARCH_LONGEST`` and the columns' at each of ``LEFT_OUT_FACTORS`` times theirs, in turn while the
+    score falls: the best of the same scores as search-free candidates fitted by hand at those kernels."""
     from dataclasses import replace
 
     from jdlcore import JDL
     from jdlcore.tuning import SEARCH_LONGEST, as_regs, kernels_at, resolve_criterion, score_grid, splits_for
-    from pipeline.tuning import _SearchJob, subsample_rows
+    from pipeline.tuning import LEFT_OUT_FACTORS, _SearchJob, subsample_rows
 
     group = open_staged(staged / "src.zarr")
     rows = subsample_rows(2_000, 2_000, 0)
@@ -383,9 +384,21 @@ def test_the_summaries_left_out_score_as_the_columns_alone_at_those_lengthscales
     beside = job.run(summaries)
     by_hand = np.array(np.broadcast_to(beside.best["lengthscale_x"], (5,)), dtype=np.float64)
     by_hand[-2:] = SEARCH_LONGEST
-    kernels = kernels_at(beside.kernel_x, beside.kernel_y, {**beside.best, "lengthscale_x": by_hand})
-    expected = score_grid(beside.folds, JDL(), [kernels[0]], [kernels[1]], [beside.best["reg"]], job.score)[0]
-    assert job.left_out(beside) == expected["score"] != beside.best["score"]
+
+    def scored(factor: float) -> float:
+        lengthscales = by_hand.copy()
+        lengthscales[:3] = np.where(lengthscales[:3] < SEARCH_LONGEST, factor * lengthscales[:3], SEARCH_LONGEST)
+        kernels = kernels_at(beside.kernel_x, beside.kernel_y, {**beside.best, "lengthscale_x": lengthscales})
+        return score_grid(beside.folds, JDL(), [kernels[0]], [kernels[1]], [beside.best["reg"]], job.score)[0]["score"]
+
+    scores = [scored(factor) for factor in LEFT_OUT_FACTORS]
+    walked = [scores[0]]
+    for score in scores[1:]:  # in turn, while the score falls
+        if not score < walked[-1]:
+            break
+        walked.append(score)
+    assert job.left_out(beside) == min(walked) != beside.best["score"]
+    assert len(walked) > 1 and len(set(scores)) == len(scores)  # a shorter factor helps here: the walk counts
     out = replace(beside, best={**beside.best, "lengthscale_x": by_hand.tolist(), "score": 1.5})
     assert job.left_out(out) == 1.5  # already left out: its own score
 

@@ -116,7 +116,7 @@ def test_vector_y_cells_reproduce_the_sums_they_report():
     rng = np.random.default_rng(5)
     X = rng.standard_normal((4000, 2))
     Y = np.column_stack([X[:, 0] + 0.3 * rng.standard_normal(4000), rng.standard_normal(4000)])
-    model = JDL(GaussianKernel(1.0), GaussianKernel(1.0), reg=1e-4, support_size=600).fit(X, Y)
+    model = JDL(GaussianKernel(1.0), GaussianKernel(1.0), reg=1e-4, tol=1e-3, support_size=600).fit(X, Y)
     support = model.support_
     assert support.construction == "cells" and support.size <= 600 and support.exact == "normalization"
     features = model.basis_y_.features
