@@ -45,8 +45,8 @@ __all__ = ["JDL", "CONSTRAINTS", "POSITIVITY", "SUPPORT_PARAMS", "TOL"]
 # the relative tolerance of a JDL fit's two factorisations: a hundred times finer than the paper's 1e-3
 # (the factorisations' own default, ``DEFAULT_TOL``). With the boosted summaries the x kernel often reads
 # two or three features, the trace then falls fast and 1e-3 stopped at a few dozen basis functions per
-# side; the finer tolerance gained 0.1-1.6% of crps_99 on the peer tables at 40,000 rows and up to 0.6%
-# at 5,000 (docs/tuning.md). Where the rank budget binds, it changes nothing.
+# side; the finer tolerance lowered crps_99 on 10 of 12 peer-table and seed pairs at 40,000 rows (by
+# 0.52% on average; docs/peers.md, "A finer trace tolerance"). Where the rank budget binds, it changes nothing.
 TOL = 1e-5
 CONSTRAINTS = ("none", "normalization", "positivity")
 POSITIVITY = ("project", "clip", "grid", "tightening", "pointwise")
