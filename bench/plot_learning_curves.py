@@ -6,6 +6,9 @@ crps_99 per training size on a log axis.
 
     python bench/plot_learning_curves.py docs/results/peers.json docs/results/peers_large.json \
         docs/results/learning_curve.json docs/results/learning_curve_1e6.json \
+        docs/results/peers_fine_tol.json docs/results/peers_200k_fine_tol.json \
+        docs/results/peers_10k_100k_fine_tol.json docs/results/learning_curve_fine_tol.json \
+        docs/results/learning_curve_1e6_fine_tol.json \
         --tables flights births "synthetic (known law)" --models jdl "jdl, columns alone" lightgbm qrf \
         --out docs/figures/learning_curves.png
 """
