@@ -31,7 +31,7 @@ from jdlcore.missing import MissingValues
 from jdlcore.tuning import (
     LENGTHSCALE_FACTORS, SEARCH_LONGEST, SEARCH_ROWS, SEARCH_TOLERANCE, VALIDATION_FRACTION, Fold, Regs, as_regs,
     check_grid, check_search_rows, default_lengthscales, kernels_at, make_folds, resolve_criterion, score_grid,
-    score_regs, search_grid, splits_for, standardised_grid,
+    search_grid, splits_for, standardised_grid,
 )
 
 from .atomic import atomic_store, refuse_existing
@@ -228,25 +228,23 @@ class _SearchJob:
         columns) with every summary left out (``SEARCH_LONGEST``, as the search leaves a feature out), on
         its folds; its own score where the search already left them all out. Beside the summaries the
         search can leave a column longer than the column alone needs (the summaries carry what it says),
-        so the columns' lengthscales (those kept) are also scored at ``LEFT_OUT_FACTORS`` times them, in
-        turn until one scores no better, and the best score counts."""
+        so the columns' lengthscales (those kept) are also scored at ``LEFT_OUT_FACTORS`` times them, from
+        the longest down until one scores worse (``score_grid``'s early stop), and the best score counts."""
         best, kept = run.best, len(run.summaries.kept)
         lengthscales = np.array(np.broadcast_to(best["lengthscale_x"], (run.folds[0][0].shape[1],)), dtype=np.float64)
         if np.all(lengthscales[-kept:] >= SEARCH_LONGEST):
             return float(best["score"])
         lengthscales[-kept:] = SEARCH_LONGEST
         columns = np.flatnonzero(lengthscales[:-kept] < SEARCH_LONGEST)
-        scores: list[float] = []
+        trials = []
         for factor in LEFT_OUT_FACTORS if columns.size else LEFT_OUT_FACTORS[:1]:
-            trial = lengthscales.copy()
-            trial[columns] *= factor
-            kernels = kernels_at(run.kernel_x, run.kernel_y, {**best, "lengthscale_x": trial})
-            score = score_regs(run.folds, self.base, *kernels, [best["reg"]], self.score)[0]["score"]
-            score = float(score) if np.isfinite(score) else np.inf
-            if scores and not score < scores[-1]:
-                break
-            scores.append(score)
-        return scores[-1]
+            trials.append(lengthscales.copy())
+            trials[-1][columns] *= factor
+        # the grid's early stop walks them from the longest down, y factorised once
+        kernels = [kernels_at(run.kernel_x, run.kernel_y, {**best, "lengthscale_x": trial}) for trial in trials[::-1]]
+        rows = score_grid(run.folds, self.base, [kx for kx, _ in kernels], [kernels[0][1]], [best["reg"]], self.score,
+                          stop_early=True)
+        return min((float(row["score"]) for row in rows if np.isfinite(row["score"])), default=np.inf)
 
 
 @dataclass
