@@ -134,7 +134,7 @@ def chunked_problem(
     functions = {**STANDARD_FUNCTIONS, **(test_functions or {})}
     plan = None
     if y_sample is not None:
-        size = min(support_size or default_support_size(y_sample.shape[1]), storage_y.n)
+        size = min(support_size or default_support_size(y_sample.shape[1], factor_y.rank), storage_y.n)
         plan = plan_support(y_sample, size, factorisation.seed, support_resolution(kernel_y))
     shared = client.scatter([factor_x.pivot_points, factor_x.B_pivots, factor_y.pivot_points, factor_y.B_pivots,
                              functions, plan], broadcast=True)

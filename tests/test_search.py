@@ -31,7 +31,8 @@ def tuned():
 
 def test_each_search_score_is_the_mean_of_independent_refits_on_five_folds_scored_by_crps(tuned):
     """1,500 rows: ``folds="auto"`` validates every row, five folds of 300; each score is the mean of the
-    five folds' CRPS, each an independent fit on the other 1,200 rows."""
+    five folds' CRPS, each an independent fit on the other 1,200 rows on the candidates' 512 support
+    atoms (``screening_support``)."""
     X, Y, noise, _, result = tuned
     features = np.c_[X, noise]
     assert result.folds == 5
@@ -42,7 +43,8 @@ def test_each_search_score_is_the_mean_of_independent_refits_on_five_folds_score
         kernel_x = GaussianKernel(np.asarray(row["lengthscale_x"]), location=location, scale=scale)
         folds = []
         for train, val in splits:
-            model = JDL(kernel_x, y_kernel.with_lengthscale(row["lengthscale_y"]), reg=row["reg"], positivity="project")
+            model = JDL(kernel_x, y_kernel.with_lengthscale(row["lengthscale_y"]), reg=row["reg"], positivity="project",
+                        support_size=512)
             folds.append(CRPSLoss()(model.fit(features[train], Y[train]), features[val], Y[val]))
         assert row["score"] == pytest.approx(np.mean(folds), rel=1e-9)
 

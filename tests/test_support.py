@@ -189,3 +189,36 @@ def test_build_support_from_blocks_equals_the_single_block(fitted):
     means = [((1 + R @ model.basis_y_.features(s.atoms).T) * s.weights) @ s.atoms[:, 0]
              / ((1 + R @ model.basis_y_.features(s.atoms).T) @ s.weights) for s in (blocks, whole)]
     np.testing.assert_allclose(means[0], means[1], rtol=0, atol=1e-10)
+
+
+def test_default_size_is_four_atoms_per_sum_kept():
+    """(1 + d + d (d + 1) / 2) (1 + m_Y) sums in the three groups, four atoms each, at least 512."""
+    from jdlcore.conditional.support import default_support_size
+
+    assert default_support_size(1, 340) == 4 * 3 * 341
+    assert default_support_size(2, 100) == 4 * 6 * 101
+    assert default_support_size(1, 20) == 512
+
+
+def test_a_large_y_basis_gets_the_atoms_to_keep_every_sum():
+    """A right-skewed y at a short y lengthscale: m_Y is large, and 512 atoms cannot carry the three
+    groups' sums (3 (1 + m_Y) of them), so the default sizes the support to the basis. Its sums then
+    equal the brute-force sums over the n training atoms to 1e-8 relative to their size (the weights
+    meet them to 1e-9 relative to the atoms' own terms, ``finish_support``; the tail atoms reach y = 20)."""
+    rng = np.random.default_rng(5)
+    x = rng.uniform(-2, 2, 6_000)
+    Y = np.exp(0.5 * x + 0.8 * rng.standard_normal(x.size))[:, None]
+    kernels = dict(kernel_x=GaussianKernel(0.5), kernel_y=GaussianKernel(0.08), reg=1e-6, tol=1e-5)  # m_Y = 213
+    model = JDL(**kernels).fit(x[:, None], Y)
+    m_y = model.basis_y_.size
+    assert 3 * (1 + m_y) > 256  # over half of 512 atoms: the old default could not carry them
+    assert JDL(**kernels, support_size=512).fit(x[:, None], Y).support_.exact == "none"
+    support = model.support_
+    assert support.requested == 12 * (1 + m_y) and support.exact == "second moment"
+    features = model.basis_y_.features
+    P = np.column_stack([np.ones(support.size), features(support.atoms)])
+    scale_rows = np.column_stack([np.ones(Y.shape[0]), features(Y)])
+    for power, brute in enumerate(brute_force_sums(Y, features)):
+        on_support = Y.shape[0] * (support.weights * support.atoms[:, 0] ** power) @ P
+        scale = np.abs(scale_rows * Y ** power).sum(axis=0)
+        assert np.max(np.abs(on_support - brute) / scale) < 1e-8

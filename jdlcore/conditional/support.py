@@ -35,20 +35,27 @@ import numpy as np
 from .atoms import FunctionSums
 
 __all__ = [
-    "Support", "SupportPlan", "SupportPartial", "MarginalSums", "SUM_GROUPS", "default_support_size", "plan_support",
+    "Support", "SupportPlan", "SupportPartial", "MarginalSums", "SUM_GROUPS", "ATOMS_PER_SUM", "MIN_DEFAULT_SIZE",
+    "default_support_size", "plan_support",
     "support_partial", "sum_groups", "finish_support", "build_support", "reweight", "sample_rows",
     "check_support_rows", "SAMPLE_ROWS",
 ]
 
 SAMPLE_ROWS = 1 << 17  # rows that place the bin edges or cell centres
 _ASSIGN_ELEMENTS = 1 << 22  # (rows x centres) distances per slab
-_DEFAULT_SIZE = 512
+MIN_DEFAULT_SIZE = 512  # the fewest support atoms by default
+# default atoms per sum the weights are to reproduce: diamonds at 40,000 rows (m_Y = 340, 1,023 sums in
+# the three groups) kept none of them on 512 atoms, the normalisation on 2,048 and all three on 4,096
+ATOMS_PER_SUM = 4
 
 
-def default_support_size(d_y: int) -> int:
-    """The default number of support atoms M for a Y of d_y components: 512 whatever d_y (a scalar Y
-    in 256 two-atom bins, a vector Y in 512 cells)."""
-    return _DEFAULT_SIZE
+def default_support_size(d_y: int, m_y: int) -> int:
+    """The default number of support atoms M for a Y of d_y components and a Y basis of m_y functions:
+    ``ATOMS_PER_SUM`` atoms per sum of ``SUM_GROUPS`` ((1 + m_y) each for the normalisation, d_y times
+    that for the mean, d_y (d_y + 1) / 2 times for the second moment), so the non-negative reweighting
+    (``reweight``) has room to carry them all; at least ``MIN_DEFAULT_SIZE``."""
+    sums = (1 + d_y + d_y * (d_y + 1) // 2) * (1 + m_y)
+    return max(MIN_DEFAULT_SIZE, ATOMS_PER_SUM * sums)
 
 
 def check_support_rows(size: int | None, rows: int, what: str = "training rows") -> None:

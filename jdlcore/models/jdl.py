@@ -52,8 +52,8 @@ CONSTRAINTS = ("none", "normalization", "positivity")
 POSITIVITY = ("project", "clip", "grid", "tightening", "pointwise")
 # the declarations of the laws' support and of the grid positivity budget (JDL and the polynomial JDL)
 SUPPORT_PARAMS: dict[str, Param] = {
-    "support_size": Param(Integer(optional=True), "support atoms M of the conditional laws (unset: 512 for a "
-                          "scalar y, 2048 for a vector y; at most n)", option=True),
+    "support_size": Param(Integer(optional=True), "support atoms M of the conditional laws (unset: 4 per sum "
+                          "they reproduce, at least 512; at most n)", option=True),
     "grid_points": Param(Integer(), "training x rows of the grid positivity constraints"),
     "grid_rounds": Param(Integer(), "cutting-plane rounds of the grid positivity"),
     "grid_seconds": Param(Number(low=0, low_open=True), "wall-clock budget of the grid positivity, in seconds"),
@@ -88,8 +88,9 @@ class JDL(TrainingAtomDiagnostics, JDLState, Estimator):
         lengthscales are in standard units, as in ``jdl fit``; "none": the raw columns.
     max_rank: cap on each rank m_X, m_Y (None: the default budget, max(512, n / 8) within a quarter of
         the machine's memory for L, ``jdlcore.models.degeneracy.rank_budget``; a fit stopped there warns).
-    support_size: M, the number of support atoms of the Y marginal (default 512; at most n). Fewer
-        distinct training values: those values, exactly.
+    support_size: M, the number of support atoms of the Y marginal (default: ``default_support_size``,
+        4 atoms per sum the weights reproduce, 12 (1 + m_Y) for a scalar Y, at least 512; at most n).
+        Fewer distinct training values: those values, exactly.
     grid_points, grid_rounds, grid_seconds: the budget of positivity="grid" (training x rows,
         cutting-plane rounds, wall-clock seconds).
 
@@ -207,7 +208,7 @@ class JDL(TrainingAtomDiagnostics, JDLState, Estimator):
         """The support of the requested size (the problem's, else one built in a pass over the atoms)
         and the problem's function sums completed with the standard ones."""
         check_support_rows(self.support_size, atoms.n)
-        size = min(self.support_size or default_support_size(atoms.d), atoms.n)
+        size = min(self.support_size or default_support_size(atoms.d, problem.basis_y.size), atoms.n)
         sums = dict(problem.function_sums)
         for name, f in STANDARD_FUNCTIONS.items():
             if name not in sums:

@@ -174,7 +174,7 @@ def problem_from_factors(
     partials = factor_partials(factor_x.L, factor_y.L, side_x.gram, side_y.gram)
     reductions = reductions_from_partials(partials, basis_x, basis_y, extremes_x, side_y.extremes)
     n = Y.shape[0]
-    size = support_size or default_support_size(Y.shape[1])
+    size = support_size or default_support_size(Y.shape[1], factor_y.rank)
     sums, support = side_y.y_marginal(Y, reductions, size, seed, support_resolution(kernel_y))
     sums.update({name: block_sums(f, Y, A_y) for name, f in (test_functions or {}).items()})
     factors = factor_diagnostics(factor_x, factor_y, started, rank_budget)

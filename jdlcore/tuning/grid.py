@@ -11,6 +11,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from ..conditional.support import MIN_DEFAULT_SIZE
 from ..kernels import Kernel, pool_map
 from ..lowrank.cholesky import Factorisation, PivotedCholesky, pivoted_cholesky
 from ..models.degeneracy import physical_memory, rank_budget
@@ -19,7 +20,8 @@ from ..models.problem import ProblemSide, problem_from_factors, problem_side
 from .folds import Fold
 from .regs import Regs, as_regs
 
-__all__ = ["CACHE_MEMORY_SHARE", "screening_params", "score_grid", "best_row", "kernels_at", "score_regs"]
+__all__ = ["CACHE_MEMORY_SHARE", "screening_params", "screening_support", "score_grid", "best_row", "kernels_at",
+           "score_regs"]
 
 CACHE_MEMORY_SHARE = 0.125  # of physical memory: y factorisations kept between pairs (else recomputed)
 _CANDIDATE_ERRORS = (ValueError, RuntimeError, np.linalg.LinAlgError, MemoryError, FloatingPointError)
@@ -33,6 +35,16 @@ def screening_params(base: JDL) -> dict[str, Any]:
     if params.get("constraints") == "positivity" and params.get("positivity") == "grid":
         params["positivity"] = "project"
     return params
+
+
+def screening_support(base: JDL, rows: int) -> int:
+    """The support atoms a candidate fitted on ``rows`` training rows is scored on: ``base``'s
+    support_size, else ``MIN_DEFAULT_SIZE`` (at most the rows). Every candidate is compared on the same
+    support whatever its y basis; the winner is then fitted on the default support of its basis
+    (``default_support_size``: four atoms per sum kept), which costs more per query where the basis is
+    large. (With the default for every candidate, the tuning took 16-18% longer on diamonds and births
+    at 40,000 rows: docs/peers.md, "Support atoms for the y basis".)"""
+    return base.support_size if base.support_size is not None else min(MIN_DEFAULT_SIZE, rows)
 
 
 def _factoriser(Zs: Sequence[np.ndarray], factorisation: Factorisation) -> tuple[Callable, list[int | None]]:
@@ -154,7 +166,8 @@ def _pair_problem(factors_x: tuple[ProblemSide, ...] | Exception, factors_y: tup
 
     def problem(pair: tuple[ProblemSide, ProblemSide, Fold, int | None]) -> Any:
         side_x, side_y, (X, Y, _, _), budget = pair
-        return problem_from_factors(side_x, side_y, kernel_x, kernel_y, X, Y, support_size=base.support_size,
+        return problem_from_factors(side_x, side_y, kernel_x, kernel_y, X, Y,
+                                    support_size=screening_support(base, len(Y)),
                                     seed=base.seed, grid_points=base.grid_points, rank_budget=budget,
                                     values_x=base.reads_x_values)
 
@@ -196,7 +209,8 @@ def _candidate(problems: tuple[Any, ...], params: dict[str, Any], kernel_x: Kern
 
     def scored(pair: tuple[Any, Fold]) -> float:
         problem, (_, Y_train, X_val, Y_val) = pair
-        model = JDL(**{**params, "kernel_x": kernel_x, "kernel_y": kernel_y, "reg": float(reg)})
+        model = JDL(**{**params, "kernel_x": kernel_x, "kernel_y": kernel_y, "reg": float(reg),
+                       "support_size": problem.support.requested})  # the problem's support (``screening_support``)
         return float(score(model.fit_problem(problem, Y_train), X_val, Y_val))
 
     try:
