@@ -93,7 +93,10 @@ def test_a_narrow_model_keeps_every_moment_that_a_probability_vector_can_have(na
 def test_a_narrow_two_dimensional_y_keeps_mass_and_mean_wherever_a_probability_vector_can():
     """y = (sin x, cos x) + 0.01 e, lengthscales 0.05 / 0.05: every row cvxpy can project keeping mass
     and mean is at level 1 with cvxpy's weights. (Before the rows' own coordinates, 824 of these
-    2,000 rows were at level 0, 0.2 from cvxpy's weights.)"""
+    2,000 rows were at level 0, 0.2 from cvxpy's weights, on 512 atoms.) m_Y = 512 here, so the
+    default support is every training atom (3,000, more than its 24 (1 + m_Y)), on which cvxpy
+    solves 73 of the 120 rows checked to "optimal" (the others "optimal_inaccurate": their mean is
+    checked, not their weights)."""
     rng = np.random.default_rng(0)
     X = rng.uniform(-3, 3, (3000, 1))
     Y = np.hstack([np.sin(X), np.cos(X)]) + 0.01 * rng.standard_normal((3000, 2))
@@ -113,7 +116,7 @@ def test_a_narrow_two_dimensional_y_keeps_mass_and_mean_wherever_a_probability_v
         if status == "optimal":
             checked += 1
             np.testing.assert_allclose(P[row], reference, rtol=0, atol=1e-5)
-    assert checked >= 100
+    assert checked >= 60
 
 
 def boundary_rows(delta: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
