@@ -23,7 +23,7 @@ from jdlcore.lowrank.cholesky import Factorisation, PivotedCholesky, run_pivoted
 from jdlcore.models.degeneracy import rank_budget
 from jdlcore.models.problem import JDLProblem, factor_diagnostics, marginal_sums, support_resolution
 from jdlcore.kernels import Kernel
-from jdlcore.conditional.support import SupportPlan, default_support_size, finish_support, plan_support, support_partial
+from jdlcore.conditional.support import SupportPlan, finish_support, plan_support, support_partial, support_size_for
 
 from .chunked_cholesky import ChunkState, DaskFactorStorage, recomputed_factor, slabs
 
@@ -134,7 +134,7 @@ def chunked_problem(
     functions = {**STANDARD_FUNCTIONS, **(test_functions or {})}
     plan = None
     if y_sample is not None:
-        size = min(support_size or default_support_size(y_sample.shape[1], factor_y.rank), storage_y.n)
+        size = support_size_for(support_size, y_sample.shape[1], factor_y.rank, storage_y.n)
         plan = plan_support(y_sample, size, factorisation.seed, support_resolution(kernel_y))
     shared = client.scatter([factor_x.pivot_points, factor_x.B_pivots, factor_y.pivot_points, factor_y.B_pivots,
                              functions, plan], broadcast=True)

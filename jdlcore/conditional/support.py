@@ -36,7 +36,7 @@ from .atoms import FunctionSums
 
 __all__ = [
     "Support", "SupportPlan", "SupportPartial", "MarginalSums", "SUM_GROUPS", "ATOMS_PER_SUM", "MIN_DEFAULT_SIZE",
-    "default_support_size", "plan_support",
+    "default_support_size", "support_size_for", "plan_support",
     "support_partial", "sum_groups", "finish_support", "build_support", "reweight", "sample_rows",
     "check_support_rows", "SAMPLE_ROWS",
 ]
@@ -56,6 +56,12 @@ def default_support_size(d_y: int, m_y: int) -> int:
     (``reweight``) has room to carry them all; at least ``MIN_DEFAULT_SIZE``."""
     sums = (1 + d_y + d_y * (d_y + 1) // 2) * (1 + m_y)
     return max(MIN_DEFAULT_SIZE, ATOMS_PER_SUM * sums)
+
+
+def support_size_for(requested: int | None, d_y: int, m_y: int, rows: int) -> int:
+    """The support atoms M a fit on ``rows`` training rows builds: the ``requested`` support_size, else
+    ``default_support_size(d_y, m_y)``; at most the rows."""
+    return min(requested or default_support_size(d_y, m_y), rows)
 
 
 def check_support_rows(size: int | None, rows: int, what: str = "training rows") -> None:

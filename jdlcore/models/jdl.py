@@ -25,7 +25,7 @@ import numpy as np
 from ..conditional.atoms import STANDARD_FUNCTIONS, Atoms, FunctionSums, evaluate_function
 from ..conditional.laws import MomentBasis, apply_rule, crps as law_crps, map_rows, project, quantiles
 from ..conditional.queries import below_thresholds, check_levels
-from ..conditional.support import Support, build_support, check_support_rows, default_support_size, sample_rows
+from ..conditional.support import Support, build_support, check_support_rows, sample_rows, support_size_for
 from ..kernels import Kernel
 from ..lowrank.cholesky import FACTORISATION_PARAMS
 from ..params import Choice, Integer, Number, Param
@@ -208,7 +208,7 @@ class JDL(TrainingAtomDiagnostics, JDLState, Estimator):
         """The support of the requested size (the problem's, else one built in a pass over the atoms)
         and the problem's function sums completed with the standard ones."""
         check_support_rows(self.support_size, atoms.n)
-        size = min(self.support_size or default_support_size(atoms.d, problem.basis_y.size), atoms.n)
+        size = support_size_for(self.support_size, atoms.d, problem.basis_y.size, atoms.n)
         sums = dict(problem.function_sums)
         for name, f in STANDARD_FUNCTIONS.items():
             if name not in sums:

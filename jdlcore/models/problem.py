@@ -20,7 +20,7 @@ import numpy as np
 
 from ..conditional.atoms import STANDARD_FUNCTIONS, FunctionSums, block_sums
 from ..conditional.support import (
-    MarginalSums, Support, build_support, check_support_rows, default_support_size, sample_rows,
+    MarginalSums, Support, build_support, check_support_rows, sample_rows, support_size_for,
 )
 from ..kernels import Kernel
 from ..lowrank.basis import (
@@ -124,13 +124,14 @@ class ProblemSide:
                    resolution: float | None) -> tuple[dict[str, FunctionSums], Support]:
         """(the standard functions' sums over the rows Y (n, d_y), the support of the Y marginal) with this
         side as the Y basis (``block_sums``, ``build_support``): functions of Y and this side alone (the
-        reductions' n and sum_y are), so computed once per Y array, support size, seed and resolution and
-        shared by every problem that pairs this side (the x moves of a lengthscale search)."""
+        reductions' n and sum_y are), so computed once per Y array, support size (at most the rows,
+        ``support_size_for``), seed and resolution and shared by every problem that pairs this side (the x
+        moves of a lengthscale search)."""
         key = (id(Y), size, seed, resolution)  # each entry holds its Y, so the id stays that array's
         kept = self.__dict__.setdefault("_y_marginals", {})
         if key not in kept:
             sums = {name: block_sums(f, Y, self.A) for name, f in STANDARD_FUNCTIONS.items()}
-            support = build_support([Y], Y[sample_rows(Y.shape[0], seed)], min(size, Y.shape[0]), self.basis.features,
+            support = build_support([Y], Y[sample_rows(Y.shape[0], seed)], size, self.basis.features,
                                     marginal_sums(reductions, sums), seed, resolution)
             kept[key] = (Y, sums, support)
         _, sums, support = kept[key]
@@ -174,7 +175,7 @@ def problem_from_factors(
     partials = factor_partials(factor_x.L, factor_y.L, side_x.gram, side_y.gram)
     reductions = reductions_from_partials(partials, basis_x, basis_y, extremes_x, side_y.extremes)
     n = Y.shape[0]
-    size = support_size or default_support_size(Y.shape[1], factor_y.rank)
+    size = support_size_for(support_size, Y.shape[1], factor_y.rank, Y.shape[0])
     sums, support = side_y.y_marginal(Y, reductions, size, seed, support_resolution(kernel_y))
     sums.update({name: block_sums(f, Y, A_y) for name, f in (test_functions or {}).items()})
     factors = factor_diagnostics(factor_x, factor_y, started, rank_budget)

@@ -37,14 +37,14 @@ def screening_params(base: JDL) -> dict[str, Any]:
     return params
 
 
-def screening_support(base: JDL, rows: int) -> int:
-    """The support atoms a candidate fitted on ``rows`` training rows is scored on: ``base``'s
-    support_size, else ``MIN_DEFAULT_SIZE`` (at most the rows). Every candidate is compared on the same
+def screening_support(base: JDL) -> int:
+    """The support atoms a candidate is scored on (at most its training rows, ``support_size_for``):
+    ``base``'s support_size, else ``MIN_DEFAULT_SIZE``. Every candidate is compared on the same
     support whatever its y basis; the winner is then fitted on the default support of its basis
     (``default_support_size``: four atoms per sum kept), which costs more per query where the basis is
     large. (With the default for every candidate, the tuning took 16-18% longer on diamonds and births
     at 40,000 rows: docs/peers.md, "Support atoms for the y basis".)"""
-    return base.support_size if base.support_size is not None else min(MIN_DEFAULT_SIZE, rows)
+    return base.support_size or MIN_DEFAULT_SIZE
 
 
 def _factoriser(Zs: Sequence[np.ndarray], factorisation: Factorisation) -> tuple[Callable, list[int | None]]:
@@ -167,7 +167,7 @@ def _pair_problem(factors_x: tuple[ProblemSide, ...] | Exception, factors_y: tup
     def problem(pair: tuple[ProblemSide, ProblemSide, Fold, int | None]) -> Any:
         side_x, side_y, (X, Y, _, _), budget = pair
         return problem_from_factors(side_x, side_y, kernel_x, kernel_y, X, Y,
-                                    support_size=screening_support(base, len(Y)),
+                                    support_size=screening_support(base),
                                     seed=base.seed, grid_points=base.grid_points, rank_budget=budget,
                                     values_x=base.reads_x_values)
 
