@@ -23,6 +23,7 @@ from typing import Any, Callable
 import numpy as np
 
 from ..conditional.atoms import STANDARD_FUNCTIONS, Atoms, FunctionSums, evaluate_function
+from ..conditional.location_scale import LocationScale, cdf_per_row
 from ..conditional.laws import MomentBasis, apply_rule, crps as law_crps, map_rows, project, quantiles
 from ..conditional.queries import below_thresholds, check_levels
 from ..conditional.support import Support, build_support, check_support_rows, sample_rows, support_size_for
@@ -50,6 +51,7 @@ __all__ = ["JDL", "CONSTRAINTS", "POSITIVITY", "SUPPORT_PARAMS", "TOL"]
 TOL = 1e-5
 CONSTRAINTS = ("none", "normalization", "positivity")
 POSITIVITY = ("project", "clip", "grid", "tightening", "pointwise")
+ON_Y_KINDS = ("mean", "second_moment", "cdf", "quantile")  # the requests a model of a standardised y answers
 # the declarations of the laws' support and of the grid positivity budget (JDL and the polynomial JDL)
 SUPPORT_PARAMS: dict[str, Param] = {
     "support_size": Param(Integer(optional=True), "support atoms M of the conditional laws (unset: 4 per sum "
@@ -393,11 +395,14 @@ class JDL(TrainingAtomDiagnostics, JDLState, Estimator):
         return self.answer_requests({name: ("expectation", None) for name in names}, Xq)
 
     def answer_requests(self, requests: dict[str, tuple[str, np.ndarray | None]], Xq: Any,
-                        kept: np.ndarray | None = None) -> dict[str, np.ndarray]:
+                        kept: np.ndarray | None = None, on: LocationScale | None = None) -> dict[str, np.ndarray]:
         """The prepared requests at the queries, by name, all read from one law per row: the
         registered functions' expectations and every quantile request. ``kept`` (q,) int8, if given
-        (rule "project"), receives each row's projection level (``law_levels``)."""
+        (rule "project"), receives each row's projection level (``law_levels``). ``on``: for a model of
+        a standardised y, r = (y - location) / scale, the answers on y's scale (``_answers_on_y``)."""
         self._fitted()
+        if on is not None:
+            return self._answers_on_y(requests, Xq, kept, on)
         registered = [name for name, (kind, _) in requests.items() if kind != "quantile"]
         missing = [name for name in registered if name not in self._support_values]
         if missing:
@@ -422,6 +427,41 @@ class JDL(TrainingAtomDiagnostics, JDLState, Estimator):
         for name, levels in asked.items():
             out[name] = table[:, offset:offset + levels.size]
             offset += levels.size
+        return out
+
+    def _answers_on_y(self, requests: dict[str, tuple[str, np.ndarray | None]], Xq: Any, kept: np.ndarray | None,
+                      on: LocationScale) -> dict[str, np.ndarray]:
+        """``answer_requests`` for a model of r = (y - location) / scale (a scalar y), read on y's scale
+        through ``on`` (one location and scale per query; ``jdlcore.conditional.location_scale``): the
+        mean, the second moment, CDFs (each row's thresholds moved to r's scale) and quantiles."""
+        unknown = sorted(name for name, (kind, _) in requests.items() if kind not in ON_Y_KINDS)
+        if unknown:
+            raise ValueError(f"function {unknown[0]!r}: a model of a standardised y answers "
+                             f"{', '.join(ON_Y_KINDS)} on y's scale")
+        if self.support_.d != 1:
+            raise ValueError(f"on: standardises a scalar y, the model has {self.support_.d} y features")
+        rows = len(self._queries(Xq))
+        if len(on) != rows:
+            raise ValueError(f"on: has {len(on)} locations and scales for {rows} queries")
+        column, order = self.support_.atoms[:, 0], self._order(0)
+        powers = np.column_stack([column, column**2])  # E[r] and E[r^2]
+        asked = {name: (kind, np.asarray(v, dtype=np.float64).reshape(-1) if kind == "cdf" else check_levels(v))
+                 for name, (kind, v) in requests.items() if kind in ("cdf", "quantile")}
+
+        def read(P: np.ndarray, block: slice) -> np.ndarray:
+            part = on.rows(block)
+            return np.hstack([P @ powers] + [
+                cdf_per_row(P, column, order, part.thresholds(v)) if kind == "cdf"
+                else part.quantiles(quantiles(P, column, v, order)) for kind, v in asked.values()])
+
+        table = self._map_law(Xq, read, 2 + sum(v.size for _, v in asked.values()), kept)
+        out = {name: on.mean(table[:, 0])[:, None] if kind == "mean"
+               else on.second_moment(table[:, 0], table[:, 1])[:, None, None]
+               for name, (kind, _) in requests.items() if kind in STANDARD_FUNCTIONS}
+        offset = 2
+        for name, (_, v) in asked.items():
+            out[name] = table[:, offset:offset + v.size]
+            offset += v.size
         return out
 
     def conditional_cdf(self, Xq: Any, thresholds: Any) -> np.ndarray:
@@ -454,9 +494,10 @@ class JDL(TrainingAtomDiagnostics, JDLState, Estimator):
             self._orders[component] = np.argsort(self.support_.atoms[:, component], kind="stable")
         return self._orders[component]
 
-    def crps(self, Xq: Any, y: Any) -> np.ndarray:
+    def crps(self, Xq: Any, y: Any, on: LocationScale | None = None) -> np.ndarray:
         """The continuous ranked probability score of the conditional law at each (x_q, y_q), shape (q,),
-        exact for the weighted support atoms (scalar Y). Lower is better."""
+        exact for the weighted support atoms (scalar Y). Lower is better. ``on``: for a model of a
+        standardised y, r = (y - location) / scale, y and the score on y's scale (``LocationScale.crps``)."""
         self._fitted()
         if self.support_.d != 1:
             raise ValueError(f"crps: needs a scalar y, the model has {self.support_.d} y features")
@@ -464,8 +505,11 @@ class JDL(TrainingAtomDiagnostics, JDLState, Estimator):
         Xq = self._queries(Xq)
         if observed.size != Xq.shape[0]:
             raise ValueError(f"y: has {observed.size} rows, Xq has {Xq.shape[0]}")
+        if on is not None:
+            observed = on.standardise(observed)[:, 0]
         column = self.support_.atoms[:, 0]
-        return self._map_law(Xq, lambda P, rows: law_crps(P, column, observed[rows])[:, None], 1)[:, 0]
+        scores = self._map_law(Xq, lambda P, rows: law_crps(P, column, observed[rows])[:, None], 1)[:, 0]
+        return scores if on is None else on.crps(scores)
 
     def marginal_ratio(self, X: Any, Y: Any) -> tuple[float, str]:
         """How much x informs the model on paired rows X (q, d_X), Y (q, d_Y): the model's mean loss over

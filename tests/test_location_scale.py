@@ -1,0 +1,112 @@
+"""A model of a standardised y, r = (y - location) / scale, read on y's scale: every answer against the
+law of y built by hand (atoms location + scale z_k with the law of r's weights), by brute force."""
+import numpy as np
+import pytest
+
+from jdlcore import JDL, GaussianKernel
+from jdlcore.conditional.location_scale import LocationScale, cdf_per_row
+
+TIGHT = 1e-10
+
+
+@pytest.fixture(scope="module")
+def fitted():
+    """A JDL of r given x on 400 rows (r's law depends on x), and 25 queries with their own location and
+    scale, some far from the data."""
+    rng = np.random.default_rng(3)
+    X = rng.uniform(-2, 2, size=(400, 1))
+    r = (np.sin(X[:, 0]) + (0.3 + 0.2 * np.abs(X[:, 0])) * rng.standard_normal(400))[:, None]
+    model = JDL(GaussianKernel(0.6), GaussianKernel(0.4), reg=1e-6).fit(X, r)
+    Xq = np.vstack([rng.uniform(-2, 2, size=(22, 1)), [[-6.0], [0.0], [7.5]]])
+    on = LocationScale.of(rng.normal(scale=50.0, size=25), np.exp(rng.normal(size=25)))
+    return model, Xq, on
+
+
+def by_hand(model, Xq, on):
+    """The laws of y at the queries: per-row atoms (q, M) and their weights (q, M)."""
+    z = model.support_atoms_[:, 0]
+    return on.location[:, None] + on.scale[:, None] * z[None, :], model.conditional_weights(Xq)
+
+
+def test_moments_cdf_and_quantiles_match_the_law_of_y(fitted):
+    model, Xq, on = fitted
+    atoms, P = by_hand(model, Xq, on)
+    assert np.all(P >= 0) and np.allclose(P.sum(axis=1), 1, atol=1e-12)  # the law of y is a probability vector
+    thresholds = np.array([-80.0, -10.0, 0.0, 3.0, 60.0])
+    levels = np.array([0.05, 0.5, 0.9, 0.99])
+    got = model.answer_requests({"mean": ("mean", None), "second_moment": ("second_moment", None),
+                                 "cdf": ("cdf", thresholds), "q": ("quantile", levels)}, Xq, on=on)
+    assert got["mean"].shape == (25, 1) and got["second_moment"].shape == (25, 1, 1)
+    np.testing.assert_allclose(got["mean"][:, 0], np.sum(P * atoms, axis=1), rtol=TIGHT, atol=TIGHT)
+    np.testing.assert_allclose(got["second_moment"][:, 0, 0], np.sum(P * atoms**2, axis=1), rtol=TIGHT)
+    cdf = np.stack([np.sum(P * (atoms <= t), axis=1) for t in thresholds], axis=1)
+    np.testing.assert_allclose(got["cdf"], cdf, atol=TIGHT)
+    for i in range(len(Xq)):  # the smallest atom whose running mass reaches each level
+        order = np.argsort(atoms[i])
+        running = np.cumsum(P[i, order])
+        for k, level in enumerate(levels):
+            assert got["q"][i, k] == atoms[i, order][np.argmax(running >= level * (1 - 1e-12))]
+
+
+def test_crps_on_y_is_the_brute_force_crps_of_the_law_of_y(fitted):
+    model, Xq, on = fitted
+    atoms, P = by_hand(model, Xq, on)
+    y = on.location + on.scale * np.linspace(-3, 3, len(Xq))
+    pairwise = np.abs(atoms[:, :, None] - atoms[:, None, :])
+    expected = (np.sum(P * np.abs(atoms - y[:, None]), axis=1)
+                - 0.5 * np.einsum("ij,ijk,ik->i", P, pairwise, P))
+    np.testing.assert_allclose(model.crps(Xq, y, on=on), expected, rtol=1e-9)
+
+
+def test_unit_location_scale_gives_the_plain_answers(fitted):
+    model, Xq, _ = fitted
+    unit = LocationScale.of(np.zeros(len(Xq)), np.ones(len(Xq)))
+    thresholds, levels = np.array([-1.0, 0.2, 1.5]), np.array([0.1, 0.5, 0.9])
+    requests = {"mean": ("mean", None), "second_moment": ("second_moment", None), "q": ("quantile", levels)}
+    plain = model.answer_requests(requests, Xq)
+    read = model.answer_requests({**requests, "cdf": ("cdf", thresholds)}, Xq, on=unit)
+    for name in requests:
+        np.testing.assert_allclose(read[name], plain[name], rtol=TIGHT, atol=TIGHT)
+    np.testing.assert_allclose(read["cdf"], model.conditional_cdf(Xq, thresholds), atol=TIGHT)
+    y = np.linspace(-1, 1, len(Xq))
+    np.testing.assert_allclose(model.crps(Xq, y, on=unit), model.crps(Xq, y), rtol=TIGHT)
+
+
+def test_cdf_per_row_counts_an_atom_at_the_threshold_and_keeps_signed_weights():
+    values = np.array([2.0, -1.0, 0.5, 0.5])
+    P = np.array([[0.1, 0.2, 0.3, 0.4], [-0.2, 0.6, 0.3, 0.3]])
+    order = np.argsort(values, kind="stable")
+    thresholds = np.array([[-1.0, 0.5, 1.9, 2.0], [-2.0, 0.49, 0.5, 9.0]])
+    expected = np.array([[0.2, 0.9, 0.9, 1.0], [0.0, 0.6, 1.2, 1.0]])
+    np.testing.assert_allclose(cdf_per_row(P, values, order, thresholds), expected, atol=1e-15)
+
+
+def test_tiny_scale_far_location_keeps_the_atoms_apart(fitted):
+    model, Xq, _ = fitted
+    on = LocationScale.of(np.full(len(Xq), 1e6), np.full(len(Xq), 1e-6))
+    atoms, P = by_hand(model, Xq, on)
+    z = model.support_atoms_[:, 0]
+    t = 1e6 + 1e-6 * np.median(z)
+    got = model.answer_requests({"cdf": ("cdf", np.array([t]))}, Xq, on=on)["cdf"][:, 0]
+    np.testing.assert_allclose(got, np.sum(P * (atoms <= t), axis=1), atol=TIGHT)
+
+
+@pytest.mark.parametrize("location, scale, message", [
+    ([0.0, 1.0], [1.0], "2 locations for 1 scales"),
+    ([0.0, 1.0], [1.0, 0.0], "every scale must be finite and > 0; row 1 has 0.0"),
+    ([0.0, 1.0], [-1.0, 1.0], "row 0 has -1.0"),
+    ([np.nan, 1.0], [1.0, 1.0], "every location must be finite; row 0 has nan"),
+])
+def test_bad_location_or_scale_is_refused_by_row(location, scale, message):
+    with pytest.raises(ValueError, match=message.replace("(", r"\(")):
+        LocationScale.of(location, scale, where="summaries")
+
+
+def test_requests_it_cannot_move_and_wrong_lengths_are_refused(fitted):
+    model, Xq, on = fitted
+    with pytest.raises(ValueError, match="'p': a model of a standardised y answers mean, second_moment, cdf"):
+        model.answer_requests({"p": ("proba", np.array([0.0]))}, Xq, on=on)
+    with pytest.raises(ValueError, match="on: has 25 locations and scales for 3 queries"):
+        model.answer_requests({"mean": ("mean", None)}, Xq[:3], on=on)
+    with pytest.raises(ValueError, match="y: has 3 rows"):
+        model.crps(Xq, np.zeros(3), on=on)
