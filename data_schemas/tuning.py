@@ -40,7 +40,9 @@ summaries' names, appended to the x features in this order: the lengthscales, th
 search's x_feature have that many more entries than the data's x features); attribute ``summaries``:
 the rule asked for ("auto", "boosted" or "none"). Optional attribute ``summaries_alone`` (bool, absent:
 false): the x kernel reads the summaries alone, without the data's x columns (the lengthscales, the
-scaling and x_feature then have one entry per summary). A store of version 2 has none.
+scaling and x_feature then have one entry per summary); ``summaries_standardise_y`` (bool, absent: false):
+the model's y is read standardised by the summaries, (y - predicted median) / predicted spread (the
+record's ``standardises``; the y lengthscales and scaling are in those units). A store of version 2 has none.
 A model fitted from a tuning store carries the table as ``tuning_validation_loss``, ``tuning_rank_x``
 and ``tuning_rank_y`` over the dims ``tuning_lengthscale_x``, ``tuning_lengthscale_y``, ``tuning_reg``
 (see ``data_schemas.model.TUNING_DIMS``).

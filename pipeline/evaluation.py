@@ -19,6 +19,7 @@ import numpy as np
 
 from data_schemas.evaluation import SCHEMA_NAME, SCHEMA_VERSION, validate_evaluation_dataset
 from jdlcore.conditional.laws import crps as law_crps, quantiles as law_quantiles, randomised_pit
+from jdlcore.conditional.location_scale import LocationScale
 from jdlcore.conditional.losses import pinball_losses
 from jdlcore.conditional.queries import check_levels
 from jdlcore.models.protocol import SCORE_ROWS
@@ -45,19 +46,26 @@ class _Totals:
         self.crps, self.pit = np.empty(n), np.empty(n)
         self.pinball, self.covered, self.squared = np.zeros(levels.size), np.zeros(coverage.size), 0.0
 
-    def add(self, model: Any, X: np.ndarray, y: np.ndarray, rows: slice, rng: np.random.Generator) -> None:
-        """The rows ``rows`` (x (b, d), y (b,)) read from the model's law at each x."""
+    def add(self, model: Any, X: np.ndarray, y: np.ndarray, rows: slice, rng: np.random.Generator,
+            on: LocationScale | None = None) -> None:
+        """The rows ``rows`` (x (b, d), y (b,)) read from the model's law at each x. ``on``: for a model of a
+        standardised y, each row's location and scale, which move its law to y's scale (the PIT and the
+        coverage are the same on both scales; the CRPS and the pinball loss scale with it)."""
         weights, atoms = model.conditional_weights(X), self.atoms  # (b, M): the law every figure is read from
-        self.crps[rows] = law_crps(weights, atoms, y)
+        observed = y if on is None else on.standardise(y)[:, 0]
+        crps = law_crps(weights, atoms, observed)
+        self.crps[rows] = crps if on is None else on.crps(crps)
         quantiles = law_quantiles(weights, atoms, self.asked)  # what conditional_quantile reads from the law
+        quantiles = quantiles if on is None else on.quantiles(quantiles)
         at = {float(level): k for k, level in enumerate(self.asked)}
         picked = quantiles[:, [at[float(level)] for level in self.levels]]
         self.pinball += pinball_losses(picked, y, self.levels).sum(axis=0)
         low = quantiles[:, [at[float(level)] for level in (1 - self.coverage) / 2]]
         high = quantiles[:, [at[float(level)] for level in (1 + self.coverage) / 2]]
         self.covered += ((y[:, None] >= low) & (y[:, None] <= high)).sum(axis=0)
-        self.squared += float(np.sum((y - weights @ atoms) ** 2))
-        self.pit[rows] = randomised_pit(weights, atoms, y, rng.uniform(size=y.size))
+        mean = weights @ atoms
+        self.squared += float(np.sum((y - (mean if on is None else on.mean(mean))) ** 2))
+        self.pit[rows] = randomised_pit(weights, atoms, observed, rng.uniform(size=y.size))
 
 
 def evaluate_store(model_path: str | os.PathLike, data: str | os.PathLike, out: str | os.PathLike, *,
@@ -93,7 +101,7 @@ def evaluate_store(model_path: str | os.PathLike, data: str | os.PathLike, out: 
     for start in range(0, n, SCORE_ROWS):
         rows = slice(start, min(start + SCORE_ROWS, n))
         X = view.rows(recode(group["x"][rows], tables))
-        totals.add(model, X, np.asarray(group["y"][rows][:, 0], dtype=np.float64), rows, rng)
+        totals.add(model, X, np.asarray(group["y"][rows][:, 0], dtype=np.float64), rows, rng, view.location_scale(X))
         if progress is not None and (rows.stop == n or (start // SCORE_ROWS) % 10 == 9):
             progress(f"evaluated {rows.stop:,}/{n:,} rows")
     dataset = _dataset(totals, n, {

@@ -109,7 +109,7 @@ def data_scaling(data: str | os.PathLike, group: zarr.Group, view: XView = XView
     X = view.rows(read_sample(data, "x", rows))
     return {"x": robust_scaling(X, view.columns(group.attrs["x_features"]), "x",
                                 view.categorical(categorical_indices(group))),
-            "y": robust_scaling(read_sample(data, "y", rows), group.attrs["y_features"], "y")}
+            "y": robust_scaling(view.y(X, read_sample(data, "y", rows)), group.attrs["y_features"], "y")}
 
 
 def scaling_rows(group: zarr.Group) -> np.ndarray:
@@ -191,7 +191,7 @@ def fit_store(
     target = Path(out)
     refuse_existing(target, overwrite)  # before the fit, not after it
     group = open_staged(data)
-    table, view = _tuning_record(tuning, data, group)
+    table, view = _tuning_record(tuning, data, group, method)
     check_lengthscale_widths(method, hyper, group, view)
     # a method without kernels (jpdl) has nothing to standardise
     scaling, vectors = (fit_scaling(scaling, data, group, table, view) if estimator_class(method).KERNELS
@@ -215,14 +215,16 @@ def fit_store(
             raise ValueError(f"scheduler: method {method} fits in memory; use --scheduler memory or auto "
                              f"(got {scheduler!r})")
         scheduler = None
-        model = estimator.fit(view.rows(group["x"][:]), group["y"][:])
+        X = view.rows(group["x"][:])
+        model = estimator.fit(X, view.y(X, group["y"][:]))
     else:
         scheduler = resolve_scheduler(scheduler, n)
         model = _fit_from_reductions(estimator, data, group, scheduler, progress, view)
     model.diagnostics_["fit_seconds"] = time.perf_counter() - started
     if hasattr(model, "check_degeneracies"):  # warns; the findings go into the store's diagnostics
         rows = sample_rows(n, model.seed, MARGINAL_ROWS)
-        model.check_degeneracies(view.rows(read_sample(data, "x", rows)), read_sample(data, "y", rows))
+        X = view.rows(read_sample(data, "x", rows))
+        model.check_degeneracies(X, view.y(X, read_sample(data, "y", rows)))
     if hasattr(model, "negative_support_mass"):
         probes = view.rows(group["x"][:PROBES])
         negative = model.negative_support_mass(probes)
@@ -248,17 +250,21 @@ def fit_store(
     return path, model
 
 
-def _tuning_record(tuning: str | os.PathLike | None, data: str | os.PathLike,
-                   group: zarr.Group) -> tuple[Any, XView]:
+def _tuning_record(tuning: str | os.PathLike | None, data: str | os.PathLike, group: zarr.Group,
+                   method: str) -> tuple[Any, XView]:
     """(the tuning store's Dataset, None without one; the view of x the fit reads): the tuning's
     missing-value rule and boosted summaries, the rule learned from the data where the tuning records
-    none (``learn_missing`` on ``scaling_rows``)."""
+    none (``learn_missing`` on ``scaling_rows``). A map that standardises y is refused for a ``method``
+    other than jdl, the one that answers on y's scale."""
     table, missing, summaries = None, None, None
     if tuning is not None:
         from .tuning import load_tuning
 
         table = load_tuning(tuning)
         missing, summaries = read_missing(table.attrs, f"tuning {tuning}"), read_summaries(table, f"tuning {tuning}")
+        if summaries is not None and summaries.standardises and method != "jdl":
+            raise ValueError(f"method: the tuning store {tuning} reads y standardised by the boosted summaries, which "
+                             f"only jdl answers on y's scale; fit jdl, or tune with --summaries none for {method}")
     return table, XView(missing or learn_missing(data, group, scaling_rows(group)), summaries)
 
 
@@ -271,8 +277,8 @@ def _fit_from_reductions(estimator: Any, data: str | os.PathLike, group: zarr.Gr
     on_atoms = estimator.laws_on_atoms  # a support and a grid sample to build as well
     options = dict(support_size=estimator.support_size, grid_points=estimator.grid_points) if on_atoms else {}
     if scheduler is None:
-        Y = group["y"][:]
         X = view.rows(group["x"][:])
+        Y = view.y(X, group["y"][:])
         problem = build_problem(X, Y, estimator.kernel_x, estimator.kernel_y, factorisation,
                                 values_x=estimator.reads_x_values, **options)
     else:
@@ -282,15 +288,19 @@ def _fit_from_reductions(estimator: Any, data: str | os.PathLike, group: zarr.Gr
         n = int(group.attrs["n_samples"])
         samples = {}
         if on_atoms:
-            grid_rows = sample_rows(n, estimator.seed, estimator.grid_points)
-            samples = dict(y_sample=read_sample(data, "y", sample_rows(n, estimator.seed)),
+            grid_rows, rows = sample_rows(n, estimator.seed, estimator.grid_points), sample_rows(n, estimator.seed)
+            sampled = view.rows(read_sample(data, "x", rows))
+            samples = dict(y_sample=view.y(sampled, read_sample(data, "y", rows)),
                            grid_x=view.rows(read_sample(data, "x", grid_rows)))
         with dask_client(scheduler) as client:
             chunks = store_chunks(client, data, group)
-            # each chunk as the kernel reads it: missing values filled and flagged, summaries added; a task
-            # of its own after its read
+            # each chunk as the kernel reads it: missing values filled and flagged, summaries added, y
+            # standardised where the map says so; a task of its own after its read
             shipped = client.scatter(view, broadcast=True)
             chunks["x"] = [client.submit(XView.rows, shipped, block) for block in chunks["x"]]
+            if view.summaries is not None and view.summaries.standardises:
+                chunks["y"] = [client.submit(XView.y, shipped, x, y) for x, y in zip(chunks["x"], chunks["y"])]
+                Y = np.vstack(client.gather(chunks["y"]))  # the model's atoms: r, n x 8 bytes
             problem = chunked_problem(client, chunks["x"], chunks["y"], estimator.kernel_x, estimator.kernel_y,
                                       factorisation, extremes=estimator.reads_x_values, progress=progress,
                                       **samples, **options)

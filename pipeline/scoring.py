@@ -166,18 +166,21 @@ def score_chunk(model: Any, data: str, out: str, specs: dict, tables: dict[int, 
 
     ``tables``: the recoding of its category codes to the model's (``level_recoding``). Every request
     is read from one law per row, x read as the model reads it (``pipeline.x_view``: missing values
-    filled and flagged, boosted summaries appended). Returns, for a model whose laws are projected, the number of rows
+    filled and flagged, boosted summaries appended; a model of a standardised y answers on y's scale). Returns, for a model whose laws are projected, the number of rows
     at each projection level (level as a string -> count), else {}.
     """
-    block = XView.of(model).rows(recode(zarr.open_group(data, mode="r", zarr_format=3)["x"][start:stop], tables))
+    view = XView.of(model)
+    block = view.rows(recode(zarr.open_group(data, mode="r", zarr_format=3)["x"][start:stop], tables))
+    on = view.location_scale(block)  # a model of a standardised y answers on y's scale through it
+    read = {} if on is None else {"on": on}
     root = zarr.open_group(out, mode="r+", zarr_format=3)
     if getattr(model, "law_rule", None) == "project":
         kept = np.empty(stop - start, dtype=np.int8)
-        results = model.answer_requests(specs, block, kept=kept)
+        results = model.answer_requests(specs, block, kept=kept, **read)
         values, counts = np.unique(kept, return_counts=True)
         record = {str(int(v)): int(c) for v, c in zip(values, counts)}
     else:
-        results, record = model.answer_requests(specs, block), {}
+        results, record = model.answer_requests(specs, block, **read), {}
     for spec in specs:
         root[array_name(spec)][start:stop] = results[spec]
     return record

@@ -16,7 +16,7 @@ import itertools
 import json
 import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -29,8 +29,8 @@ from jdlcore import JDL, GaussianKernel
 from jdlcore.scaling import DEFAULT_SCALING, check_scaling_choice
 from jdlcore.missing import MissingValues
 from jdlcore.tuning import (
-    LENGTHSCALE_FACTORS, SEARCH_LONGEST, SEARCH_ROWS, SEARCH_TOLERANCE, VALIDATION_FRACTION, Fold, Regs, as_regs,
-    check_grid, check_search_rows, default_lengthscales, kernels_at, make_folds, resolve_criterion, score_grid,
+    LENGTHSCALE_FACTORS, SEARCH_LONGEST, SEARCH_ROWS, SEARCH_TOLERANCE, VALIDATION_FRACTION, Fold, OnYScale, Regs,
+    as_regs, check_grid, check_search_rows, default_lengthscales, kernels_at, make_folds, resolve_criterion, score_grid,
     search_grid, splits_for, standardised_grid,
 )
 
@@ -147,7 +147,7 @@ def tune_store(
     job = _SearchJob(group, missing.augment(group["x"].get_orthogonal_selection((rows, slice(None)))),
                      group["y"].get_orthogonal_selection((rows, slice(None))), splits, base, regs, score, scaling,
                      lengthscales_x, lengthscales_y, seed, search, search_rows,
-                     None if where is None else _fan_out(where, base, regs, score, progress),
+                     None if where is None else _fan_out(where, base, regs, progress),
                      held_out, validation, max_rows, progress, missing, fold_maps)
     run, gain = _with_or_without(job, fitted, summaries)
     table, searched, best, screen = run.table, run.searched, run.best, run.screen
@@ -207,18 +207,24 @@ class _SearchJob:
         alone where None); each split's rows summarised by its own map where there are ``fold_maps``."""
         view = XView(self.missing, summaries)
         X = with_summaries(summaries, self.X)
-        (kernel_x, grid_x), (kernel_y, grid_y) = _kernels(X, self.Y, self.group, view, self.scaling,
+        (kernel_x, grid_x), (kernel_y, grid_y) = _kernels(X, view.y(X, self.Y), self.group, view, self.scaling,
                                                           self.lengthscales_x, self.lengthscales_y, self.seed)
         if self.splits is None:
             folds = _held_out_fold(X, self.Y, self.group, self.held_out, self.validation, self.max_rows, self.seed,
                                    view)
+            reads = [view]
         elif summaries is None or self.fold_maps is None:
-            folds = make_folds(X, self.Y, self.splits)
-        else:
-            folds = [(read.augment(self.X[train]), self.Y[train], read.augment(self.X[val]), self.Y[val])
-                     for read, (train, val) in zip((m if summaries.columns else m.alone() for m in self.fold_maps),
-                                                   self.splits)]
-        found = search_grid(folds, self.base, kernel_x, kernel_y, grid_x, grid_y, self.regs, self.score,
+            folds, reads = make_folds(X, self.Y, self.splits), [view] * len(self.splits)
+        else:  # each split read through its own map, as ``summaries`` reads (beside the columns or alone)
+            reads = [XView(None, replace(m, columns=summaries.columns, standardises=summaries.standardises))
+                     for m in self.fold_maps]
+            folds = [(read.summaries.augment(self.X[train]), self.Y[train], read.summaries.augment(self.X[val]),
+                      self.Y[val]) for read, (train, val) in zip(reads, self.splits)]
+        score = self.score
+        if summaries is not None and summaries.standardises:  # each split's y by its own map, scored on y's scale
+            folds = [(Xt, read.y(Xt, Yt), Xv, read.y(Xv, Yv)) for read, (Xt, Yt, Xv, Yv) in zip(reads, folds)]
+            score = OnYScale(self.score, lambda Z: summaries.location_scale(Z).scale)
+        found = search_grid(folds, self.base, kernel_x, kernel_y, grid_x, grid_y, self.regs, score,
                             search=self.search, stop_early=not self.lengthscales_x, progress=self.progress,
                             grid=self.grid, search_rows=self.search_rows)
         return _SearchRun(summaries, kernel_x, grid_x, kernel_y, grid_y, folds, *found)
@@ -269,8 +275,11 @@ def _with_or_without(job: _SearchJob, summaries: BoostedSummaries | None,
                      rule: str) -> tuple[_SearchRun, float | None]:
     """The search that decides the tuning, and the summaries' gain (None where not compared).
 
-    With summaries, the search runs on x's columns with the summaries beside them and on the summaries
-    alone, and keeps the summaries alone only where they score better by more than
+    With summaries (both kept) and a criterion read on y's scale by a factor per row (crps, pinball:
+    ``OnYScale``), y is standardised by them, r = (y - predicted median) / predicted spread, in every
+    run that reads them: the model learns the law of r given x and the summaries, and its answers are
+    read back on y's scale (``jdlcore.conditional.location_scale``). The search runs on x's columns with
+    the summaries beside them and on the summaries alone, and keeps the summaries alone only where they score better by more than
     ``SEARCH_TOLERANCE`` (relative), as the search drops a feature only where that does not cost: a
     search that starts with every feature at one lengthscale can leave the summaries too long, and the
     summaries alone then find the sharper law. "boosted" keeps the better of the two. "auto" keeps it
@@ -278,9 +287,15 @@ def _with_or_without(job: _SearchJob, summaries: BoostedSummaries | None,
     law of few columns needs no summaries, and their noise costs): first the columns at the lengthscales
     the search beside the summaries found, with the summaries left out (``_SearchJob.left_out``: one
     candidate); only where that does not show a gain above ``CLEAR_GAIN`` are the columns alone searched
-    too, and compared."""
+    too, and compared. With y standardised the summaries are read even when the kernel leaves them out,
+    so the columns alone are always searched, and the summaries are kept only where they beat them by
+    more than ``CLEAR_GAIN``: every row then leans on the boosters' median and spread, and on a smooth
+    law of one column a gain of 0.46% on 600 validation rows was noise (0.18% worse on 20,000 new rows)."""
     if summaries is None:
         return job.run(None), None
+    standardise = summaries.can_standardise and OnYScale.applies(job.score)
+    if standardise:
+        summaries = summaries.standardised()
     beside, alone = job.run(summaries), job.run(summaries.alone())
     summarised = alone if _gain(beside.best["score"], alone.best["score"]) > SEARCH_TOLERANCE else beside
     if job.progress is not None:
@@ -288,7 +303,7 @@ def _with_or_without(job: _SearchJob, summaries: BoostedSummaries | None,
                      f"{alone.best['score']:.6g} alone")
     if rule == "boosted":
         return summarised, None
-    without = job.left_out(beside)
+    without = np.inf if standardise else job.left_out(beside)  # a standardised y reads them either way
     gain = _gain(without, summarised.best["score"])
     if gain > CLEAR_GAIN:
         if job.progress is not None:
@@ -296,17 +311,20 @@ def _with_or_without(job: _SearchJob, summaries: BoostedSummaries | None,
         return summarised, gain
     plain = job.run(None)
     gain = _gain(plain.best["score"], summarised.best["score"])
+    needed = CLEAR_GAIN if standardise else SEARCH_TOLERANCE
     if job.progress is not None:
         job.progress(f"summaries: validation {plain.best['score']:.6g} without, {summarised.best['score']:.6g} "
                      f"with ({100 * gain:+.2f}%)")
-    return (summarised if gain > SEARCH_TOLERANCE else plain), gain
+    return (summarised if gain > needed else plain), gain
 
 
 def _summaries_record(kept: BoostedSummaries | None, rule: str, seconds: float, gain: float | None) -> dict[str, Any]:
     """The tuning store's attributes on the summaries: the ``rule`` asked for, the names ``kept`` (None:
-    the columns alone), whether the x kernel reads them alone, their fitting's seconds and their gain."""
+    the columns alone), whether the x kernel reads them alone, whether y is read standardised by them,
+    their fitting's seconds and their gain."""
     return {"summaries": rule, "x_summaries": json.dumps(list(kept.kept) if kept else []),
-            "summaries_alone": bool(kept is not None and not kept.columns), "summaries_seconds": seconds,
+            "summaries_alone": bool(kept is not None and not kept.columns),
+            "summaries_standardise_y": bool(kept is not None and kept.standardises), "summaries_seconds": seconds,
             "summaries_gain": gain}
 
 
@@ -382,8 +400,9 @@ def _fold_maps(fitted: BoostedSummaries, X: np.ndarray, y: np.ndarray, categoric
     columns) less the split's validation rows. Summarised by it, neither a split's training rows nor its
     validation rows carry the validation rows' y: the tuning's own map, trained on every row, would
     let a model that leans on the summaries score better on validation than on new rows. Each keeps
-    ``fitted``'s summaries."""
-    return [fit_summaries(X[keep], y[keep], categorical, seed=seed, rounds=fitted.rounds, kept=fitted.kept)
+    ``fitted``'s summaries and scale floor."""
+    return [fit_summaries(X[keep], y[keep], categorical, seed=seed, rounds=fitted.rounds, kept=fitted.kept,
+                          scale_floor=fitted.scale_floor)
             for keep in (~np.isin(sample, rows[val]) for _, val in splits)]
 
 
@@ -414,11 +433,10 @@ def _search_record(folds: list[Fold], table: list[dict[str, Any]], searched: lis
     }
 
 
-def _fan_out(where: str, base: JDL, regs: Regs, score: Callable,
-             progress: Callable[[str], None] | None) -> Callable:
-    """A grid (folds, kernels_x, kernels_y) -> rows scored on the Dask scheduler ``where``, one task per
-    pair of lengthscales (``score_grid`` on each), the folds' rows scattered once to every worker."""
-    def grid(folds: list[Fold], kernels_x: list, kernels_y: list) -> list[dict[str, Any]]:
+def _fan_out(where: str, base: JDL, regs: Regs, progress: Callable[[str], None] | None) -> Callable:
+    """A grid (folds, kernels_x, kernels_y, score) -> rows scored on the Dask scheduler ``where``, one task
+    per pair of lengthscales (``score_grid`` on each), the folds' rows scattered once to every worker."""
+    def grid(folds: list[Fold], kernels_x: list, kernels_y: list, score: Callable) -> list[dict[str, Any]]:
         from distributed import as_completed
 
         pairs = list(itertools.product(kernels_x, kernels_y))

@@ -6,7 +6,9 @@ through two maps, both stored with the tuning and the model and applied again at
 1. ``jdlcore.missing.MissingValues``: each missing value replaced by its column's training median, and an
    indicator column appended for each column that missed values in the training rows (a categorical
    column the x kernel compares like any other, at a lengthscale the tuning chooses);
-2. the boosted summaries of those columns (``pipeline.summaries``), beside them or alone.
+2. the boosted summaries of those columns (``pipeline.summaries``), beside them or alone; where the map
+   standardises y, the model's y is read as (y - predicted median) / predicted spread, and its answers
+   are read back on y's scale (``XView.location_scale``, ``jdlcore.conditional.location_scale``).
 
 ``XView`` is the pair; ``learn_missing`` learns the first from a staged store.
 """
@@ -20,6 +22,7 @@ from typing import Any, Sequence
 import numpy as np
 import zarr
 
+from jdlcore.conditional.location_scale import LocationScale
 from jdlcore.missing import MissingValues
 
 from .staging import categorical_indices, categorical_levels, level_recoding, read_sample
@@ -54,6 +57,17 @@ class XView:
             raise ValueError(f"x: column {column} (from 0) has missing values, and the model reads none (it was "
                              "fitted by a jdl without missing-value support); refit it")
         return with_summaries(self.summaries, X)
+
+    def location_scale(self, Z: np.ndarray) -> LocationScale | None:
+        """For a model whose y is read standardised by the summaries, each row's location and scale from
+        rows Z as ``rows`` returns them (``BoostedSummaries.location_scale``); None for a model of y itself."""
+        return self.summaries.location_scale(Z) if self.summaries is not None and self.summaries.standardises else None
+
+    def y(self, Z: np.ndarray, Y: Any) -> np.ndarray:
+        """Staged y rows (n, 1) as the model reads them, for x rows Z as ``rows`` returns them: y itself,
+        or standardised, (y - location) / scale (``location_scale``)."""
+        on = self.location_scale(Z)
+        return np.asarray(Y, dtype=np.float64) if on is None else on.standardise(Y)
 
     def columns(self, names: Sequence[str]) -> list[str]:
         """The names of the columns ``rows`` returns, from the staged x columns' ``names``."""

@@ -15,7 +15,7 @@ from pipeline.summaries import (  # noqa: E402
     summary_rule,
 )
 from pipeline.staging import OTHER_CODE, categorical_levels, level_recoding, open_staged, recode  # noqa: E402
-from pipeline.tuning import load_tuning, tune_store  # noqa: E402
+from pipeline.tuning import CLEAR_GAIN, load_tuning, tune_store  # noqa: E402
 from jdlcore.tuning import SEARCH_TOLERANCE  # noqa: E402
 
 
@@ -153,6 +153,7 @@ def test_tune_fit_and_score_carry_the_summaries_in_memory_and_on_dask(staged, da
     assert json.loads(tuning.attrs["x_summaries"]) == list(NAMES) and tuning.attrs["summaries"] == "auto"
     assert tuning.attrs["summaries_gain"] > SEARCH_TOLERANCE  # "auto" kept them: they beat the columns alone
     assert tuning.sizes["x_feature"] == 3 + len(NAMES) and len(json.loads(tuning.attrs["best"])["lengthscale_x"]) == 5
+    assert tuning.attrs["summaries_standardise_y"]  # a scalar y, the crps: y read standardised by them
     models = {}
     for name, scheduler in (("memory", "memory"), ("dask", dask_client.scheduler.address)):
         assert main(["fit", str(tmp / "src.zarr"), "--tuning", str(tmp / "tuning.zarr"), "--out",
@@ -166,14 +167,20 @@ def test_tune_fit_and_score_carry_the_summaries_in_memory_and_on_dask(staged, da
                                                "other"))
     assert np.all(X_new[:5, 2] == OTHER_CODE) and np.all(X_new[5:, 2] >= 0)
     Xq = memory.x_summaries_.augment(X_new)
+    # both fits learned the law of the same standardised y (the Dask one standardised chunk by chunk)
+    assert memory.x_summaries_.standardises and dask.x_summaries_.standardises
     np.testing.assert_allclose(dask.conditional_expectation(Xq), memory.conditional_expectation(Xq), rtol=0, atol=1e-8)
+    # the scores are on y's scale: the law of r moved by each row's predicted median and spread, by hand
+    median, spread = Xq[:, 3], np.maximum(np.exp(Xq[:, 4]), memory.x_summaries_.scale_floor)
+    mean_y = median + spread * memory.conditional_expectation(Xq)[:, 0]
+    quantiles_y = median[:, None] + spread[:, None] * memory.conditional_quantile(Xq, [0.1, 0.9])
     for name, scheduler in (("s-mem.zarr", "memory"), ("s-dask.zarr", dask_client.scheduler.address)):
         assert main(["score", str(tmp / "memory.zarr"), str(tmp / "new.zarr"), "--out", str(tmp / name),
                      "--function", "mean", "--function", "quantile:0.1,0.9", "--unseen", "other",
                      "--scheduler", scheduler]) == 0
         scores = zarr.open_group(tmp / name, mode="r")
-        np.testing.assert_allclose(scores["mean"][:], memory.conditional_expectation(Xq), rtol=0, atol=1e-12)
-        assert (scores["quantile:0.1,0.9"][:] == memory.conditional_quantile(Xq, [0.1, 0.9])).mean() > 0.99
+        np.testing.assert_allclose(scores["mean"][:, 0], mean_y, rtol=1e-12, atol=1e-9)
+        assert np.isclose(scores["quantile:0.1,0.9"][:], quantiles_y, rtol=1e-12, atol=1e-9).mean() > 0.99
     assert main(["tune", str(tmp / "src.zarr"), "--out", str(tmp / "plain.zarr"), "--summaries", "none",
                  "--lengthscales-x", "1.0", "--regs", "1e-4", "--no-search"]) == 0
     plain = load_tuning(tmp / "plain.zarr")
@@ -190,7 +197,9 @@ def test_auto_leaves_the_summaries_out_where_the_columns_alone_do_as_well(tmp_pa
     np.savez(tmp_path / "s.npz", x=x, y=np.sin(x) + x / 3 + (0.15 + 0.25 * np.abs(x)) * rng.standard_normal(3_000))
     assert main(["stage", str(tmp_path / "s.npz"), "--x", "x", "--y", "y", "--out", str(tmp_path / "d.zarr")]) == 0
     auto = load_tuning(tune_store(tmp_path / "d.zarr", tmp_path / "auto.zarr", folds=1))  # one split: short
-    assert auto.attrs["summaries_gain"] <= SEARCH_TOLERANCE and json.loads(auto.attrs["x_summaries"]) == []
+    # y standardised by the summaries needs a clear gain over the columns alone (CLEAR_GAIN)
+    assert auto.attrs["summaries_standardise_y"] is False and json.loads(auto.attrs["x_summaries"]) == []
+    assert auto.attrs["summaries_gain"] <= CLEAR_GAIN
     assert "x_summaries" not in auto.variables and np.ndim(json.loads(auto.attrs["best"])["lengthscale_x"]) == 0
     boosted = load_tuning(tune_store(tmp_path / "d.zarr", tmp_path / "boosted.zarr", summaries="boosted", folds=1))
     assert boosted.attrs["summaries_gain"] is None and json.loads(boosted.attrs["x_summaries"]) == list(NAMES)
@@ -317,9 +326,11 @@ def test_the_runs_compared_and_the_one_kept():
     score better by more than the tolerance; "auto" then keeps the better summarised run only where it
     beats the columns alone by more than the tolerance: the columns at the beside run's lengthscales
     with the summaries left out where that already shows it (no search of the columns alone), else
-    the columns alone searched."""
+    the columns alone searched. (A criterion not read on y's scale by a factor per row: y is not
+    standardised; ``test_a_standardised_y_is_kept_only_where_it_clearly_beats_the_columns`` has the crps.)"""
     from types import SimpleNamespace
 
+    from jdlcore.conditional.losses import SecondMomentLoss
     from pipeline.tuning import CLEAR_GAIN, _with_or_without
 
     X, y = _table(600)
@@ -327,6 +338,7 @@ def test_the_runs_compared_and_the_one_kept():
 
     class Job:
         progress = None
+        score = SecondMomentLoss()
 
         def __init__(self, plain: float, beside: float, alone: float, left_out: float):
             self.scores = {"plain": plain, "beside": beside, "alone": alone}
@@ -335,8 +347,9 @@ def test_the_runs_compared_and_the_one_kept():
 
         def run(self, read):
             name = "plain" if read is None else ("beside" if read.columns else "alone")
+            assert read is None or not read.standardises
             self.runs.append(name)
-            return SimpleNamespace(name=name, best={"score": self.scores[name]})
+            return SimpleNamespace(name=name, best={"score": self.scores[name]}, summaries=read)
 
         def left_out(self, run):
             assert run.name == "beside"
@@ -363,6 +376,53 @@ def test_the_runs_compared_and_the_one_kept():
         assert gain is None if gain_of is None else np.isclose(gain, (gain_of[0] - gain_of[1]) / gain_of[0])
     job = Job(1.0, 0.5, 0.5, 1.0)
     assert _with_or_without(job, None, "auto")[0].name == "plain" and job.runs == ["plain"]
+
+
+def test_a_standardised_y_is_kept_only_where_it_clearly_beats_the_columns():
+    """With the crps (and both summaries kept) every summarised run reads y standardised by them; the
+    columns alone are always searched (leaving the summaries out of the kernel would still read them
+    through y), and "auto" keeps the summaries only where they beat the columns by more than
+    ``CLEAR_GAIN``; a map that kept one summary cannot standardise, and runs as before."""
+    from dataclasses import replace
+    from types import SimpleNamespace
+
+    from jdlcore.conditional.losses import CRPSLoss
+    from pipeline.tuning import CLEAR_GAIN, _with_or_without
+
+    X, y = _table(600)
+    summaries = fit_summaries(X, y, [2], max_rounds=5)
+    assert summaries.can_standardise and not summaries.standardises
+
+    class Job:
+        progress = None
+        score = CRPSLoss()
+
+        def __init__(self, plain: float, beside: float, alone: float):
+            self.scores = {"plain": plain, "beside": beside, "alone": alone}
+            self.runs: list[tuple[str, bool]] = []
+
+        def run(self, read):
+            name = "plain" if read is None else ("beside" if read.columns else "alone")
+            self.runs.append((name, read is not None and read.standardises))
+            return SimpleNamespace(name=name, best={"score": self.scores[name]}, summaries=read)
+
+        def left_out(self, run):
+            raise AssertionError("a standardised y reads the summaries even when the kernel leaves them out")
+
+    standardised = [("beside", True), ("alone", True), ("plain", False)]
+    for scores, kept in [((10.0, 9.0, 9.5), "beside"), ((10.0, 9.5, 9.0), "alone"),
+                         ((10.0, 10.0 * (1 - CLEAR_GAIN / 2), 10.0), "plain"),
+                         ((10.0, 10.0 * (1 - 2 * CLEAR_GAIN), 10.0), "beside")]:
+        job = Job(*scores)
+        run, gain = _with_or_without(job, summaries, "auto")
+        assert run.name == kept and job.runs == standardised, scores
+        assert np.isclose(gain, (10.0 - min(scores[1:])) / 10.0)
+        assert kept == "plain" or run.summaries.standardises
+    one = replace(summaries, kept=summaries.kept[:1])
+    job = Job(10.0, 9.0, 9.5)
+    job.left_out = lambda run: 10.0
+    assert _with_or_without(job, one, "auto")[0].name == "beside"
+    assert job.runs == [("beside", False), ("alone", False)]
 
 
 def test_the_summaries_left_out_score_as_the_columns_alone_at_those_lengthscales(staged):
@@ -407,6 +467,10 @@ def test_a_model_on_the_summaries_alone_through_fit_score_and_inspect(tmp_path, 
     """The path of a tuning that keeps the summaries alone (forced here: a tolerance of -1 keeps them
     whatever they score): the tuning store, the fit, the scores and the model card read them alone."""
     import pandas as pd
+    import xarray as xr
+
+    from pipeline.evaluation import evaluate_store
+    from pipeline.fitting import fit_store
 
     monkeypatch.setattr("pipeline.tuning.SEARCH_TOLERANCE", -1.0)
     rng = np.random.default_rng(7)
@@ -426,8 +490,23 @@ def test_a_model_on_the_summaries_alone_through_fit_score_and_inspect(tmp_path, 
     assert not model.x_summaries_.columns and model.basis_x_.width == len(NAMES)
     assert main(["score", str(tmp_path / "m.zarr"), str(tmp_path / "d.zarr"), "--out", str(tmp_path / "s.zarr"),
                  "--function", "mean"]) == 0
-    expected = model.conditional_expectation(model.x_summaries_.features(X))
-    np.testing.assert_allclose(zarr.open_group(tmp_path / "s.zarr", mode="r")["mean"][:], expected, rtol=0, atol=1e-12)
+    Z = model.x_summaries_.features(X)  # y standardised by them: the mean of r moved to y's scale by hand
+    assert model.x_summaries_.standardises
+    expected = Z[:, :1] + np.maximum(np.exp(Z[:, 1:]), model.x_summaries_.scale_floor) * model.conditional_expectation(Z)
+    np.testing.assert_allclose(zarr.open_group(tmp_path / "s.zarr", mode="r")["mean"][:], expected, rtol=1e-12,
+                               atol=1e-12)
     assert np.corrcoef(expected[:, 0], 2.0 * (X[:, 0] > 0.3))[0, 1] > 0.95
+    # the evaluation reads the law of y: brute-force CRPS of the atoms moved row by row, on 40 rows
+    evaluation = xr.open_zarr(evaluate_store(tmp_path / "m.zarr", tmp_path / "d.zarr", tmp_path / "e.zarr"))
+    rows = slice(0, 40)
+    P = model.conditional_weights(Z[rows])
+    atoms = Z[rows, :1] + np.maximum(np.exp(Z[rows, 1:]), model.x_summaries_.scale_floor) * model.support_atoms_[:, 0]
+    brute = (np.sum(P * np.abs(atoms - y[rows, None]), axis=1)
+             - 0.5 * np.einsum("ij,ijk,ik->i", P, np.abs(atoms[:, :, None] - atoms[:, None, :]), P))
+    np.testing.assert_allclose(evaluation["crps"].values[rows], brute, rtol=1e-9)
+    with pytest.raises(ValueError, match="reads y standardised by the boosted summaries, which only jdl answers"):
+        fit_store(tmp_path / "d.zarr", tmp_path / "cme.zarr", method="cme", tuning=tmp_path / "tuning.zarr",
+                  lengthscale_x=1.0, lengthscale_y=1.0, reg=1e-3)
+    assert not (tmp_path / "cme.zarr").exists()
     assert main(["inspect", str(tmp_path / "m.zarr")]) == 0
     assert "summary_median" in capsys.readouterr().out

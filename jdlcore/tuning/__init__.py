@@ -32,7 +32,7 @@ Their constants are read where they are defined: a test that patches one patches
 from __future__ import annotations
 
 from .axes import LENGTHSCALE_FACTORS, check_grid, default_lengthscales, standardised_grid
-from .criteria import CRITERIA, resolve_criterion
+from .criteria import CRITERIA, OnYScale, resolve_criterion
 from .folds import MIN_VALIDATED_ROWS, VALIDATION_FRACTION, Fold, fold_rows, make_folds, resolve_folds, split_rows, splits_for
 from .grid import CACHE_MEMORY_SHARE, best_row, kernels_at, score_grid, score_regs, screening_params
 from .regs import DEFAULT_REGS, REG_LADDER, REG_START, SEARCH_TOLERANCE, Regs, as_regs, walk_ladder
@@ -45,5 +45,5 @@ __all__ = ["TuneResult", "tune", "Fold", "split_rows", "fold_rows", "resolve_fol
            "Regs", "as_regs", "walk_ladder", "REG_LADDER", "REG_START",
            "check_grid", "default_lengthscales", "standardised_grid", "search_lengthscales", "search_best",
            "refine", "search_grid", "Screen", "screen_rows", "screened", "score_regs", "kernels_at",
-           "LENGTHSCALE_FACTORS", "DEFAULT_REGS", "CRITERIA", "SEARCH_ROWS", "SEARCH_TOLERANCE", "SEARCH_LONGEST",
+           "LENGTHSCALE_FACTORS", "DEFAULT_REGS", "CRITERIA", "OnYScale", "SEARCH_ROWS", "SEARCH_TOLERANCE", "SEARCH_LONGEST",
            "SEARCH_STEPS", "SEARCH_KEPT_FACTORS", "CACHE_MEMORY_SHARE", "MIN_SEARCH_ROWS", "SEARCH_ROWS_PARAM", "check_search_rows", "VALIDATION_FRACTION"]

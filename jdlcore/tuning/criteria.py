@@ -2,11 +2,13 @@
 float, the mean of a loss over the validation rows (``jdlcore.conditional.losses``), lower is better."""
 from __future__ import annotations
 
-from typing import Callable
+from typing import Any, Callable
 
-from ..conditional.losses import ClippedLogisticLoss, CRPSLoss, LogLoss, PinballLoss, SecondMomentLoss
+import numpy as np
 
-__all__ = ["CRITERIA", "resolve_criterion"]
+from ..conditional.losses import ClippedLogisticLoss, CRPSLoss, LogLoss, PinballLoss, SecondMomentLoss, pinball_losses
+
+__all__ = ["CRITERIA", "resolve_criterion", "OnYScale"]
 
 CRITERIA = ("auto", "second_moment", "crps", "pinball:LEVELS", "log", "logistic")
 
@@ -47,3 +49,32 @@ def resolve_criterion(criterion: str | Callable, threshold: float | None = None,
     if y_width is not None and y_width != 1 and score.scalar_y:
         raise ValueError(f"criterion: {criterion} needs a scalar y, the data has {y_width} y features")
     return score
+
+
+class OnYScale:
+    """A criterion ``score`` (crps or pinball) of a model of a standardised y, r = (y - location) / scale,
+    on y's scale: both losses are homogeneous of degree 1 in y (a law moved by the location and
+    stretched by the scale, with the observation, has its loss times the scale), so the loss of a row on
+    y's scale is its scale times its loss on r's. ``scale_of``: validation x rows (q, d) -> their scales (q,)."""
+
+    scalar_y = True
+
+    def __init__(self, score: Callable, scale_of: Callable[[np.ndarray], np.ndarray]):
+        if not self.applies(score):
+            raise ValueError(f"criterion: {getattr(score, 'name', score)!r} is not read on y's scale by a factor per "
+                             "row; standardising y needs crps or pinball")
+        self.score, self.scale_of, self.name = score, scale_of, score.name
+
+    @staticmethod
+    def applies(score: Any) -> bool:
+        """Whether ``score`` is one of the criteria this reads on y's scale (crps, pinball)."""
+        return isinstance(score, (CRPSLoss, PinballLoss))
+
+    def __call__(self, model: Any, X: np.ndarray, Y: np.ndarray) -> float:
+        observed = np.asarray(Y).reshape(len(X), -1)[:, :1]
+        if isinstance(self.score, CRPSLoss):
+            losses = model.crps(X, observed)
+        else:
+            levels = self.score.levels
+            losses = pinball_losses(model.conditional_quantile(X, levels), observed[:, 0], levels).mean(axis=1)
+        return float(np.mean(self.scale_of(X) * losses))

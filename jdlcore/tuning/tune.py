@@ -82,8 +82,8 @@ def search_grid(
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]], dict[str, Any], Screen]:
     """The whole tuning search on ``folds`` (each X_train, Y_train, X_val, Y_val): the screen
     (``screen_rows`` at the grid's longest x lengthscale), the grid grid_x x grid_y x regs of ``kernel_x``,
-    ``kernel_y`` scored on it (``score_grid`` with ``stop_early``; or ``grid(folds, kernels_x, kernels_y)`` -> its
-    rows, e.g. fanned out over Dask), then ``refine``. ``search_rows``: the screen's rows (``screen_rows``'
+    ``kernel_y`` scored on it (``score_grid`` with ``stop_early``; or ``grid(folds, kernels_x, kernels_y, score)`` ->
+    its rows, e.g. fanned out over Dask), then ``refine``. ``search_rows``: the screen's rows (``screen_rows``'
     ``max_rows``) and the most the search moves on. Returns (the grid's rows, rows scored on a
     screen carrying ``subsample``; the refining rows; the best row; the screen)."""
     kernels_x, kernels_y = [kernel_x.with_lengthscale(v) for v in grid_x], [kernel_y.with_lengthscale(v) for v in grid_y]
@@ -95,7 +95,7 @@ def search_grid(
     factors_x = [None] * (len(kernels_x) - 1) + [[screen.factor_x] + [None] * (len(folds) - 1)]
     table = (score_grid(grid_folds, base, kernels_x, kernels_y, regs, score, progress, factors_x=factors_x,
                         stop_early=stop_early)
-             if grid is None else grid(grid_folds, kernels_x, kernels_y))
+             if grid is None else grid(grid_folds, kernels_x, kernels_y, score))
     if screen.rows is not None:
         table = [{**row, "subsample": screen.size} for row in table]
     searched, best = refine(folds, base, kernel_x, kernel_y, regs, best_row(table), score, search, progress, screen,
