@@ -215,16 +215,14 @@ def fit_store(
             raise ValueError(f"scheduler: method {method} fits in memory; use --scheduler memory or auto "
                              f"(got {scheduler!r})")
         scheduler = None
-        X = view.rows(group["x"][:])
-        model = estimator.fit(X, view.y(X, group["y"][:]))
+        model = estimator.fit(*view.pair(group["x"][:], group["y"][:]))
     else:
         scheduler = resolve_scheduler(scheduler, n)
         model = _fit_from_reductions(estimator, data, group, scheduler, progress, view)
     model.diagnostics_["fit_seconds"] = time.perf_counter() - started
     if hasattr(model, "check_degeneracies"):  # warns; the findings go into the store's diagnostics
         rows = sample_rows(n, model.seed, MARGINAL_ROWS)
-        X = view.rows(read_sample(data, "x", rows))
-        model.check_degeneracies(X, view.y(X, read_sample(data, "y", rows)))
+        model.check_degeneracies(*view.pair(read_sample(data, "x", rows), read_sample(data, "y", rows)))
     if hasattr(model, "negative_support_mass"):
         probes = view.rows(group["x"][:PROBES])
         negative = model.negative_support_mass(probes)
@@ -277,8 +275,7 @@ def _fit_from_reductions(estimator: Any, data: str | os.PathLike, group: zarr.Gr
     on_atoms = estimator.laws_on_atoms  # a support and a grid sample to build as well
     options = dict(support_size=estimator.support_size, grid_points=estimator.grid_points) if on_atoms else {}
     if scheduler is None:
-        X = view.rows(group["x"][:])
-        Y = view.y(X, group["y"][:])
+        X, Y = view.pair(group["x"][:], group["y"][:])
         problem = build_problem(X, Y, estimator.kernel_x, estimator.kernel_y, factorisation,
                                 values_x=estimator.reads_x_values, **options)
     else:
@@ -289,8 +286,9 @@ def _fit_from_reductions(estimator: Any, data: str | os.PathLike, group: zarr.Gr
         samples = {}
         if on_atoms:
             grid_rows, rows = sample_rows(n, estimator.seed, estimator.grid_points), sample_rows(n, estimator.seed)
-            sampled = view.rows(read_sample(data, "x", rows))
-            samples = dict(y_sample=view.y(sampled, read_sample(data, "y", rows)),
+            y_sample = read_sample(data, "y", rows)  # the model's y: standardised where the view says so
+            y_sample = view.pair(read_sample(data, "x", rows), y_sample)[1] if view.standardises else y_sample
+            samples = dict(y_sample=y_sample,
                            grid_x=view.rows(read_sample(data, "x", grid_rows)))
         with dask_client(scheduler) as client:
             chunks = store_chunks(client, data, group)
@@ -298,7 +296,7 @@ def _fit_from_reductions(estimator: Any, data: str | os.PathLike, group: zarr.Gr
             # standardised where the map says so; a task of its own after its read
             shipped = client.scatter(view, broadcast=True)
             chunks["x"] = [client.submit(XView.rows, shipped, block) for block in chunks["x"]]
-            if view.summaries is not None and view.summaries.standardises:
+            if view.standardises:
                 chunks["y"] = [client.submit(XView.y, shipped, x, y) for x, y in zip(chunks["x"], chunks["y"])]
                 Y = np.vstack(client.gather(chunks["y"]))  # the model's atoms: r, n x 8 bytes
             problem = chunked_problem(client, chunks["x"], chunks["y"], estimator.kernel_x, estimator.kernel_y,

@@ -58,7 +58,7 @@ def _names(model: Any, side: str) -> list[str]:
     view = XView.of(model)
     if names and side == "x":  # indicators of missing values and boosted summaries after the columns
         names = view.columns(names)
-    if names and side == "y" and view.summaries is not None and view.summaries.standardises:
+    if names and side == "y" and view.standardises:
         names = [f"({name} - median) / spread" for name in names]  # the law the model holds: y standardised
     return [str(n) for n in names] if names and len(names) == width else [f"{side}{k}" for k in range(width)]
 

@@ -221,7 +221,7 @@ class _SearchJob:
             folds = [(read.summaries.augment(self.X[train]), self.Y[train], read.summaries.augment(self.X[val]),
                       self.Y[val]) for read, (train, val) in zip(reads, self.splits)]
         score = self.score
-        if summaries is not None and summaries.standardises:  # each split's y by its own map, scored on y's scale
+        if view.standardises:  # each split's y by its own map, scored on y's scale
             folds = [(Xt, read.y(Xt, Yt), Xv, read.y(Xv, Yv)) for read, (Xt, Yt, Xv, Yv) in zip(reads, folds)]
             score = OnYScale(self.score, lambda Z: summaries.location_scale(Z).scale)
         found = search_grid(folds, self.base, kernel_x, kernel_y, grid_x, grid_y, self.regs, score,

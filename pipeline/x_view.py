@@ -58,16 +58,26 @@ class XView:
                              "fitted by a jdl without missing-value support); refit it")
         return with_summaries(self.summaries, X)
 
+    @property
+    def standardises(self) -> bool:
+        """Whether the model's y is read standardised by the summaries."""
+        return self.summaries is not None and self.summaries.standardises
+
     def location_scale(self, Z: np.ndarray) -> LocationScale | None:
         """For a model whose y is read standardised by the summaries, each row's location and scale from
         rows Z as ``rows`` returns them (``BoostedSummaries.location_scale``); None for a model of y itself."""
-        return self.summaries.location_scale(Z) if self.summaries is not None and self.summaries.standardises else None
+        return self.summaries.location_scale(Z) if self.standardises else None
 
     def y(self, Z: np.ndarray, Y: Any) -> np.ndarray:
         """Staged y rows (n, 1) as the model reads them, for x rows Z as ``rows`` returns them: y itself,
         or standardised, (y - location) / scale (``location_scale``)."""
         on = self.location_scale(Z)
         return np.asarray(Y, dtype=np.float64) if on is None else on.standardise(Y)
+
+    def pair(self, X: Any, Y: Any) -> tuple[np.ndarray, np.ndarray]:
+        """Staged x and y rows as the model reads them: (``rows(X)``, ``y`` of those rows and Y)."""
+        Z = self.rows(X)
+        return Z, self.y(Z, Y)
 
     def columns(self, names: Sequence[str]) -> list[str]:
         """The names of the columns ``rows`` returns, from the staged x columns' ``names``."""
