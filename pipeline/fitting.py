@@ -222,7 +222,8 @@ def fit_store(
     model.diagnostics_["fit_seconds"] = time.perf_counter() - started
     if hasattr(model, "check_degeneracies"):  # warns; the findings go into the store's diagnostics
         rows = sample_rows(n, model.seed, MARGINAL_ROWS)
-        model.check_degeneracies(*view.pair(read_sample(data, "x", rows), read_sample(data, "y", rows)))
+        X, Y = view.pair(read_sample(data, "x", rows), read_sample(data, "y", rows))
+        model.check_degeneracies(X, Y, **({"on": view.location_scale(X)} if view.standardises else {}))
     if hasattr(model, "negative_support_mass"):
         probes = view.rows(group["x"][:PROBES])
         negative = model.negative_support_mass(probes)

@@ -110,3 +110,37 @@ def test_requests_it_cannot_move_and_wrong_lengths_are_refused(fitted):
         model.answer_requests({"mean": ("mean", None)}, Xq[:3], on=on)
     with pytest.raises(ValueError, match="y: has 3 rows"):
         model.crps(Xq, np.zeros(3), on=on)
+
+
+def test_a_criterion_read_on_y_scale_is_the_loss_of_the_law_of_y(fitted):
+    """``OnYScale``: each row's crps or pinball loss of r times its scale is the loss of the law of y at
+    y = location + scale r, computed from the answers on y's scale; other criteria are refused."""
+    from jdlcore.conditional.losses import CRPSLoss, PinballLoss, SecondMomentLoss, pinball_loss
+    from jdlcore.tuning import OnYScale
+
+    model, Xq, on = fitted
+    r = np.linspace(-2, 2, len(Xq))[:, None]
+    y = on.location + on.scale * r[:, 0]
+    crps = OnYScale(CRPSLoss(), lambda X: on.scale)(model, Xq, r)
+    assert np.isclose(crps, np.mean(model.crps(Xq, y, on=on)), rtol=1e-12)
+    levels = np.array([0.1, 0.5, 0.9])
+    pinball = OnYScale(PinballLoss(levels), lambda X: on.scale)(model, Xq, r)
+    quantiles_y = model.answer_requests({"q": ("quantile", levels)}, Xq, on=on)["q"]
+    assert np.isclose(pinball, pinball_loss(quantiles_y, y, levels), rtol=1e-12)
+    with pytest.raises(ValueError, match="standardising y needs crps or pinball"):
+        OnYScale(SecondMomentLoss(), lambda X: on.scale)
+
+
+def test_the_marginal_ratio_on_y_scale_compares_with_the_rows_own_law_of_y(fitted):
+    """``marginal_ratio(on=)``: the model's CRPS on y's scale over that of the law of the rows' own y
+    (each 1 / q), both by brute force; without it the ratio is r's against the support's marginal."""
+    model, Xq, on = fitted
+    r = np.linspace(-2, 2, len(Xq))[:, None]
+    y = on.location + on.scale * r[:, 0]
+    atoms, P = by_hand(model, Xq, on)
+    pairwise = np.abs(atoms[:, :, None] - atoms[:, None, :])
+    model_crps = np.sum(P * np.abs(atoms - y[:, None]), axis=1) - 0.5 * np.einsum("ij,ijk,ik->i", P, pairwise, P)
+    own_crps = np.mean(np.abs(y[None, :] - y[:, None]), axis=1) - 0.5 * np.mean(np.abs(y[:, None] - y[None, :]))
+    ratio, name = model.marginal_ratio(Xq, r, on=on)
+    assert name == "CRPS" and np.isclose(ratio, model_crps.mean() / own_crps.mean(), rtol=1e-9)
+    assert not np.isclose(model.marginal_ratio(Xq, r)[0], ratio)

@@ -417,3 +417,23 @@ def test_search_rows_is_checked_where_it_enters():
     X, Y = spread_column(0)
     with pytest.raises(ValueError, match=r"^search_rows: must be an integer >= 100, got 50$"):
         tune(X[:200], Y[:200], search_rows=50)
+
+
+def test_the_search_starts_from_the_simplest_pair_within_the_tolerance():
+    """``simplest_best``: of the pairs within SEARCH_TOLERANCE of the lowest score, the longest x
+    lengthscales (then y), at that pair's best reg; a shorter pair that beats it by more is taken."""
+    from jdlcore.tuning.grid import simplest_best
+
+    def row(lx, ly, reg, score):
+        return {"lengthscale_x": lx, "lengthscale_y": ly, "reg": reg, "score": score}
+
+    tol = SEARCH_TOLERANCE
+    flat = [row(0.5, 1.0, 1e-3, 10.0), row(1.0, 1.0, 1e-4, 10.0 * (1 + tol / 2)),
+            row(1.0, 1.0, 1e-5, 10.0 * (1 + tol / 4)), row(2.0, 1.0, 1e-4, 10.0 * (1 + 2 * tol)),
+            row(1.0, 2.0, 1e-4, 10.0 * (1 + 0.9 * tol)), row(0.25, 4.0, 1e-4, float("nan"))]
+    assert simplest_best(flat) == flat[4]  # longest x within the tolerance; then the longer y
+    assert simplest_best(flat[:4]) == flat[2]  # that pair's best reg
+    steep = [row(0.5, 1.0, 1e-3, 10.0), row(1.0, 1.0, 1e-4, 10.0 * (1 + 2 * tol))]
+    assert simplest_best(steep) == steep[0]
+    per_feature = [row([0.5, 8.0], 1.0, 1e-4, 10.0), row([1.0, 1.0], 1.0, 1e-4, 10.0)]
+    assert simplest_best(per_feature) == per_feature[0]  # geometric means 2 and 1

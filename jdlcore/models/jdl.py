@@ -511,16 +511,24 @@ class JDL(TrainingAtomDiagnostics, JDLState, Estimator):
         scores = self._map_law(Xq, lambda P, rows: law_crps(P, column, observed[rows])[:, None], 1)[:, 0]
         return scores if on is None else on.crps(scores)
 
-    def marginal_ratio(self, X: Any, Y: Any) -> tuple[float, str]:
+    def marginal_ratio(self, X: Any, Y: Any, on: LocationScale | None = None) -> tuple[float, str]:
         """How much x informs the model on paired rows X (q, d_X), Y (q, d_Y): the model's mean loss over
         that of the marginal law of Y (the support weights, the law at h = 0), and the loss's name.
 
         The loss is the CRPS for a scalar Y, the squared error of the conditional mean (summed over
         components) for a vector Y. Near 1 (or above): the model is no better than the marginal.
+        ``on``: for a model of r = (y - location) / scale (Y holds r), the CRPS on y's scale, against the
+        law of the rows' own y (each y weighted 1 / q).
         """
         self._fitted()
         X, Y = paired_samples(X, Y)
         marginal = self.support_.weights  # the law at h = 0; it sums to 1
+        if on is not None:
+            y = on.location + on.scale * Y[:, 0]
+            own = np.full((len(y), len(y)), 1.0 / len(y))
+            marginal_loss = float(np.mean(law_crps(own, y, y)))
+            model_loss = float(np.mean(self.crps(X, y, on=on)))
+            return (model_loss / marginal_loss if marginal_loss > 0 else np.nan), "CRPS"
         if self.support_.d == 1:
             model_loss = float(np.mean(self.crps(X, Y)))
             marginal_loss = float(np.mean(law_crps(np.broadcast_to(marginal, (len(Y), marginal.size)),
@@ -530,13 +538,14 @@ class JDL(TrainingAtomDiagnostics, JDLState, Estimator):
         marginal_loss = float(np.mean(np.sum((Y - marginal @ self.support_.atoms) ** 2, axis=1)))
         return (model_loss / marginal_loss if marginal_loss > 0 else np.nan), "squared error of the mean"
 
-    def check_degeneracies(self, X: Any, Y: Any, stacklevel: int = 3) -> dict[str, str]:
+    def check_degeneracies(self, X: Any, Y: Any, stacklevel: int = 3, on: LocationScale | None = None
+                           ) -> dict[str, str]:
         """Compare the fitted model with the marginal on paired training rows X, Y (a sample of up to
-        ``MARGINAL_ROWS``), add the finding to ``diagnostics_["degeneracies"]`` with the rank and
-        solver ones of the fit, store ``marginal_ratio`` and (rule "project") the ``projection_record``
-        at those x, a finding where any row failed, and warn once per finding (``DegeneracyWarning``).
-        Returns the findings, kind -> message."""
-        ratio, score = self.marginal_ratio(X, Y)
+        ``MARGINAL_ROWS``; ``on``: see ``marginal_ratio``), add the finding to
+        ``diagnostics_["degeneracies"]`` with the rank and solver ones of the fit, store
+        ``marginal_ratio`` and (rule "project") the ``projection_record`` at those x, a finding where any
+        row failed, and warn once per finding (``DegeneracyWarning``). Returns the findings, kind -> message."""
+        ratio, score = self.marginal_ratio(X, Y, on)
         found = {**self.diagnostics_.get("degeneracies", {}), **marginal_degeneracy(ratio, len(X), score)}
         self.diagnostics_.update({"marginal_ratio": ratio, "marginal_score": score, "degeneracies": found})
         if self.law_rule == "project":
