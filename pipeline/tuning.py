@@ -279,8 +279,8 @@ def _with_or_without(job: _SearchJob, summaries: BoostedSummaries | None,
     ``OnYScale``), y is standardised by them, r = (y - predicted median) / predicted spread, in every
     run that reads them: the model learns the law of r given x and the summaries, and its answers are
     read back on y's scale (``jdlcore.conditional.location_scale``). The search runs on x's columns with
-    the summaries beside them and on the summaries alone, and keeps the summaries alone only where they score better by more than
-    ``SEARCH_TOLERANCE`` (relative), as the search drops a feature only where that does not cost: a
+    the summaries beside them and on the summaries alone, and keeps the summaries alone only where they
+    score better by more than ``SEARCH_TOLERANCE`` (relative), as the search drops a feature only where that does not cost: a
     search that starts with every feature at one lengthscale can leave the summaries too long, and the
     summaries alone then find the sharper law. "boosted" keeps the better of the two. "auto" keeps it
     only where its best validation score beats the columns alone by more than the tolerance (a smooth
@@ -303,12 +303,13 @@ def _with_or_without(job: _SearchJob, summaries: BoostedSummaries | None,
                      f"{alone.best['score']:.6g} alone")
     if rule == "boosted":
         return summarised, None
-    without = np.inf if standardise else job.left_out(beside)  # a standardised y reads them either way
-    gain = _gain(without, summarised.best["score"])
-    if gain > CLEAR_GAIN:
-        if job.progress is not None:
-            job.progress(f"summaries: validation {without:.6g} with them left out ({100 * gain:+.2f}% with them)")
-        return summarised, gain
+    if not standardise:  # (a standardised y reads the summaries even where the kernel leaves them out)
+        without = job.left_out(beside)
+        gain = _gain(without, summarised.best["score"])
+        if gain > CLEAR_GAIN:
+            if job.progress is not None:
+                job.progress(f"summaries: validation {without:.6g} with them left out ({100 * gain:+.2f}% with them)")
+            return summarised, gain
     plain = job.run(None)
     gain = _gain(plain.best["score"], summarised.best["score"])
     needed = CLEAR_GAIN if standardise else SEARCH_TOLERANCE
