@@ -60,24 +60,29 @@ SPREAD_FLOOR = 1e-3  # the spread's floor, as a share of y's own 10%-90% spread 
 # a hundredfold and more (diamonds at 40,000 rows: 90 rows at the floor, residuals to -78 spreads), and the
 # support could no longer carry the y basis' sums
 SCALE_QUANTILE = 0.01
-SUMMARY_RULES = ("auto", "boosted", "none")
+SUMMARY_RULES = ("auto", "boosted", "standardised", "none")
 DEFAULT_SUMMARIES = "auto"
 BOOSTER_PARAMS: dict[str, Any] = {  # LightGBM's defaults, written out, deterministic
     "objective": "quantile", "metric": "quantile", "learning_rate": 0.1, "num_leaves": 31, "min_data_in_leaf": 20,
     "deterministic": True, "force_col_wise": True, "verbosity": -1,
 }
-FORMAT_VERSION = 1
+# the record's format: 2 adds the standardisation of y (``standardises``, ``scale_floor``), which a jdl that
+# reads only 1 must refuse rather than answer on the standardised scale; records of 1 still load
+FORMAT_VERSION = 2
+READ_FORMATS = (1, 2)
 
 
 def summary_rule(rule: str, y_width: int) -> bool:
-    """Whether a tuning with ``rule`` ("auto": the default, "boosted", "none") fits summaries for a y of
-    ``y_width`` columns: "auto" and "boosted" do for a scalar y ("auto" then keeps them only where they
-    score better, ``pipeline.tuning``); "boosted" with a wider y is a ``ValueError`` (the summaries are
-    quantiles of one y column)."""
+    """Whether a tuning with ``rule`` ("auto": the default, "boosted", "standardised", "none") fits
+    summaries for a y of ``y_width`` columns: all but "none" do for a scalar y ("auto" then keeps them
+    only where they score better, "standardised" as "auto" with y standardised by them,
+    ``pipeline.tuning``); "boosted" or "standardised" with a wider y is a ``ValueError`` (the summaries
+    are quantiles of one y column)."""
     if rule not in SUMMARY_RULES:
         raise ValueError(f"summaries: unknown rule {rule!r}; choose one of {', '.join(map(repr, SUMMARY_RULES))}")
-    if rule == "boosted" and y_width != 1:
-        raise ValueError(f"summaries: 'boosted' summarises a scalar y, and y has {y_width} columns; use 'auto' or 'none'")
+    if rule in ("boosted", "standardised") and y_width != 1:
+        raise ValueError(f"summaries: {rule!r} summarises a scalar y, and y has {y_width} columns; use 'auto' or "
+                         "'none'")
     return rule != "none" and y_width == 1
 
 
@@ -206,9 +211,9 @@ class BoostedSummaries:
             spec = json.loads(bytes(data).decode())
         except (UnicodeDecodeError, json.JSONDecodeError) as error:
             raise ValueError(f"{where}: not a summaries record ({error})") from None
-        if not isinstance(spec, dict) or spec.get("format") != FORMAT_VERSION or spec.get("levels") != list(LEVELS):
+        if not isinstance(spec, dict) or spec.get("format") not in READ_FORMATS or spec.get("levels") != list(LEVELS):
             raise ValueError(f"{where}: a summaries record of another format (format {spec.get('format')!r}, "
-                             f"this jdl reads {FORMAT_VERSION})")
+                             f"this jdl reads {', '.join(map(str, READ_FORMATS))})")
         return cls(boosters=[list(fold) for fold in spec["boosters"]], width=int(spec["width"]),
                    categorical=tuple(int(j) for j in spec["categorical"]), floor=float(spec["floor"]),
                    kept=tuple(spec["kept"]), rounds=tuple(int(r) for r in spec.get("rounds", ())),

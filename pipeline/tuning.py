@@ -30,8 +30,8 @@ from jdlcore.scaling import DEFAULT_SCALING, check_scaling_choice
 from jdlcore.missing import MissingValues
 from jdlcore.tuning import (
     LENGTHSCALE_FACTORS, SEARCH_LONGEST, SEARCH_ROWS, SEARCH_TOLERANCE, VALIDATION_FRACTION, Fold, OnYScale, Regs,
-    as_regs, check_grid, check_search_rows, default_lengthscales, kernels_at, make_folds, resolve_criterion, score_grid,
-    search_grid, splits_for, standardised_grid,
+    as_regs, best_row, check_grid, check_search_rows, default_lengthscales, kernels_at, make_folds, resolve_criterion,
+    score_grid, search_grid, simplest_best, splits_for, standardised_grid,
 )
 
 from .atomic import atomic_store, refuse_existing
@@ -109,9 +109,9 @@ def tune_store(
     (``search_*``) and its best is the store's. Where the grid reaches the rank cap on ``search_rows``
     training rows, the grid and the search are judged on those (``jdlcore.tuning.screen_rows``; the
     store's ``grid_rows``) and their best on all of them.
-    ``summaries``: "boosted" has the x kernel read the boosted summaries of x of a scalar y (beside the
-    columns or alone), "auto" (the default) only where they beat the columns alone, "none" never
-    (``_with_or_without``, ``_fold_maps``). The store keeps the map, and a fit and its scores apply it.
+    ``summaries``: "boosted": the x kernel reads the boosted summaries of x of a scalar y (beside the
+    columns or alone); "auto" (the default): where they beat the columns alone; "standardised": as auto,
+    y standardised by them; "none" never (``_with_or_without``). The fit and its scores apply the map.
     ``criterion``: "auto" (crps for a scalar y, else second_moment), "second_moment", "crps",
     "pinball:LEVELS" or "logistic" (``jdlcore.tuning.resolve_criterion``); the store records the one used.
     ``validation``: a staged store of held-out rows (the same features) to score on, the candidates
@@ -221,12 +221,15 @@ class _SearchJob:
             folds = [(read.summaries.augment(self.X[train]), self.Y[train], read.summaries.augment(self.X[val]),
                       self.Y[val]) for read, (train, val) in zip(reads, self.splits)]
         score = self.score
-        if view.standardises:  # each split's y by its own map, scored on y's scale
+        # y standardised: each split's y by its own map, scored on y's scale; the grid is flat where x
+        # adds little to the law of r, so the search starts from its simplest pair within the tolerance
+        if view.standardises:
             folds = [(Xt, read.y(Xt, Yt), Xv, read.y(Xv, Yv)) for read, (Xt, Yt, Xv, Yv) in zip(reads, folds)]
             score = OnYScale(self.score, lambda Z: summaries.location_scale(Z).scale)
         found = search_grid(folds, self.base, kernel_x, kernel_y, grid_x, grid_y, self.regs, score,
                             search=self.search, stop_early=not self.lengthscales_x, progress=self.progress,
-                            grid=self.grid, search_rows=self.search_rows)
+                            grid=self.grid, search_rows=self.search_rows,
+                            start=simplest_best if view.standardises else best_row)
         return _SearchRun(summaries, kernel_x, grid_x, kernel_y, grid_y, folds, *found)
 
     def left_out(self, run: "_SearchRun") -> float:
@@ -275,14 +278,15 @@ def _with_or_without(job: _SearchJob, summaries: BoostedSummaries | None,
                      rule: str) -> tuple[_SearchRun, float | None]:
     """The search that decides the tuning, and the summaries' gain (None where not compared).
 
-    With summaries (both kept) and a criterion read on y's scale by a factor per row (crps, pinball:
-    ``OnYScale``), y is standardised by them, r = (y - predicted median) / predicted spread, in every
+    With the rule "standardised", summaries (both kept) and a criterion read on y's scale by a factor
+    per row (crps, pinball: ``OnYScale``), y is standardised by them, r = (y - predicted median) / predicted spread, in every
     run that reads them: the model learns the law of r given x and the summaries, and its answers are
     read back on y's scale (``jdlcore.conditional.location_scale``). The search runs on x's columns with
     the summaries beside them and on the summaries alone, and keeps the summaries alone only where they
     score better by more than ``SEARCH_TOLERANCE`` (relative), as the search drops a feature only where that does not cost: a
     search that starts with every feature at one lengthscale can leave the summaries too long, and the
-    summaries alone then find the sharper law. "boosted" keeps the better of the two. "auto" keeps it
+    summaries alone then find the sharper law. "boosted" keeps the better of the two. "auto" (and
+    "standardised") keeps it
     only where its best validation score beats the columns alone by more than the tolerance (a smooth
     law of few columns needs no summaries, and their noise costs): first the columns at the lengthscales
     the search beside the summaries found, with the summaries left out (``_SearchJob.left_out``: one
@@ -293,7 +297,7 @@ def _with_or_without(job: _SearchJob, summaries: BoostedSummaries | None,
     law of one column a gain of 0.46% on 600 validation rows was noise (0.18% worse on 20,000 new rows)."""
     if summaries is None:
         return job.run(None), None
-    standardise = summaries.can_standardise and OnYScale.applies(job.score)
+    standardise = rule == "standardised" and summaries.can_standardise and OnYScale.applies(job.score)
     if standardise:
         summaries = summaries.standardised()
     beside, alone = job.run(summaries), job.run(summaries.alone())

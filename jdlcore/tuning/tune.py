@@ -13,7 +13,7 @@ from ..validation import as_samples, check_paired
 from .axes import standardised_grid
 from .criteria import resolve_criterion
 from .folds import VALIDATION_FRACTION, Fold, make_folds, splits_for
-from .grid import best_row, kernels_at, score_grid, score_regs, simplest_best
+from .grid import best_row, kernels_at, score_grid, score_regs
 from .regs import Regs, as_regs
 from .screen import SEARCH_ROWS, Screen, check_search_rows, screen_rows, screened
 from .search import search_best, search_lengthscales
@@ -79,11 +79,13 @@ def search_grid(
     grid_y: Sequence[float], regs: Regs | Sequence[float], score: Callable, *, search: bool = True,
     stop_early: bool = False,
     progress: Callable[[str], None] | None = None, grid: Callable | None = None, search_rows: int = SEARCH_ROWS,
+    start: Callable[[list[dict[str, Any]]], dict[str, Any]] = best_row,
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]], dict[str, Any], Screen]:
     """The whole tuning search on ``folds`` (each X_train, Y_train, X_val, Y_val): the screen
     (``screen_rows`` at the grid's longest x lengthscale), the grid grid_x x grid_y x regs of ``kernel_x``,
     ``kernel_y`` scored on it (``score_grid`` with ``stop_early``; or ``grid(folds, kernels_x, kernels_y, score)`` ->
-    its rows, e.g. fanned out over Dask), then ``refine`` from its ``simplest_best`` row. ``search_rows``: the screen's rows (``screen_rows``'
+    its rows, e.g. fanned out over Dask), then ``refine`` from the grid's ``start`` row (its ``best_row``, or ``simplest_best``
+    where a flat grid is expected). ``search_rows``: the screen's rows (``screen_rows``'
     ``max_rows``) and the most the search moves on. Returns (the grid's rows, rows scored on a
     screen carrying ``subsample``; the refining rows; the best row; the screen)."""
     kernels_x, kernels_y = [kernel_x.with_lengthscale(v) for v in grid_x], [kernel_y.with_lengthscale(v) for v in grid_y]
@@ -98,8 +100,8 @@ def search_grid(
              if grid is None else grid(grid_folds, kernels_x, kernels_y, score))
     if screen.rows is not None:
         table = [{**row, "subsample": screen.size} for row in table]
-    searched, best = refine(folds, base, kernel_x, kernel_y, regs, simplest_best(table), score, search, progress,
-                            screen, search_rows)
+    searched, best = refine(folds, base, kernel_x, kernel_y, regs, start(table), score, search, progress, screen,
+                            search_rows)
     return table, searched, best, screen
 
 
