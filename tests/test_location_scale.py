@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from jdlcore import JDL, GaussianKernel
-from jdlcore.conditional.location_scale import LocationScale, cdf_per_row
+from jdlcore.conditional.location_scale import LocationScale, cdf_per_row, own_law_crps
 
 TIGHT = 1e-10
 
@@ -144,3 +144,12 @@ def test_the_marginal_ratio_on_y_scale_compares_with_the_rows_own_law_of_y(fitte
     ratio, name = model.marginal_ratio(Xq, r, on=on)
     assert name == "CRPS" and np.isclose(ratio, model_crps.mean() / own_crps.mean(), rtol=1e-9)
     assert not np.isclose(model.marginal_ratio(Xq, r)[0], ratio)
+
+
+def test_the_crps_under_the_values_own_law_is_the_pairwise_sum():
+    """``own_law_crps`` against the q x q pairwise sums, with ties and a heavy tail."""
+    rng = np.random.default_rng(5)
+    y = np.concatenate([rng.standard_t(2, size=300), [0.5, 0.5, 0.5, -3.0, -3.0]])
+    pairwise = np.abs(y[:, None] - y[None, :])
+    np.testing.assert_allclose(own_law_crps(y), pairwise.mean(axis=1) - 0.5 * pairwise.mean(), rtol=1e-10,
+                               atol=1e-12)

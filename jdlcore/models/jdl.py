@@ -23,7 +23,7 @@ from typing import Any, Callable
 import numpy as np
 
 from ..conditional.atoms import STANDARD_FUNCTIONS, Atoms, FunctionSums, evaluate_function
-from ..conditional.location_scale import LocationScale, cdf_per_row
+from ..conditional.location_scale import LocationScale, cdf_per_row, own_law_crps
 from ..conditional.laws import MomentBasis, apply_rule, crps as law_crps, map_rows, project, quantiles
 from ..conditional.queries import below_thresholds, check_levels
 from ..conditional.support import Support, build_support, check_support_rows, sample_rows, support_size_for
@@ -525,8 +525,7 @@ class JDL(TrainingAtomDiagnostics, JDLState, Estimator):
         marginal = self.support_.weights  # the law at h = 0; it sums to 1
         if on is not None:
             y = on.location + on.scale * Y[:, 0]
-            own = np.full((len(y), len(y)), 1.0 / len(y))
-            marginal_loss = float(np.mean(law_crps(own, y, y)))
+            marginal_loss = float(np.mean(own_law_crps(y)))
             model_loss = float(np.mean(self.crps(X, y, on=on)))
             return (model_loss / marginal_loss if marginal_loss > 0 else np.nan), "CRPS"
         if self.support_.d == 1:
