@@ -59,16 +59,16 @@ SPREAD_FLOOR = 1e-3  # the spread's floor, as a share of y's own 10%-90% spread 
 # that quantile instead: a row whose boosters cross or nearly meet would otherwise stretch its residual
 # a hundredfold and more (diamonds at 40,000 rows: 90 rows at the floor, residuals to -78 spreads), and the
 # support could no longer carry the y basis' sums
-SCALE_QUANTILE = 0.01
+SCALE_QUANTILE = 1 / 100  # the 1% quantile
 SUMMARY_RULES = ("auto", "boosted", "standardised", "none")
 DEFAULT_SUMMARIES = "auto"
 BOOSTER_PARAMS: dict[str, Any] = {  # LightGBM's defaults, written out, deterministic
     "objective": "quantile", "metric": "quantile", "learning_rate": 0.1, "num_leaves": 31, "min_data_in_leaf": 20,
     "deterministic": True, "force_col_wise": True, "verbosity": -1,
 }
-# the record's format: 2 adds the standardisation of y (``standardises``, ``scale_floor``), which a jdl that
-# reads only 1 must refuse rather than answer on the standardised scale; records of 1 still load
-FORMAT_VERSION = 2
+# the record's format: 2 for a map that standardises y (``standardises``), which a jdl that reads only 1
+# must refuse rather than answer on the standardised scale; any other map is written as 1, which every
+# jdl since the summaries reads (it passes over the keys it does not know)
 READ_FORMATS = (1, 2)
 
 
@@ -199,7 +199,7 @@ class BoostedSummaries:
 
     def to_bytes(self) -> bytes:
         """The map as UTF-8 JSON (``from_bytes`` inverts it)."""
-        return json.dumps({"format": FORMAT_VERSION, "levels": list(LEVELS), "width": self.width,
+        return json.dumps({"format": READ_FORMATS[self.standardises], "levels": list(LEVELS), "width": self.width,
                            "categorical": list(self.categorical), "floor": self.floor, "kept": list(self.kept),
                            "rounds": list(self.rounds), "columns": self.columns, "standardises": self.standardises,
                            "scale_floor": self.scale_floor, "boosters": self.boosters}).encode()

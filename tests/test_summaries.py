@@ -108,8 +108,9 @@ def test_the_record_round_trips_and_refuses_another_format():
     np.testing.assert_array_equal(again.features(X), summaries.features(X))
     standardised = BoostedSummaries.from_bytes(summaries.standardised().to_bytes())
     assert standardised.standardises and standardised.scale_floor == summaries.scale_floor > 0
+    assert json.loads(summaries.standardised().to_bytes())["format"] == 2  # a jdl reading only 1 refuses it
     record = json.loads(summaries.to_bytes())
-    assert record["format"] == 2  # a jdl that reads only format 1 refuses a map that may standardise y
+    assert record["format"] == 1  # a map read as it is: every jdl since the summaries reads it
     del record["rounds"]  # a record written before the rounds were chosen out of fold
     assert BoostedSummaries.from_bytes(json.dumps(record).encode()).rounds == ()
     for key in ("standardises", "scale_floor"):  # a record of format 1: y read as it is
