@@ -23,7 +23,9 @@ from jdlcore.lowrank.cholesky import Factorisation, PivotedCholesky, run_pivoted
 from jdlcore.models.degeneracy import rank_budget
 from jdlcore.models.problem import JDLProblem, factor_diagnostics, marginal_sums, support_resolution
 from jdlcore.kernels import Kernel
-from jdlcore.conditional.support import SupportPlan, finish_support, plan_support, support_partial, support_size_for
+from jdlcore.conditional.support import (
+    SupportPlan, finish_support, plan_support, support_partial, support_size_for, value_range,
+)
 
 from .chunked_cholesky import ChunkState, DaskFactorStorage, recomputed_factor, slabs
 
@@ -74,6 +76,11 @@ def _partials(
             term = block_sums(f, y.X[start:stop], L_y)
             sums[name] = sums[name] + term if name in sums else term
     return partials, sums, support
+
+
+def _value_range(state: ChunkState) -> np.ndarray:
+    """A chunk's least and greatest y values, (2, d_y) (``jdlcore.conditional.support.value_range``)."""
+    return value_range([state.X])
 
 
 def _basis_extremes(
@@ -135,7 +142,8 @@ def chunked_problem(
     plan = None
     if y_sample is not None:
         size = support_size_for(support_size, y_sample.shape[1], factor_y.rank, storage_y.n)
-        plan = plan_support(y_sample, size, factorisation.seed, support_resolution(kernel_y))
+        span = value_range(client.gather([client.submit(_value_range, state, pure=False) for state in storage_y.states]))
+        plan = plan_support(y_sample, size, factorisation.seed, support_resolution(kernel_y), span)
     shared = client.scatter([factor_x.pivot_points, factor_x.B_pivots, factor_y.pivot_points, factor_y.B_pivots,
                              functions, plan], broadcast=True)
     parts = client.gather([client.submit(_partials, x, y, kernel_x, kernel_y, *shared, pure=False)

@@ -164,19 +164,27 @@ class BoostedSummaries:
 
     def standardised(self) -> "BoostedSummaries":
         """The same map, with the model's y read standardised by it (``location_scale``)."""
-        if not self.can_standardise:
-            raise ValueError(f"summaries: standardising y needs both {' and '.join(NAMES)}; kept {list(self.kept)}")
+        self._check_standardisable()
         return replace(self, standardises=True)
 
     def location_scale(self, Z: np.ndarray) -> LocationScale:
-        """Each row's location (the predicted median) and scale (the predicted 10%-90% spread, at least
-        ``scale_floor``) from rows Z (n, d') as ``augment`` returns them (the kept summaries are their last
-        columns)."""
+        """Each row's location (the predicted median) and scale (``scale``) from rows Z (n, d') as
+        ``augment`` returns them (the kept summaries are their last columns)."""
+        return LocationScale.of(self._summary(Z, "summary_median"), self.scale(Z), "summaries")
+
+    def scale(self, Z: np.ndarray) -> np.ndarray:
+        """Each row's scale, shape (n,): the predicted 10%-90% spread, at least ``scale_floor``, from rows
+        Z (n, d') as ``augment`` returns them."""
+        return np.maximum(np.exp(self._summary(Z, "summary_log_spread")), self.scale_floor)
+
+    def _summary(self, Z: np.ndarray, name: str) -> np.ndarray:
+        """The column ``name`` of rows Z (n, d') as ``augment`` returns them, for a map that can standardise."""
+        self._check_standardisable()
+        return Z[:, Z.shape[1] - len(self.kept) + self.kept.index(name)]
+
+    def _check_standardisable(self) -> None:
         if not self.can_standardise:
             raise ValueError(f"summaries: standardising y needs both {' and '.join(NAMES)}; kept {list(self.kept)}")
-        first = Z.shape[1] - len(self.kept)
-        median, log_spread = (Z[:, first + self.kept.index(name)] for name in NAMES)
-        return LocationScale.of(median, np.maximum(np.exp(log_spread), self.scale_floor), "summaries")
 
     def _summaries(self, Q: np.ndarray) -> np.ndarray:
         spread = np.maximum(Q[:, 2] - Q[:, 0], self.floor)

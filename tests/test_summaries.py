@@ -395,9 +395,10 @@ def test_the_runs_compared_and_the_one_kept():
 
 def test_a_standardised_y_is_kept_only_where_it_clearly_beats_the_columns():
     """With the rule "standardised" and the crps (and both summaries kept) every summarised run reads y
-    standardised by them; the columns alone are always searched (leaving the summaries out of the
-    kernel would still read them through y), and the summaries are kept only where they beat the
-    columns by more than ``CLEAR_GAIN``; a map that kept one summary cannot standardise, and "auto"
+    standardised by them; of the summaries beside the columns and alone, within the tolerance of the
+    better, the smaller x basis is kept; the columns alone are always searched (leaving the summaries
+    out of the kernel would still read them through y), and the summaries are kept only where they beat
+    the columns by more than ``CLEAR_GAIN``; a map that kept one summary cannot standardise, and "auto"
     does not: both run as before."""
     from dataclasses import replace
     from types import SimpleNamespace
@@ -413,14 +414,16 @@ def test_a_standardised_y_is_kept_only_where_it_clearly_beats_the_columns():
         progress = None
         score = CRPSLoss()
 
-        def __init__(self, plain: float, beside: float, alone: float):
+        def __init__(self, plain: float, beside: float, alone: float, ranks: tuple[int, int] = (500, 50)):
             self.scores = {"plain": plain, "beside": beside, "alone": alone}
+            self.ranks = {"plain": 100, "beside": ranks[0], "alone": ranks[1]}
             self.runs: list[tuple[str, bool]] = []
 
         def run(self, read):
             name = "plain" if read is None else ("beside" if read.columns else "alone")
             self.runs.append((name, read is not None and read.standardises))
-            return SimpleNamespace(name=name, best={"score": self.scores[name]}, summaries=read)
+            return SimpleNamespace(name=name, best={"score": self.scores[name], "rank_x": self.ranks[name]},
+                                   summaries=read)
 
         def left_out(self, run):
             raise AssertionError("a standardised y reads the summaries even when the kernel leaves them out")
@@ -434,6 +437,14 @@ def test_a_standardised_y_is_kept_only_where_it_clearly_beats_the_columns():
         assert run.name == kept and job.runs == standardised, scores
         assert np.isclose(gain, (10.0 - min(scores[1:])) / 10.0)
         assert kept == "plain" or run.summaries.standardises
+    tol = SEARCH_TOLERANCE
+    for scores, ranks, kept in [((10.0, 9.0, 9.0 * (1 + tol / 2)), (2000, 50), "alone"),
+                                ((10.0, 9.0 * (1 + tol / 2), 9.0), (50, 2000), "beside"),
+                                ((10.0, 9.0, 9.0 * (1 + 2 * tol)), (2000, 50), "beside"),
+                                ((10.0, 9.0, 9.0 * (1 + tol / 2)), (50, 2000), "beside")]:
+        run, gain = _with_or_without(Job(*scores, ranks=ranks), summaries, "standardised")
+        assert run.name == kept, (scores, ranks)
+        assert np.isclose(gain, (10.0 - scores[("beside", "alone").index(kept) + 1]) / 10.0)
     for read, rule in ((replace(summaries, kept=summaries.kept[:1]), "standardised"), (summaries, "auto")):
         job = Job(10.0, 9.0, 9.5)
         job.left_out = lambda run: 10.0
@@ -480,15 +491,15 @@ def test_the_summaries_left_out_score_as_the_columns_alone_at_those_lengthscales
 
 
 def test_a_model_on_the_summaries_alone_through_fit_score_and_inspect(tmp_path, capsys, monkeypatch):
-    """The path of a tuning that keeps the summaries alone (forced here: a tolerance of -1 keeps them
-    whatever they score): the tuning store, the fit, the scores and the model card read them alone."""
+    """The path of a tuning that keeps the summaries alone (forced here, whatever they score): the tuning
+    store, the fit, the scores and the model card read them alone."""
     import pandas as pd
     import xarray as xr
 
     from pipeline.evaluation import evaluate_store
     from pipeline.fitting import fit_store
 
-    monkeypatch.setattr("pipeline.tuning.SEARCH_TOLERANCE", -1.0)
+    monkeypatch.setattr("pipeline.tuning._cheapest_near_best", lambda beside, alone: alone)
     rng = np.random.default_rng(7)
     X = rng.standard_normal((2_000, 3))
     y = 2.0 * (X[:, 0] > 0.3) + (0.3 + 0.4 * (X[:, 0] > 0.3)) * rng.standard_normal(2_000)

@@ -38,7 +38,7 @@ __all__ = [
     "Support", "SupportPlan", "SupportPartial", "MarginalSums", "SUM_GROUPS", "ATOMS_PER_SUM", "MIN_DEFAULT_SIZE",
     "default_support_size", "support_size_for", "plan_support",
     "support_partial", "sum_groups", "finish_support", "build_support", "reweight", "sample_rows",
-    "check_support_rows", "SAMPLE_ROWS",
+    "check_support_rows", "value_range", "SAMPLE_ROWS",
 ]
 
 SAMPLE_ROWS = 1 << 17  # rows that place the bin edges or cell centres
@@ -168,20 +168,27 @@ def sample_rows(n: int, seed: int | None, rows: int = SAMPLE_ROWS) -> np.ndarray
     return np.sort(np.random.default_rng(seed).choice(n, rows, replace=False))
 
 
-def plan_support(sample: np.ndarray, size: int, seed: int | None = 0, resolution: float | None = None) -> SupportPlan:
+def plan_support(sample: np.ndarray, size: int, seed: int | None = 0, resolution: float | None = None,
+                 span: np.ndarray | None = None) -> SupportPlan:
     """Bin edges (scalar Y) or cell centres (vector Y) for ``size`` cells from a sample (s, d) of the atoms.
 
-    Scalar Y: half the edges at equal-count quantiles of the sample, half on an even grid over its
-    range with spacing at least ``resolution`` (half the Y kernel's lengthscale): the quantile edges
+    Scalar Y: half the edges at equal-count quantiles of the sample, half on an even grid over the
+    atoms' range (``span``: their least and greatest values (2, d), ``value_range``; default: the
+    sample's) with spacing at least ``resolution`` (half the Y kernel's lengthscale): the quantile edges
     resolve the conditional laws where the data are dense, the grid resolves the kernel's basis
-    functions in the tails, where equal-count bins are wide.
+    functions in the tails, where equal-count bins are wide. A sample can miss the extremes, and the Y
+    basis has functions there (a pivoted Cholesky takes the extremes first): at 1,000,000 rows a sample
+    of 131,072 stopped at -0.74 where the rows went to -1.59, the rows below fell in one cell five
+    times the kernel's lengthscale wide, and no reweighting kept even the normalisation (relative
+    defect 1.5%).
     """
     sample = np.asarray(sample, dtype=np.float64)
     if sample.shape[1] == 1:
         column = sample[:, 0]
         bins = max(1, size // 2)  # two atoms per bin
         quantile_edges = np.quantile(column, np.arange(1, bins // 2) / (bins // 2), method="inverted_cdf")
-        low, high = float(column.min()), float(column.max())
+        covered = column if span is None else np.concatenate([column, np.asarray(span, dtype=np.float64)[:, 0]])
+        low, high = float(covered.min()), float(covered.max())
         cells = max(1, bins - quantile_edges.size - 1)
         spacing = max((high - low) / cells, float(resolution or 0.0))
         grid = low + spacing * np.arange(1, int(np.ceil((high - low) / spacing))) if high > low else np.empty(0)
@@ -331,10 +338,25 @@ def reweight(columns: np.ndarray, counts: np.ndarray, targets: np.ndarray, round
     return weights, _defect(A, weights, b)[1]
 
 
+def value_range(blocks: Iterable[np.ndarray]) -> np.ndarray:
+    """The least and greatest value of each column over blocks of atoms (b, d): shape (2, d)."""
+    low = high = None
+    for y in blocks:
+        y = np.asarray(y, dtype=np.float64)
+        if y.shape[0]:
+            low = y.min(axis=0) if low is None else np.minimum(low, y.min(axis=0))
+            high = y.max(axis=0) if high is None else np.maximum(high, y.max(axis=0))
+    if low is None:
+        raise ValueError("value_range: no atoms")
+    return np.vstack([low, high])
+
+
 def build_support(blocks: Iterable[np.ndarray], sample: np.ndarray, size: int, features: Callable,
-                  sums: MarginalSums, seed: int | None = 0, resolution: float | None = None) -> Support:
-    """``finish_support`` over blocks of atoms in memory: plan from ``sample``, one pass over ``blocks``."""
-    plan = plan_support(sample, size, seed, resolution)
+                  sums: MarginalSums, seed: int | None = 0, resolution: float | None = None,
+                  span: np.ndarray | None = None) -> Support:
+    """``finish_support`` over blocks of atoms in memory: plan from ``sample`` and the atoms' ``span``
+    (``plan_support``), one pass over ``blocks``."""
+    plan = plan_support(sample, size, seed, resolution, span)
     total: SupportPartial | None = None
     for y in blocks:
         part = support_partial(y, plan)

@@ -26,7 +26,9 @@ from ..conditional.atoms import STANDARD_FUNCTIONS, Atoms, FunctionSums, evaluat
 from ..conditional.location_scale import LocationScale, cdf_per_row, own_law_crps
 from ..conditional.laws import MomentBasis, apply_rule, crps as law_crps, map_rows, project, quantiles
 from ..conditional.queries import below_thresholds, check_levels
-from ..conditional.support import Support, build_support, check_support_rows, sample_rows, support_size_for
+from ..conditional.support import (
+    Support, build_support, check_support_rows, sample_rows, support_size_for, value_range,
+)
 from ..kernels import Kernel
 from ..lowrank.cholesky import FACTORISATION_PARAMS
 from ..params import Choice, Integer, Number, Param
@@ -219,7 +221,8 @@ class JDL(TrainingAtomDiagnostics, JDLState, Estimator):
         if support is None or support.requested != size:
             support = build_support(atoms.value_blocks(), atoms.take(sample_rows(atoms.n, self.seed)), size,
                                     problem.basis_y.features, marginal_sums(problem.reductions, sums), self.seed,
-                                    support_resolution(getattr(problem.basis_y, "kernel", None)))
+                                    support_resolution(getattr(problem.basis_y, "kernel", None)),
+                                    value_range(atoms.value_blocks()))
             problem.support = support
         return support, sums
 
@@ -321,7 +324,11 @@ class JDL(TrainingAtomDiagnostics, JDLState, Estimator):
                  kept: np.ndarray | None = None) -> np.ndarray:
         """``read(P, rows)`` -> (rows, width) for the laws P of every query, block by block; (q, width).
         ``kept`` (q,) int8, if given, receives each row's projection level (``law_levels``)."""
-        Xq = self._queries(Xq)
+        return self._map_checked_law(self._queries(Xq), read, width, kept)
+
+    def _map_checked_law(self, Xq: np.ndarray, read: Callable[[np.ndarray, slice], np.ndarray], width: int,
+                         kept: np.ndarray | None = None) -> np.ndarray:
+        """``_map_law`` at queries already checked (``_queries``): (q, d_X) float64."""
         out = np.empty((Xq.shape[0], width))
         if kept is not None and (self.law_rule != "project" or kept.shape != (Xq.shape[0],)
                                  or kept.dtype != np.int8):
@@ -440,9 +447,9 @@ class JDL(TrainingAtomDiagnostics, JDLState, Estimator):
                              f"{', '.join(ON_Y_KINDS)} on y's scale")
         if self.support_.d != 1:
             raise ValueError(f"on: standardises a scalar y, the model has {self.support_.d} y features")
-        rows = len(self._queries(Xq))
-        if len(on) != rows:
-            raise ValueError(f"on: has {len(on)} locations and scales for {rows} queries")
+        Xq = self._queries(Xq)
+        if len(on) != Xq.shape[0]:
+            raise ValueError(f"on: has {len(on)} locations and scales for {Xq.shape[0]} queries")
         column, order = self.support_.atoms[:, 0], self._order(0)
         powers = np.column_stack([column, column**2])  # E[r] and E[r^2]
         asked = {name: (kind, np.asarray(v, dtype=np.float64).reshape(-1) if kind == "cdf" else check_levels(v))
@@ -454,7 +461,7 @@ class JDL(TrainingAtomDiagnostics, JDLState, Estimator):
                 cdf_per_row(P, column, order, part.thresholds(v)) if kind == "cdf"
                 else part.quantiles(quantiles(P, column, v, order)) for kind, v in asked.values()])
 
-        table = self._map_law(Xq, read, 2 + sum(v.size for _, v in asked.values()), kept)
+        table = self._map_checked_law(Xq, read, 2 + sum(v.size for _, v in asked.values()), kept)
         out = {name: on.mean(table[:, 0])[:, None] if kind == "mean"
                else on.second_moment(table[:, 0], table[:, 1])[:, None, None]
                for name, (kind, _) in requests.items() if kind in STANDARD_FUNCTIONS}

@@ -20,7 +20,7 @@ import numpy as np
 
 from ..conditional.atoms import STANDARD_FUNCTIONS, FunctionSums, block_sums
 from ..conditional.support import (
-    MarginalSums, Support, build_support, check_support_rows, sample_rows, support_size_for,
+    MarginalSums, Support, build_support, check_support_rows, sample_rows, support_size_for, value_range,
 )
 from ..kernels import Kernel
 from ..lowrank.basis import (
@@ -132,7 +132,8 @@ class ProblemSide:
         if key not in kept:
             sums = {name: block_sums(f, Y, self.A) for name, f in STANDARD_FUNCTIONS.items()}
             support = build_support([Y], Y[sample_rows(Y.shape[0], seed)], size, self.basis.features,
-                                    marginal_sums(reductions, sums), seed, resolution)
+                                    marginal_sums(reductions, sums), seed, resolution,
+                                    value_range([Y]))
             kept[key] = (Y, sums, support)
         _, sums, support = kept[key]
         return dict(sums), support
