@@ -8,7 +8,9 @@ crps_99 per training size on a log axis.
         docs/results/learning_curve.json docs/results/learning_curve_1e6.json \
         docs/results/peers_fine_tol.json docs/results/peers_200k_fine_tol.json \
         docs/results/peers_10k_100k_fine_tol.json docs/results/learning_curve_fine_tol.json \
-        docs/results/learning_curve_1e6_fine_tol.json \
+        docs/results/learning_curve_1e6_fine_tol.json docs/results/peers_40k_auto.json \
+        docs/results/peers_200k_auto.json docs/results/peers_large_auto.json \
+        docs/results/learning_curve_auto.json \
         --tables flights births "synthetic (known law)" --models jdl "jdl, columns alone" lightgbm qrf \
         --out docs/figures/learning_curves.png
 """

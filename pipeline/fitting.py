@@ -257,13 +257,14 @@ def _tuning_record(tuning: str | os.PathLike | None, data: str | os.PathLike, gr
     other than jdl, the one that answers on y's scale."""
     table, missing, summaries = None, None, None
     if tuning is not None:
-        from .tuning import load_tuning
+        from .tuning import STANDARDISE_ROWS, load_tuning
 
         table = load_tuning(tuning)
         missing, summaries = read_missing(table.attrs, f"tuning {tuning}"), read_summaries(table, f"tuning {tuning}")
         if summaries is not None and summaries.standardises and method != "jdl":
             raise ValueError(f"method: the tuning store {tuning} reads y standardised by the boosted summaries, which "
-                             f"only jdl answers on y's scale; fit jdl, or tune with --summaries none for {method}")
+                             f"only jdl answers on y's scale (the default from {STANDARDISE_ROWS:,} rows); fit jdl, "
+                             f"or tune with --summaries boosted (y as it is) or none for {method}")
     return table, XView(missing or learn_missing(data, group, scaling_rows(group)), summaries)
 
 

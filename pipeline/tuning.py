@@ -60,6 +60,11 @@ LEFT_OUT_FACTORS = (1.0, 1 / 2, 1 / 4, 1 / 8)
 # trained without them and used by the fit as well (else the fit's map has every row and the split a
 # refitted map of its own): 4,000 of 100,000 rows cost little, 2,000 of 10,000 cost 1-2.6% of crps_99
 MAP_HOLDOUT_SHARE = 0.05
+# the table's rows from which "auto" reads y standardised by the summaries (as "standardised" does): those
+# that fill the tuning's subsample. From 20,000 rows on it tied or gained on every table measured (0 to
+# 1.2% of crps_99, the boosters' median and spread then learned from all those rows); at 5,000 rows
+# three of seven tables lost 1.2-1.7%, the model leaning on boosters that had seen few rows
+STANDARDISE_ROWS = MAX_ROWS
 
 
 def subsample_rows(n: int, max_rows: int, seed: int) -> np.ndarray:
@@ -110,8 +115,9 @@ def tune_store(
     training rows, the grid and the search are judged on those (``jdlcore.tuning.screen_rows``; the
     store's ``grid_rows``) and their best on all of them.
     ``summaries``: "boosted": the x kernel reads the boosted summaries of x of a scalar y (beside the
-    columns or alone); "auto" (the default): where they beat the columns alone; "standardised": as auto,
-    y standardised by them; "none" never (``_with_or_without``). The fit and its scores apply the map.
+    columns or alone); "auto" (the default): where they beat the columns alone, with y standardised by
+    them on a table of ``STANDARDISE_ROWS`` rows or more; "standardised": as auto, y standardised by them
+    on any table; "none" never (``_with_or_without``). The fit and its scores apply the map.
     ``criterion``: "auto" (crps for a scalar y, else second_moment), "second_moment", "crps",
     "pinball:LEVELS" or "logistic" (``jdlcore.tuning.resolve_criterion``); the store records the one used.
     ``validation``: a staged store of held-out rows (the same features) to score on, the candidates
@@ -278,27 +284,33 @@ def _with_or_without(job: _SearchJob, summaries: BoostedSummaries | None,
                      rule: str) -> tuple[_SearchRun, float | None]:
     """The search that decides the tuning, and the summaries' gain (None where not compared).
 
-    With the rule "standardised", summaries (both kept) and a criterion read on y's scale by a factor
-    per row (crps, pinball: ``OnYScale``), y is standardised by them, r = (y - predicted median) / predicted spread, in every
-    run that reads them: the model learns the law of r given x and the summaries, and its answers are
-    read back on y's scale (``jdlcore.conditional.location_scale``). The search runs on x's columns with
-    the summaries beside them and on the summaries alone, and keeps the summaries alone only where they
-    score better by more than ``SEARCH_TOLERANCE`` (relative), as the search drops a feature only where that does not cost: a
-    search that starts with every feature at one lengthscale can leave the summaries too long, and the
-    summaries alone then find the sharper law; with y standardised, of the two within the tolerance of
-    the better, the one with the smaller x basis (``_cheapest_near_best``). "boosted" keeps the better of the two. "auto" (and
-    "standardised") keeps it
-    only where its best validation score beats the columns alone by more than the tolerance (a smooth
-    law of few columns needs no summaries, and their noise costs): first the columns at the lengthscales
-    the search beside the summaries found, with the summaries left out (``_SearchJob.left_out``: one
-    candidate); only where that does not show a gain above ``CLEAR_GAIN`` are the columns alone searched
-    too, and compared. With y standardised the summaries are read even when the kernel leaves them out,
-    so the columns alone are always searched, and the summaries are kept only where they beat them by
-    more than ``CLEAR_GAIN``: every row then leans on the boosters' median and spread, and on a smooth
-    law of one column a gain of 0.46% on 600 validation rows was noise (0.18% worse on 20,000 new rows)."""
+    With the rule "standardised" (or "auto" on a table of ``STANDARDISE_ROWS`` rows or more), summaries
+    (both kept) and a criterion read on y's scale by a factor per row (crps, pinball: ``OnYScale``), y is
+    standardised by them, r = (y - predicted median) / predicted spread, in every run that reads them:
+    the model learns the law of r given x and the summaries, and its answers are read back on y's scale
+    (``jdlcore.conditional.location_scale``).
+
+    The search runs on x's columns with the summaries beside them and on the summaries alone, and keeps
+    the summaries alone only where they score better by more than ``SEARCH_TOLERANCE`` (relative), as
+    the search drops a feature only where that does not cost: a search that starts with every feature at
+    one lengthscale can leave the summaries too long, and the summaries alone then find the sharper law.
+    With y standardised it keeps, of the two within the tolerance of the better, the one with the
+    smaller x basis (``_cheapest_near_best``). "boosted" keeps the better of the two.
+
+    "auto" (and "standardised") keeps it only where its best validation score beats the columns alone
+    by more than the tolerance (a smooth law of few columns needs no summaries, and their noise costs):
+    first the columns at the lengthscales the search beside the summaries found, with the summaries
+    left out (``_SearchJob.left_out``: one candidate); only where that does not show a gain above
+    ``CLEAR_GAIN`` are the columns alone searched too, and compared. With y standardised the summaries
+    are read even when the kernel leaves them out, so the columns alone are always searched, and the
+    summaries are kept only where they beat them by more than ``CLEAR_GAIN``: every row then leans on
+    the boosters' median and spread, and on a smooth law of one column a gain of 0.46% on 600
+    validation rows was noise (0.18% worse on 20,000 new rows)."""
     if summaries is None:
         return job.run(None), None
-    standardise = rule == "standardised" and summaries.can_standardise and OnYScale.applies(job.score)
+    large = int(job.group.attrs["n_samples"]) >= STANDARDISE_ROWS
+    standardise = ((rule == "standardised" or rule == "auto" and large) and summaries.can_standardise
+                   and OnYScale.applies(job.score))
     if standardise:
         summaries = summaries.standardised()
     beside, alone = job.run(summaries), job.run(summaries.alone())

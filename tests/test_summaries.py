@@ -15,7 +15,7 @@ from pipeline.summaries import (  # noqa: E402
     summary_rule,
 )
 from pipeline.staging import OTHER_CODE, categorical_levels, level_recoding, open_staged, recode  # noqa: E402
-from pipeline.tuning import CLEAR_GAIN, load_tuning, tune_store  # noqa: E402
+from pipeline.tuning import CLEAR_GAIN, STANDARDISE_ROWS, load_tuning, tune_store  # noqa: E402
 from jdlcore.tuning import SEARCH_TOLERANCE  # noqa: E402
 
 
@@ -354,6 +354,7 @@ def test_the_runs_compared_and_the_one_kept():
     class Job:
         progress = None
         score = SecondMomentLoss()
+        group = SimpleNamespace(attrs={"n_samples": STANDARDISE_ROWS})  # a criterion not on y's scale
 
         def __init__(self, plain: float, beside: float, alone: float, left_out: float):
             self.scores = {"plain": plain, "beside": beside, "alone": alone}
@@ -399,7 +400,7 @@ def test_a_standardised_y_is_kept_only_where_it_clearly_beats_the_columns():
     better, the smaller x basis is kept; the columns alone are always searched (leaving the summaries
     out of the kernel would still read them through y), and the summaries are kept only where they beat
     the columns by more than ``CLEAR_GAIN``; a map that kept one summary cannot standardise, and "auto"
-    does not: both run as before."""
+    does not below ``STANDARDISE_ROWS`` rows (from there it does): both run as before."""
     from dataclasses import replace
     from types import SimpleNamespace
 
@@ -413,6 +414,7 @@ def test_a_standardised_y_is_kept_only_where_it_clearly_beats_the_columns():
     class Job:
         progress = None
         score = CRPSLoss()
+        group = SimpleNamespace(attrs={"n_samples": STANDARDISE_ROWS - 1})
 
         def __init__(self, plain: float, beside: float, alone: float, ranks: tuple[int, int] = (500, 50)):
             self.scores = {"plain": plain, "beside": beside, "alone": alone}
@@ -450,6 +452,10 @@ def test_a_standardised_y_is_kept_only_where_it_clearly_beats_the_columns():
         job.left_out = lambda run: 10.0
         assert _with_or_without(job, read, rule)[0].name == "beside"
         assert job.runs == [("beside", False), ("alone", False)]
+    job = Job(10.0, 9.0, 9.5)  # "auto" on a table that fills the tuning's subsample standardises too
+    job.group = SimpleNamespace(attrs={"n_samples": STANDARDISE_ROWS})
+    run, _ = _with_or_without(job, summaries, "auto")
+    assert run.name == "beside" and run.summaries.standardises and job.runs == standardised
 
 
 def test_the_summaries_left_out_score_as_the_columns_alone_at_those_lengthscales(staged):
