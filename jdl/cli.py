@@ -412,10 +412,9 @@ def _add_tune(commands) -> None:
                  "fewer, at the cost of factorisations at the cap on more rows (docs/tuning.md)")
     setting("--summaries",
             help="{choices}: boosted summaries of x for the x kernel, cross-fitted quantile boosters' median and log "
-                 "spread read beside the columns or alone (boosted); auto (the default) searches with and without "
-                 "them and keeps them where they score 0.2%% better, and on a table of 20,000 rows or more learns y "
-                 "as (y - median) / spread where they are kept, 1%% better; standardised: that on any table; "
-                 "docs/tuning.md")
+                 "spread beside the columns or alone (boosted); auto (the default) keeps them where they score 0.2%% "
+                 "better, and from 20,000 rows learns y as (y - median) / spread where they score 1%% better; "
+                 "standardised: that on any table; docs/tuning.md")
     setting("--max-rows", type=int, help="rows of the subsample (default {default})")
     setting("--seed", type=int, help="seed of the subsample, the folds and the pivoting (default {default})")
     _add_scheduler(tune)

@@ -115,9 +115,8 @@ def tune_store(
     training rows, the grid and the search are judged on those (``jdlcore.tuning.screen_rows``; the
     store's ``grid_rows``) and their best on all of them.
     ``summaries``: "boosted": the x kernel reads the boosted summaries of x of a scalar y (beside the
-    columns or alone); "auto" (the default): where they beat the columns alone, with y standardised by
-    them on a table of ``STANDARDISE_ROWS`` rows or more; "standardised": as auto, y standardised by them
-    on any table; "none" never (``_with_or_without``). The fit and its scores apply the map.
+    columns or alone); "auto" (the default): where they beat the columns alone, y standardised by them
+    from ``STANDARDISE_ROWS`` rows; "standardised": that on any table; "none" never (``_with_or_without``).
     ``criterion``: "auto" (crps for a scalar y, else second_moment), "second_moment", "crps",
     "pinball:LEVELS" or "logistic" (``jdlcore.tuning.resolve_criterion``); the store records the one used.
     ``validation``: a staged store of held-out rows (the same features) to score on, the candidates
