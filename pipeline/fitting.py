@@ -296,7 +296,7 @@ def _fit_from_reductions(estimator: Any, data: str | os.PathLike, group: zarr.Gr
             chunks = store_chunks(client, data, group)
             # each chunk as the kernel reads it: missing values filled and flagged, summaries added, y
             # standardised where the map says so; a task of its own after its read
-            shipped = client.scatter(view, broadcast=True)
+            shipped = client.scatter(view, broadcast=True, hash=False)
             chunks["x"] = [client.submit(XView.rows, shipped, block) for block in chunks["x"]]
             if view.standardises:
                 chunks["y"] = [client.submit(XView.y, shipped, x, y) for x, y in zip(chunks["x"], chunks["y"])]

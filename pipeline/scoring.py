@@ -127,7 +127,7 @@ def score_store(model_path: str | os.PathLike, data: str | os.PathLike, out: str
             from distributed import as_completed
 
             with dask_client(where) as client:
-                shared = client.scatter(model, broadcast=True)
+                shared = client.scatter(model, broadcast=True, hash=False)
                 futures = [client.submit(score_chunk, shared, *job, a, b, pure=False) for a, b in bounds]
                 for done, _ in enumerate(as_completed(futures), 1):
                     _report(progress, done, len(bounds))

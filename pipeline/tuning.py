@@ -471,7 +471,7 @@ def _fan_out(where: str, base: JDL, regs: Regs, progress: Callable[[str], None] 
 
         pairs = list(itertools.product(kernels_x, kernels_y))
         with dask_client(where) as client:
-            shared = [[client.scatter(part, broadcast=True) for part in fold] for fold in folds]
+            shared = [[client.scatter(part, broadcast=True, hash=False) for part in fold] for fold in folds]
             futures = [client.submit(score_grid, shared, base, [kx], [ky], regs, score, pure=False) for kx, ky in pairs]
             for k, _ in enumerate(as_completed(futures), 1):
                 if progress is not None:

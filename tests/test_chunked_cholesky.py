@@ -21,7 +21,7 @@ def test_chunked_factor_equals_in_memory(dask_client, pivoting, budget):
     kernel = GaussianKernel(1.0)
     memory = InMemoryFactorStorage(kernel, X)
     expected = run_pivoted_cholesky(memory, kernel, tol=1e-3, pivoting=pivoting, seed=4, block_size=16)
-    futures = dask_client.scatter(chunks_of(X, 1700))
+    futures = dask_client.scatter(chunks_of(X, 1700), hash=False)
     factor_budget = {"kept": 1e12, "dropped mid-run": 8.0 * 6000 * 40, "factor-free": 0}[budget]
     chunked = DaskFactorStorage(dask_client, kernel, futures, factor_budget=factor_budget)
     result = run_pivoted_cholesky(chunked, kernel, tol=1e-3, pivoting=pivoting, seed=4, block_size=16)
@@ -54,8 +54,8 @@ def test_chunked_jdl_fit_equals_in_memory(dask_client, constraints, positivity):
     kx, ky = GaussianKernel(1.0), GaussianKernel(0.7)
     factorisation = Factorisation(tol=1e-4, pivoting="random", seed=2)
     memory = build_problem(X, Y, kx, ky, factorisation, support_size=600)
-    chunked = chunked_problem(dask_client, dask_client.scatter(chunks_of(X, 700)),
-                              dask_client.scatter(chunks_of(Y, 700)), kx, ky, factorisation,
+    chunked = chunked_problem(dask_client, dask_client.scatter(chunks_of(X, 700), hash=False),
+                              dask_client.scatter(chunks_of(Y, 700), hash=False), kx, ky, factorisation,
                               y_sample=Y[sample_rows(3000, 2)], grid_x=X[sample_rows(3000, 2, 1000)], support_size=600)
     for name in ("lam_x", "lam_y", "cross", "sum_x", "sum_y", "min_x", "max_x", "min_y", "max_y"):
         a, b = getattr(chunked.reductions, name), getattr(memory.reductions, name)
@@ -119,7 +119,8 @@ def test_chunked_problem_with_large_bases(dask_client):
     rng = np.random.default_rng(3)
     X, Y = rng.uniform(-3, 3, (2500, 2)), rng.uniform(-3, 3, (2500, 2))
     kx, ky = GaussianKernel(0.4), GaussianKernel(0.45)
-    chunked = chunked_problem(dask_client, dask_client.scatter(chunks_of(X, 600)), dask_client.scatter(chunks_of(Y, 600)),
+    chunked = chunked_problem(dask_client, dask_client.scatter(chunks_of(X, 600), hash=False),
+                              dask_client.scatter(chunks_of(Y, 600), hash=False),
                               kx, ky, Factorisation(tol=1e-4, seed=1))
     memory = build_problem(X, Y, kx, ky, Factorisation(tol=1e-4, seed=1))
     assert min(chunked.factors["rank_x"], chunked.factors["rank_y"]) > 200
@@ -141,7 +142,8 @@ def test_factor_free_chunked_problem_equals_in_memory(dask_client):
     kx, ky = GaussianKernel(0.9), GaussianKernel(0.8)
     factorisation = Factorisation(tol=1e-4, pivoting="greedy")
     memory = build_problem(X, Y, kx, ky, factorisation, test_functions=STANDARD_FUNCTIONS)
-    chunked = chunked_problem(dask_client, dask_client.scatter(chunks_of(X, 900)), dask_client.scatter(chunks_of(Y, 900)),
+    chunked = chunked_problem(dask_client, dask_client.scatter(chunks_of(X, 900), hash=False),
+                              dask_client.scatter(chunks_of(Y, 900), hash=False),
                               kx, ky, factorisation, factor_budget=0, test_functions=STANDARD_FUNCTIONS)
     assert chunked.A_x is None and chunked.A_y is None and not chunked.factors["factor_kept"]
     np.testing.assert_array_equal(chunked.factors["pivots_x"], memory.factors["pivots_x"])
