@@ -30,8 +30,8 @@ from jdlcore.scaling import DEFAULT_SCALING, check_scaling_choice
 from jdlcore.missing import MissingValues
 from jdlcore.tuning import (
     LENGTHSCALE_FACTORS, SEARCH_LONGEST, SEARCH_ROWS, SEARCH_TOLERANCE, VALIDATION_FRACTION, Fold, OnYScale, Regs,
-    as_regs, best_row, check_grid, check_search_rows, default_lengthscales, kernels_at, make_folds, resolve_criterion,
-    score_grid, search_grid, simplest_best, splits_for, standardised_grid,
+    as_regs, best_row, check_grid, check_search_rows, default_lengthscales, kernels_at, make_folds, near_best,
+    resolve_criterion, score_grid, search_grid, simplest_best, splits_for, standardised_grid,
 )
 
 from .atomic import atomic_store, refuse_existing
@@ -343,9 +343,9 @@ def _cheapest_near_best(*runs: "_SearchRun") -> "_SearchRun":
     taken by the run at the rank cap makes a fit on more rows meet the rank budget: the known law at
     1,000,000 rows kept the columns beside the summaries at rank 2,000 (validation 0.30970, alone
     0.30963), and its fit had not finished after 7 minutes."""
-    lowest = min(run.best["score"] for run in runs)
-    near = [run for run in runs if run.best["score"] <= max(lowest, lowest + SEARCH_TOLERANCE * abs(lowest))]
-    return min(near, key=lambda run: (run.best.get("rank_x", 0), run.best["score"]))
+    near = {id(row) for row in near_best([run.best for run in runs])}
+    return min((run for run in runs if id(run.best) in near),
+               key=lambda run: (run.best.get("rank_x", 0), run.best["score"]))
 
 
 def _summaries_record(kept: BoostedSummaries | None, rule: str, seconds: float, gain: float | None) -> dict[str, Any]:

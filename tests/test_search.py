@@ -437,3 +437,15 @@ def test_the_search_starts_from_the_simplest_pair_within_the_tolerance():
     assert simplest_best(steep) == steep[0]
     per_feature = [row([0.5, 8.0], 1.0, 1e-4, 10.0), row([1.0, 1.0], 1.0, 1e-4, 10.0)]
     assert simplest_best(per_feature) == per_feature[0]  # geometric means 2 and 1
+
+
+def test_near_best_keeps_the_finite_rows_within_the_tolerance_of_the_lowest():
+    """``near_best``: the rows whose finite score is at most (1 + tolerance) times the lowest (relative to
+    its size, so a negative lowest score too), in table order; the lowest is kept whatever the tolerance."""
+    from jdlcore.tuning.grid import near_best
+
+    table = [{"score": s} for s in (1.002, 1.0, np.nan, 1.0015, np.inf, 1.0025)]
+    assert near_best(table, 0.002) == [table[0], table[1], table[3]]
+    assert near_best(table, 0.0) == [table[1]] == near_best(table, -1.0)
+    negative = [{"score": s} for s in (-1.0, -0.999, -0.99)]
+    assert near_best(negative, 0.002) == negative[:2]

@@ -34,14 +34,17 @@ from __future__ import annotations
 from .axes import LENGTHSCALE_FACTORS, check_grid, default_lengthscales, standardised_grid
 from .criteria import CRITERIA, OnYScale, resolve_criterion
 from .folds import MIN_VALIDATED_ROWS, VALIDATION_FRACTION, Fold, fold_rows, make_folds, resolve_folds, split_rows, splits_for
-from .grid import CACHE_MEMORY_SHARE, best_row, kernels_at, score_grid, score_regs, screening_params, simplest_best
+from .grid import (
+    CACHE_MEMORY_SHARE, best_row, kernels_at, near_best, score_grid, score_regs, screening_params, simplest_best,
+)
 from .regs import DEFAULT_REGS, REG_LADDER, REG_START, SEARCH_TOLERANCE, Regs, as_regs, walk_ladder
 from .screen import MIN_SEARCH_ROWS, SEARCH_ROWS, SEARCH_ROWS_PARAM, Screen, check_search_rows, screen_rows, screened
 from .search import SEARCH_KEPT_FACTORS, SEARCH_LONGEST, SEARCH_STEPS, search_best, search_lengthscales
 from .tune import TuneResult, refine, search_grid, tune
 
 __all__ = ["TuneResult", "tune", "Fold", "split_rows", "fold_rows", "resolve_folds", "splits_for", "make_folds",
-           "MIN_VALIDATED_ROWS", "score_grid", "best_row", "simplest_best", "resolve_criterion", "screening_params",
+           "MIN_VALIDATED_ROWS", "score_grid", "best_row", "near_best", "simplest_best", "resolve_criterion",
+           "screening_params",
            "Regs", "as_regs", "walk_ladder", "REG_LADDER", "REG_START",
            "check_grid", "default_lengthscales", "standardised_grid", "search_lengthscales", "search_best",
            "refine", "search_grid", "Screen", "screen_rows", "screened", "score_regs", "kernels_at",

@@ -20,8 +20,8 @@ from ..models.problem import ProblemSide, problem_from_factors, problem_side
 from .folds import Fold
 from .regs import SEARCH_TOLERANCE, Regs, as_regs
 
-__all__ = ["CACHE_MEMORY_SHARE", "screening_params", "screening_support", "score_grid", "best_row", "kernels_at",
-           "score_regs"]
+__all__ = ["CACHE_MEMORY_SHARE", "screening_params", "screening_support", "score_grid", "best_row", "near_best",
+           "kernels_at", "score_regs"]
 
 CACHE_MEMORY_SHARE = 0.125  # of physical memory: y factorisations kept between pairs (else recomputed)
 _CANDIDATE_ERRORS = (ValueError, RuntimeError, np.linalg.LinAlgError, MemoryError, FloatingPointError)
@@ -280,6 +280,14 @@ def best_row(table: list[dict[str, Any]]) -> dict[str, Any]:
     return min(finite, key=lambda row: row["score"])
 
 
+def near_best(table: list[dict[str, Any]], tolerance: float = SEARCH_TOLERANCE) -> list[dict[str, Any]]:
+    """The rows whose finite score is within ``tolerance`` (relative) of the lowest (``best_row``, which
+    is always among them), in table order: the candidates a search cannot tell apart."""
+    best = best_row(table)["score"]
+    bound = max(best, best + tolerance * abs(best))
+    return [row for row in table if np.isfinite(row["score"]) and row["score"] <= bound]
+
+
 def simplest_best(table: list[dict[str, Any]], tolerance: float = SEARCH_TOLERANCE) -> dict[str, Any]:
     """The grid's row the search starts from: of the pairs of lengthscales whose best score is within
     ``tolerance`` (relative) of the lowest, the one with the longest x lengthscales (geometric mean;
@@ -288,9 +296,7 @@ def simplest_best(table: list[dict[str, Any]], tolerance: float = SEARCH_TOLERAN
     the rank cap can win by noise, and a fit on more rows then meets the rank budget far from the
     trace tolerance (flights, 200,000 rows, y standardised by the summaries: all nine pairs within
     0.2%, the shortest taken, m_X at the budget with 57% of the trace left, a fit of 142 s)."""
-    best = best_row(table)
-    near = [row for row in table
-            if np.isfinite(row["score"]) and row["score"] <= best["score"] + tolerance * abs(best["score"])]
+    near = near_best(table, tolerance)
 
     def length(value: Any) -> float:
         return float(np.exp(np.mean(np.log(np.atleast_1d(np.asarray(value, dtype=np.float64))))))
