@@ -20,11 +20,12 @@ the rows of the other folds and summarise the rows of fold k, training rows and 
 map is thus one function of x: the summaries of a training row are out-of-fold, and a new row is
 summarised exactly as a training row with its x would be (rows with equal x share a fold).
 
-**Rounds chosen out of fold.** Each booster stops where its quantile loss on its own held-out fold has
-not improved for ``PATIENCE`` rounds (at most ``MAX_ROUNDS``); a level's boosters are then all cut at
-the one round count whose loss summed over every fold's held-out rows is least. More rows support more
-rounds, so the summaries sharpen as the table grows (at a fixed count they stop improving early).
-That one count per level is the only thing the held-out rows decide.
+**Rounds chosen out of fold.** A level's boosters, one per fold, train side by side a round at a time
+until one of them has not improved its quantile loss on its own held-out fold for ``PATIENCE`` rounds
+(at most ``MAX_ROUNDS``); they are then all cut at the one round count whose loss summed over every
+fold's held-out rows is least. More rows support more rounds, so the summaries sharpen as the table
+grows (at a fixed count they stop improving early). That one count per level is the only thing the
+held-out rows decide.
 
 The boosters train on a seeded sample of at most ``MAX_ROWS`` rows; the rest are summarised like new
 rows. The map is stored as JSON bytes (``to_bytes`` / ``from_bytes``): LightGBM's text model format,
@@ -35,7 +36,7 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import dataclass, field, replace
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 import xarray as xr
@@ -258,20 +259,13 @@ def fit_summaries(X: np.ndarray, y: np.ndarray, categorical: Sequence[int] = (),
         return lightgbm.Dataset(X[rows], y[rows], categorical_feature=list(categorical) or "auto",
                                 params={"verbosity": -1})
 
-    fitted: dict[tuple[int, int], Any] = {}
     if rounds is None:
-        trained = pool_map(lambda job: _early_stopped(lightgbm, params(job), training(job), X[held[job[1]]],
-                                                      y[held[job[1]]], max_rounds, patience), jobs)
-        fitted = {job: booster for job, (booster, _) in zip(jobs, trained)}
-        counts = [_common_rounds([curve for (level, _), (_, curve) in zip(jobs, trained) if level == j],
-                                 [rows.size for rows in held]) for j in range(len(LEVELS))]
+        fitted, counts = _early_stopped(lightgbm, {job: params(job) for job in jobs}, training, X, y, held,
+                                        max_rounds, patience)
     else:
         counts = [int(count) for count in rounds]
-    # boosters still to train at their level's count: all of them where ``rounds`` gives the counts, else
-    # those of a fold without held-out rows (stopped at one round, with no loss to read)
-    short = [job for job in jobs if job not in fitted or fitted[job].current_iteration() < counts[job[0]]]
-    fitted.update(zip(short, pool_map(
-        lambda job: lightgbm.train(params(job), training(job), num_boost_round=counts[job[0]]), short)))
+        fitted = dict(zip(jobs, pool_map(
+            lambda job: lightgbm.train(params(job), training(job), num_boost_round=counts[job[0]]), jobs)))
     boosters = [[fitted[j, k].model_to_string(num_iteration=counts[j]) for j in range(len(LEVELS))]
                 for k in range(folds)]
     low, high = np.quantile(y, [LEVELS[0], LEVELS[-1]])
@@ -298,29 +292,44 @@ def _booster_threads() -> int:
     return max(1, (os.cpu_count() or 1) // pool_threads())
 
 
-def _early_stopped(lightgbm: Any, params: dict[str, Any], train: Any, X_held: np.ndarray, y_held: np.ndarray,
-                   max_rounds: int, patience: int) -> tuple[Any, np.ndarray]:
-    """A booster trained on ``train`` until its mean quantile loss on the held-out rows (X_held, y_held)
-    has not improved for ``patience`` rounds (at most ``max_rounds``), and that loss after each round,
-    shape (rounds trained,); with no held-out rows, one round and an empty curve."""
-    if y_held.size == 0:
-        return lightgbm.train(params, train, num_boost_round=1), np.empty(0)
-    held = lightgbm.Dataset(X_held, y_held, reference=train)
-    record: dict[str, Any] = {}
-    booster = lightgbm.train(params, train, num_boost_round=max_rounds, valid_sets=[held], valid_names=["held"],
-                             callbacks=[lightgbm.record_evaluation(record),
-                                        lightgbm.early_stopping(patience, first_metric_only=True, verbose=False)])
-    return booster, np.asarray(record["held"]["quantile"], dtype=np.float64)
+def _early_stopped(lightgbm: Any, params: dict[tuple[int, int], dict[str, Any]], training: Callable[[Any], Any],
+                   X: np.ndarray, y: np.ndarray, held: Sequence[np.ndarray], max_rounds: int,
+                   patience: int) -> tuple[dict[tuple[int, int], Any], list[int]]:
+    """The boosters ``params`` names, by (level, fold), each trained on ``training(job)``, and each level's
+    round count. A level's boosters train side by side a round at a time (on the kernel pool) until the
+    first of them whose mean quantile loss on its fold's held-out rows (``held``: indices into X (n, d)
+    and y (n,)) has not improved for ``patience`` rounds, or ``max_rounds``; the count is the round, of
+    those trained, where that loss weighted by the held-out rows and summed over the folds is least. A
+    fold without held-out rows trains alongside and takes no part; a level none of whose folds has any
+    stops at one round.
 
+    This is the count that boosters each stopped on their own fold's loss give where the sum is read
+    up to the shortest of their curves (all have trained that far), without training the others past
+    it: on diamonds at 40,000 rows one median booster alone ran to 1,216 rounds where its level's
+    count was 547. (Stopping on the sum itself ran that level to 1,851 rounds and the boosters' time
+    from 14 s to 31 s, for 0.7% of crps_99.)"""
+    def started(job: tuple[int, int]) -> Any:  # the booster after its first round, its held-out rows attached
+        rows, train = held[job[1]], training(job)
+        valid = ({"valid_sets": [lightgbm.Dataset(X[rows], y[rows], reference=train)], "valid_names": ["held"]}
+                 if rows.size else {})
+        return lightgbm.train(params[job], train, num_boost_round=1, keep_training_booster=True, **valid)
 
-def _common_rounds(curves: Sequence[np.ndarray], sizes: Sequence[int]) -> int:
-    """The round count (>= 1) whose held-out loss, summed over the folds' rows, is least: each curve
-    (the mean loss after each round, one per fold, ``sizes`` its rows) read up to the shortest one that
-    has rows (every booster has trained that far)."""
-    weighted = [(curve, size) for curve, size in zip(curves, sizes) if size]
-    length = min(curve.size for curve, _ in weighted)
-    total = sum(size * curve[:length] for curve, size in weighted)
-    return int(np.argmin(total)) + 1
+    boosters = dict(zip(params, pool_map(started, list(params))))
+    scored = {level: [job for job in params if job[0] == level and held[job[1]].size] for level, _ in params}
+    own = {job: (np.inf, 0) for job in params}  # each booster's least held-out loss and its round
+    summed: dict[int, list[float]] = {level: [] for level in scored}
+    active, trained = [level for level in sorted(scored) if scored[level]], 1
+    while active:
+        for level in list(active):
+            losses = {job: boosters[job].eval_valid()[0][2] for job in scored[level]}
+            summed[level].append(sum(held[job[1]].size * loss for job, loss in losses.items()))
+            own.update({job: (loss, trained) for job, loss in losses.items() if loss < own[job][0]})
+            if trained >= max_rounds or any(trained - own[job][1] >= patience for job in scored[level]):
+                active.remove(level)
+        if active:
+            pool_map(lambda job: boosters[job].update(), [job for job in params if job[0] in active])
+            trained += 1
+    return boosters, [int(np.argmin(summed[level])) + 1 if summed[level] else 1 for level in sorted(scored)]
 
 
 def kernel_features(features: Sequence[str], summaries: BoostedSummaries | None) -> list[str]:

@@ -63,28 +63,52 @@ def test_each_row_is_summarised_by_boosters_trained_without_its_fold():
     assert summaries.augment(new).shape == (500, 3 + len(NAMES))
 
 
+def _fold_losses(X: np.ndarray, y: np.ndarray, level: float, folds: int, cap: int) -> np.ndarray:
+    """Brute force, shape (folds, cap): the pinball loss at ``level``, summed over each fold's rows, of
+    the booster trained on that fold's complement, after each of ``cap`` rounds."""
+    fold = row_folds(X, folds)
+    loss = np.zeros((folds, cap))
+    for k in range(folds):
+        train, held = fold != k, fold == k
+        booster = lightgbm.train({**BOOSTER_PARAMS, "alpha": level, "seed": 0},
+                                 lightgbm.Dataset(X[train], y[train], categorical_feature=[2]), num_boost_round=cap)
+        for r in range(cap):
+            diff = y[held] - booster.predict(X[held], num_iteration=r + 1)
+            loss[k, r] = np.sum(np.maximum(level * diff, (level - 1.0) * diff))
+    return loss
+
+
 def test_each_level_s_rounds_minimise_the_held_out_loss_summed_over_the_folds():
-    """Brute force: boosters trained on each fold's complement for a fixed number of rounds, their
-    pinball loss on the fold's rows after each round, summed over all rows: the least is the map's
-    count (no early stop within the cap here), and the count grows with the rows."""
+    """Brute force: the least summed loss over the rounds is the map's count (no early stop within the
+    cap here), and the count grows with the rows."""
     X, y = _table(2_000)
     cap = 60
     summaries = fit_summaries(X, y, [2], folds=3, max_rounds=cap, patience=cap)
-    folds = row_folds(X, 3)
     for j, level in enumerate(LEVELS):
-        loss = np.zeros(cap)
-        for k in range(3):
-            train, held = folds != k, folds == k
-            booster = lightgbm.train({**BOOSTER_PARAMS, "alpha": level, "seed": 0},
-                                     lightgbm.Dataset(X[train], y[train], categorical_feature=[2]), num_boost_round=cap)
-            for r in range(cap):
-                diff = y[held] - booster.predict(X[held], num_iteration=r + 1)
-                loss[r] += np.sum(np.maximum(level * diff, (level - 1.0) * diff))
+        loss = _fold_losses(X, y, level, 3, cap).sum(axis=0)
         assert summaries.rounds[j] == int(np.argmin(loss)) + 1
         assert loss[summaries.rounds[j] - 1] < loss[-1] or summaries.rounds[j] == cap
     more = fit_summaries(*_table(16_000), [2], folds=3)
     fewer = fit_summaries(*_table(1_000), [2], folds=3)
     assert all(m > f for m, f in zip(more.rounds, fewer.rounds)), (more.rounds, fewer.rounds)
+
+
+def test_a_level_s_boosters_stop_together_when_one_fold_s_loss_stalls():
+    """Brute force: the rounds walked until the first fold whose own held-out loss has not improved for
+    ``patience`` rounds; the count is the least of the summed loss over those rounds (not over all
+    ``cap``: the boosters stop there, not each on its own, nor all on the sum)."""
+    X, y = _table(3_000, seed=1)
+    cap, patience = 150, 3
+    summaries = fit_summaries(X, y, [2], folds=3, max_rounds=cap, patience=patience)
+    stopped = []
+    for j, level in enumerate(LEVELS):
+        loss = _fold_losses(X, y, level, 3, cap)
+        runs = [next((r for r in range(1, cap + 1) if r - (np.argmin(curve[:r]) + 1) >= patience), cap)
+                for curve in loss]
+        walked = min(runs)
+        stopped.append(walked < cap and np.argmin(loss.sum(axis=0)) + 1 > walked)
+        assert summaries.rounds[j] == int(np.argmin(loss.sum(axis=0)[:walked])) + 1, (level, summaries.rounds)
+    assert any(stopped)  # on some level the stop, not the cap, decided the count
 
 
 def test_cross_fitting_keeps_the_training_rows_noise_out_of_their_summaries():
