@@ -18,6 +18,7 @@ the pool from one of its own threads runs in that thread.
 from __future__ import annotations
 
 import os
+import sys
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager, nullcontext
@@ -46,7 +47,7 @@ _SLAB_ELEMENTS = 1 << 19  # entries per slab: about 4 MB of float64, cache-frien
 _THREADS = max(1, int(os.environ.get("JDL_KERNEL_THREADS", 0)) or min(4, os.cpu_count() or 1))
 _POOL_PREFIX = "jdl-kernel"
 _POOL: ThreadPoolExecutor | None = None
-_BLAS = {"lock": threading.Lock(), "holders": 0, "limits": None}
+_BLAS: dict[str, Any] = {"lock": threading.Lock(), "holders": 0, "limits": None, "controller": None, "modules": None}
 
 
 def _pool() -> ThreadPoolExecutor:
@@ -73,17 +74,27 @@ def pool_map(work: Callable[[Any], Any], items: list, *, one_blas_thread: bool =
         return list(_pool().map(work, items))
 
 
+def _blas_controller() -> ThreadpoolController:
+    """The process's thread-pool libraries, looked up again only where a module has been imported since
+    the last look (a library is loaded by an import: an extension module, or ctypes at a package's
+    import, as LightGBM's); a look reads every loaded library's path and took about 5 ms, 2 s of a
+    5,000-row tuning that held BLAS 415 times."""
+    if _BLAS.get("modules") != len(sys.modules):
+        _BLAS["controller"], _BLAS["modules"] = ThreadpoolController(), len(sys.modules)
+    return _BLAS["controller"]
+
+
 @contextmanager
 def _one_blas_thread() -> Iterator[None]:
     """BLAS at one thread for the duration, process-wide. (Idle BLAS threads spin for a while after
     each call; beside the pool's threads they took a core: measured 65k against 110k query rows per
-    second on 2 cores.) The BLAS libraries are looked up afresh (one loaded since, such as SciPy's,
-    is held too; about 2 ms). Overlapping uses share one limit; the last to leave restores BLAS's
+    second on 2 cores.) The BLAS libraries are looked up again after an import (``_blas_controller``:
+    one loaded since, such as SciPy's, is held too). Overlapping uses share one limit; the last to leave restores BLAS's
     own thread count. BLAS products of other threads that overlap one of these maps also run at one
     thread, and their last bits may differ from a run without the overlap."""
     with _BLAS["lock"]:
         if _BLAS["holders"] == 0:
-            _BLAS["limits"] = ThreadpoolController().limit(limits=1, user_api="blas")
+            _BLAS["limits"] = _blas_controller().limit(limits=1, user_api="blas")
         _BLAS["holders"] += 1
     try:
         yield

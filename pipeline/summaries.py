@@ -264,10 +264,13 @@ def fit_summaries(X: np.ndarray, y: np.ndarray, categorical: Sequence[int] = (),
                                         max_rounds, patience)
     else:
         counts = [int(count) for count in rounds]
-        fitted = dict(zip(jobs, pool_map(
-            lambda job: lightgbm.train(params(job), training(job), num_boost_round=counts[job[0]]), jobs)))
+        # (kept as trained: ``train`` would otherwise write each booster to text and read it back)
+        fitted = dict(zip(jobs, pool_map(lambda job: lightgbm.train(params(job), training(job),
+                                                                    num_boost_round=counts[job[0]],
+                                                                    keep_training_booster=True), jobs)))
     boosters = [[fitted[j, k].model_to_string(num_iteration=counts[j]) for j in range(len(LEVELS))]
                 for k in range(folds)]
+    del fitted  # the boosters and their training sets: the map reads its text
     low, high = np.quantile(y, [LEVELS[0], LEVELS[-1]])
     floor = SPREAD_FLOOR * float(high - low) if high > low else float(np.finfo(float).tiny)
     summaries = BoostedSummaries(boosters, X.shape[1], tuple(int(j) for j in categorical), floor,

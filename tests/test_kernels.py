@@ -79,3 +79,19 @@ def test_median_heuristic_matches_brute_force(rng):
         assert per_feature[k] == pytest.approx(np.median(gaps), rel=1e-12)
     with pytest.raises(ValueError, match="median"):
         median_heuristic(np.ones((10, 2)))
+
+
+def test_the_blas_libraries_are_looked_up_again_only_after_an_import(monkeypatch):
+    """The pool's hold on BLAS reuses the last look-up of the loaded libraries until a module is imported
+    (a library loaded since, e.g. by an extension module, must be held too)."""
+    import sys
+    import types
+
+    import jdlcore.kernels as kernels
+
+    first = kernels._blas_controller()
+    assert kernels._blas_controller() is first
+    monkeypatch.setitem(sys.modules, "jdl_test_fresh_module", types.ModuleType("jdl_test_fresh_module"))
+    again = kernels._blas_controller()
+    assert again is not first and kernels._blas_controller() is again
+    assert {lib["user_api"] for lib in again.info()} >= {lib["user_api"] for lib in first.info()}
