@@ -89,9 +89,9 @@ def _one_blas_thread() -> Iterator[None]:
     """BLAS at one thread for the duration, process-wide. (Idle BLAS threads spin for a while after
     each call; beside the pool's threads they took a core: measured 65k against 110k query rows per
     second on 2 cores.) The BLAS libraries are looked up again after an import (``_blas_controller``:
-    one loaded since, such as SciPy's, is held too). Overlapping uses share one limit; the last to leave restores BLAS's
-    own thread count. BLAS products of other threads that overlap one of these maps also run at one
-    thread, and their last bits may differ from a run without the overlap."""
+    one loaded since, such as SciPy's, is held too). Overlapping uses share one limit; the last to
+    leave restores BLAS's own thread count. BLAS products of other threads that overlap one of these
+    maps also run at one thread, and their last bits may differ from a run without the overlap."""
     with _BLAS["lock"]:
         if _BLAS["holders"] == 0:
             _BLAS["limits"] = _blas_controller().limit(limits=1, user_api="blas")
@@ -511,13 +511,16 @@ def kernel_from_dict(spec: dict[str, Any]) -> Kernel:
 
 
 def median_heuristic(X: Any, *, per_feature: bool = False, max_points: int = 2000, seed: int = 0,
-                     kernel: Kernel | None = None) -> float | np.ndarray:
+                     kernel: Kernel | None = None, ties: str = "raise") -> float | np.ndarray:
     """Median pairwise Euclidean distance of (a seeded subsample of) X, a common lengthscale choice;
     with ``kernel``, the distance as that kernel sees it at lengthscale 1 (its scaling applied, a
     categorical mismatch counting 1: ``Kernel.squared_distances``).
 
     With ``per_feature=True`` returns one median absolute difference per column (shape (d,)).
-    Raises ``ValueError`` when the median is 0 (constant or mostly duplicated data).
+    Where the median is 0 (half the pairs or more tied: constant or mostly duplicated data, such as one
+    binary column, or a y that is 0 on three rows in four), ``ties`` "raise" (the default) raises
+    ``ValueError``, and "distinct" returns the median over the pairs of distinct rows instead (raising
+    only where there are none).
     """
     X = as_samples(X, "X", min_rows=2)
     rng = np.random.default_rng(seed)
@@ -529,8 +532,13 @@ def median_heuristic(X: Any, *, per_feature: bool = False, max_points: int = 200
         if np.any(medians <= 0):
             raise ValueError(f"X: median pairwise difference is 0 in column(s) {np.flatnonzero(medians <= 0).tolist()}")
         return medians
+    if ties not in ("raise", "distinct"):
+        raise ValueError(f"ties: must be 'raise' or 'distinct', got {ties!r}")
     squared = _squared_distances(X, X) if kernel is None else kernel.with_lengthscale(1.0).squared_distances(X)
-    median = float(np.median(np.sqrt(squared[upper])))
+    distances = np.sqrt(squared[upper])
+    median = float(np.median(distances))
+    if median <= 0 and ties == "distinct" and np.any(distances > 0):
+        median = float(np.median(distances[distances > 0]))
     if median <= 0:
         raise ValueError("X: median pairwise distance is 0 (constant or mostly duplicated rows)")
     return median

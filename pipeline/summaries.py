@@ -237,8 +237,8 @@ def fit_summaries(X: np.ndarray, y: np.ndarray, categorical: Sequence[int] = (),
                   scale_floor: float = 0.0) -> BoostedSummaries | None:
     """Cross-fitted quantile boosters of y (n,) on X (n, d), their rounds chosen out of fold (see the
     module's docstring) or, where ``rounds`` gives them, one count per level of ``LEVELS``; None where
-    no summary varies over the rows (too few rows for a split, or y constant): then there is nothing
-    to add. ``kept``: the summaries to keep, where another map already decided them (no pass over the
+    no summary varies over the rows (too few rows for a split, y constant, or every row in one fold, as
+    where x takes one value: no booster then has rows to train on): then there is nothing to add. ``kept``: the summaries to keep, where another map already decided them (no pass over the
     rows to see which vary), with its ``scale_floor``; else the floor is the ``SCALE_QUANTILE`` quantile
     of the spreads the map predicts at its rows.
 
@@ -247,6 +247,8 @@ def fit_summaries(X: np.ndarray, y: np.ndarray, categorical: Sequence[int] = (),
     X = np.asarray(X, dtype=np.float64)
     y = np.asarray(y, dtype=np.float64).reshape(-1)
     fold = row_folds(X, folds)
+    if np.unique(fold).size < 2:
+        return None
     held = [np.flatnonzero(fold == k) for k in range(folds)]
     jobs = [(j, k) for j in range(len(LEVELS)) for k in range(folds)]  # (level, fold): one booster each
     threads = _booster_threads()

@@ -317,3 +317,29 @@ def test_methods_without_an_x_kernel_and_compression_refuse_categorical_data(fit
     with pytest.raises(ValueError, match="has categorical x columns \\(color, code\\); compression"):
         compress_store(root / "train.zarr", root / "c.zarr", m=20)
     assert not (root / "jpdl.zarr").exists() and not (root / "c.zarr").exists()
+
+
+def test_one_binary_column_and_a_y_mostly_zero_tune_and_fit_by_default(tmp_path):
+    """Half the pairs or more tied, in x (one two-level column) and in y (0 on most rows): the median
+    heuristic is 0 on both, and the default grid takes the median over the distinct pairs (it was a
+    refusal). The conditional law then follows the group's share of zeros: P(y <= 0.5 | x), by hand
+    0.75 + 0.25 (1 - exp(-0.5)) for "a" and 0.9 + 0.1 (1 - exp(-0.5)) for "b"."""
+    from jdl.cli import main
+
+    rng = np.random.default_rng(3)
+    group = rng.choice(["a", "b"], 2_000)
+    zero = rng.random(2_000) < np.where(group == "a", 0.75, 0.9)
+    frame = pd.DataFrame({"group": group, "y": np.where(zero, 0.0, rng.exponential(size=2_000))})
+    frame.to_csv(tmp_path / "t.csv", index=False)
+    pd.DataFrame({"group": ["a", "b"], "y": [0.0, 1.0]}).to_csv(tmp_path / "q.csv", index=False)
+    for name in ("t", "q"):
+        assert main(["stage", str(tmp_path / f"{name}.csv"), "--x", "group", "--y", "y",
+                     "--out", str(tmp_path / f"{name}.zarr")]) == 0
+    assert main(["tune", str(tmp_path / "t.zarr"), "--out", str(tmp_path / "tuning.zarr")]) == 0
+    assert main(["fit", str(tmp_path / "t.zarr"), "--out", str(tmp_path / "m.zarr"),
+                 "--tuning", str(tmp_path / "tuning.zarr")]) == 0
+    assert main(["score", str(tmp_path / "m.zarr"), str(tmp_path / "q.zarr"), "--out", str(tmp_path / "s.zarr"),
+                 "--function", "cdf:0.5"]) == 0
+    cdf = zarr.open_group(tmp_path / "s.zarr", mode="r")["cdf:0.5"][:, 0]
+    expected = np.array([0.75, 0.9]) + np.array([0.25, 0.1]) * (1 - np.exp(-0.5))
+    np.testing.assert_allclose(cdf, expected, atol=0.04)

@@ -81,6 +81,24 @@ def test_median_heuristic_matches_brute_force(rng):
         median_heuristic(np.ones((10, 2)))
 
 
+def test_the_median_heuristic_over_distinct_pairs_where_most_pairs_are_tied(rng):
+    """y 0 on three rows in four: over 56% of the pairs are tied and the median distance is 0. "distinct"
+    gives the median over the pairs at a positive distance (brute force); "raise" keeps refusing; a
+    median that is positive is the same either way; rows all equal have no distinct pair."""
+    y = np.where(rng.random((80, 1)) < 0.75, 0.0, rng.exponential(size=(80, 1)))
+    distances = np.array([abs(y[i, 0] - y[j, 0]) for i in range(80) for j in range(i + 1, 80)])
+    assert np.median(distances) == 0
+    assert median_heuristic(y, ties="distinct") == pytest.approx(np.median(distances[distances > 0]), rel=1e-12)
+    with pytest.raises(ValueError, match="median pairwise distance is 0"):
+        median_heuristic(y)
+    X = rng.standard_normal((40, 2))
+    assert median_heuristic(X, ties="distinct") == median_heuristic(X)
+    with pytest.raises(ValueError, match="median pairwise distance is 0"):
+        median_heuristic(np.ones((10, 2)), ties="distinct")
+    with pytest.raises(ValueError, match="ties: must be"):
+        median_heuristic(X, ties="ignore")
+
+
 def test_the_blas_libraries_are_looked_up_again_only_after_an_import(monkeypatch):
     """The pool's hold on BLAS reuses the last look-up of the loaded libraries until a module is imported
     (a library loaded since, e.g. by an extension module, must be held too)."""

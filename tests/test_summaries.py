@@ -152,6 +152,11 @@ def test_the_record_round_trips_and_refuses_another_format():
 def test_nothing_to_summarise_and_the_rules():
     X, _ = _table(500)
     assert fit_summaries(X, np.full(500, 2.0), max_rounds=5) is None  # y constant: no summary varies
+    # every row in one fold, so no booster has rows to train on: x takes one value, or two that share a
+    # fold (a binary column coded 1 and 2)
+    assert fit_summaries(np.ones((500, 2)), np.arange(500.0), max_rounds=5) is None
+    two = np.repeat([[1.0], [2.0]], 250, axis=0)
+    assert np.unique(row_folds(two)).size == 1 and fit_summaries(two, np.arange(500.0), max_rounds=5) is None
     assert summary_rule("auto", 1) and not summary_rule("auto", 2) and not summary_rule("none", 1)
     with pytest.raises(ValueError, match="y has 2 columns"):
         summary_rule("boosted", 2)

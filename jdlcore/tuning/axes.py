@@ -16,8 +16,10 @@ LENGTHSCALE_FACTORS = (1 / 8, 1 / 4, 1 / 2)  # times the median heuristic, when 
 
 def default_lengthscales(samples: np.ndarray, seed: int = 0, kernel: Kernel | None = None) -> list[float]:
     """``LENGTHSCALE_FACTORS`` times the median pairwise distance of ``samples`` (rows, features), as
-    ``kernel`` sees them (standardised by its scaling, if it has one; a categorical mismatch counts 1)."""
-    median = median_heuristic(samples, seed=seed, kernel=kernel)
+    ``kernel`` sees them (standardised by its scaling, if it has one; a categorical mismatch counts 1),
+    over the pairs of distinct rows where half the pairs or more are tied (``median_heuristic``'s
+    ``ties``: one binary column, or a y mostly 0, would otherwise have no lengthscale)."""
+    median = median_heuristic(samples, seed=seed, kernel=kernel, ties="distinct")
     return [float(f * median) for f in LENGTHSCALE_FACTORS]
 
 
