@@ -24,6 +24,8 @@ from distributed.scheduler import KilledWorker
 from jdlcore.lowrank.cholesky import pivot_block_inverse, top_candidates
 from jdlcore.kernels import Kernel
 
+from .cluster import broadcast
+
 __all__ = ["ChunkState", "DaskFactorStorage"]
 
 _LOST = (FutureCancelledError, KilledWorker)  # data or tasks lost with a worker
@@ -273,7 +275,7 @@ class DaskFactorStorage:
     def _rebuild(self) -> None:
         self.recoveries += 1
         points, B = self.pivot_basis()
-        shared = self.client.scatter([points, self._pivots, self._L_pivots, B], broadcast=True, hash=False)
+        shared = broadcast(self.client, [points, self._pivots, self._L_pivots, B])
         self.states = [
             self.client.submit(_rebuild_state, chunk, int(offset), self.kernel, self.keeps_factor, *shared, pure=False)
             for chunk, offset in zip(self.chunks, self.offsets[:-1])
@@ -373,9 +375,8 @@ class DaskFactorStorage:
             committed_points, B = self.pivot_basis()
             mixing = np.hstack([transform_t, -transform_t @ (rows @ B.T)])
             basis = (committed_points.reshape(-1, points.shape[1]), mixing)
-        shared = self.client.scatter([points, rows, transform_t, factor_rows], broadcast=True, hash=False)
-        shared_basis = ([None, None] if basis is None
-                        else self.client.scatter(list(basis), broadcast=True, hash=False))
+        shared = broadcast(self.client, [points, rows, transform_t, factor_rows])
+        shared_basis = [None, None] if basis is None else broadcast(self.client, list(basis))
         empty = np.empty(0, dtype=np.int64)
         states = []
         for c, state in enumerate(self.states):

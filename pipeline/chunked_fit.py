@@ -28,6 +28,7 @@ from jdlcore.conditional.support import (
 )
 
 from .chunked_cholesky import ChunkState, DaskFactorStorage, recomputed_factor, slabs
+from .cluster import broadcast
 
 __all__ = ["chunked_factor", "chunked_problem"]
 
@@ -145,8 +146,8 @@ def chunked_problem(
         ranges = client.gather([client.submit(_value_range, state, pure=False) for state in storage_y.states])
         span = value_range(ranges)
         plan = plan_support(y_sample, size, factorisation.seed, support_resolution(kernel_y), span)
-    shared = client.scatter([factor_x.pivot_points, factor_x.B_pivots, factor_y.pivot_points, factor_y.B_pivots,
-                             functions, plan], broadcast=True, hash=False)
+    shared = broadcast(client, [factor_x.pivot_points, factor_x.B_pivots, factor_y.pivot_points, factor_y.B_pivots,
+                                functions, plan])
     parts = client.gather([client.submit(_partials, x, y, kernel_x, kernel_y, *shared, pure=False)
                            for x, y in zip(storage_x.states, storage_y.states)])
     partials = reduce(add, [p[0] for p in parts])
@@ -155,7 +156,7 @@ def chunked_problem(
     function_sums = {name: reduce(add, [p[1][name] for p in parts]).rotated(basis_y.rotation) for name in functions}
 
     def column_range(storage: DaskFactorStorage, points, B, rotation):
-        rotation = client.scatter(rotation, broadcast=True, hash=False)
+        rotation = broadcast(client, rotation)
         parts = client.gather([client.submit(_basis_extremes, state, storage.kernel, points, B, rotation, pure=False)
                                for state in storage.states])
         return np.min([p[0] for p in parts], axis=0), np.max([p[1] for p in parts], axis=0)

@@ -8,9 +8,10 @@ scheduler address "tcp://HOST:PORT". The environment variable ``JDL_SCHEDULER`` 
 from __future__ import annotations
 
 import contextlib
-from typing import Iterator
+from typing import Any, Iterator
 
-__all__ = ["AUTO_ROWS", "WORKER_ENVIRONMENT", "resolve_scheduler", "dask_client", "local_cluster", "shared_scheduler"]
+__all__ = ["AUTO_ROWS", "WORKER_ENVIRONMENT", "resolve_scheduler", "dask_client", "local_cluster", "shared_scheduler",
+           "broadcast"]
 
 AUTO_ROWS = 200_000
 
@@ -67,3 +68,10 @@ def shared_scheduler(scheduler: str | None) -> Iterator[str | None]:
             yield address
     else:
         yield scheduler
+
+
+def broadcast(client: Any, value: Any) -> Any:
+    """``value`` sent to every worker of ``client`` (a list: each item, a future per item), under a key
+    of its own: a scatter keyed by its values' hash reused the key of an equal scatter still being
+    released, and the tasks reading it were cancelled for lost dependencies (dask/distributed #4612)."""
+    return client.scatter(value, broadcast=True, hash=False)

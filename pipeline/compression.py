@@ -27,7 +27,7 @@ from jdlcore.kernels import DeltaKernel, GaussianKernel, Kernel, kernel_from_dic
 from jdlcore.validation import check_choice, check_positive
 
 from .atomic import atomic_store, refuse_existing
-from .cluster import dask_client, resolve_scheduler
+from .cluster import broadcast, dask_client, resolve_scheduler
 from .fitting import store_chunks
 from .staging import (
     arrays_fingerprint, categorical_levels, create_data_arrays, data_attrs, data_fingerprint, open_staged,
@@ -91,7 +91,7 @@ class DaskSource:
     def reduce(self, function: Callable[..., Partial], *args: Any, rows_hint: int = 1) -> Partial:
         """Sum over all chunks of ``function(X_chunk, Y_chunk, *args)``: one task per chunk (the small
         arguments sent once), the partials summed here in chunk order (deterministic)."""
-        [shared] = self.client.scatter([args], broadcast=True, hash=False)
+        [shared] = broadcast(self.client, [args])
         parts = [self.client.submit(_reduce_chunk, function, x, y, shared, rows_hint, pure=False)
                  for x, y in zip(self.x_chunks, self.y_chunks)]
         total = None

@@ -25,7 +25,7 @@ from jdlcore.conditional.support import check_support_rows, sample_rows
 from jdlcore.scaling import DEFAULT_SCALING, SCALING_ROWS, check_scaling_choice, robust_scaling
 
 from .atomic import refuse_existing
-from .cluster import dask_client, resolve_scheduler
+from .cluster import broadcast, dask_client, resolve_scheduler
 from .model_store import save_model
 from .staging import categorical_indices, categorical_levels, data_fingerprint, open_staged, read_sample
 from .summaries import read_summaries
@@ -296,7 +296,7 @@ def _fit_from_reductions(estimator: Any, data: str | os.PathLike, group: zarr.Gr
             chunks = store_chunks(client, data, group)
             # each chunk as the kernel reads it: missing values filled and flagged, summaries added, y
             # standardised where the map says so; a task of its own after its read
-            shipped = client.scatter(view, broadcast=True, hash=False)
+            shipped = broadcast(client, view)
             chunks["x"] = [client.submit(XView.rows, shipped, block) for block in chunks["x"]]
             if view.standardises:
                 chunks["y"] = [client.submit(XView.y, shipped, x, y) for x, y in zip(chunks["x"], chunks["y"])]

@@ -30,7 +30,7 @@ from jdlcore.conditional.queries import check_levels
 from jdlcore.models.estimator import PARAMETRISED_KINDS, REQUEST_KINDS
 
 from .atomic import atomic_store, refuse_existing
-from .cluster import dask_client, resolve_scheduler
+from .cluster import broadcast, dask_client, resolve_scheduler
 from .model_store import load_model
 from .staging import open_staged, recode
 from .x_view import XView, model_recoding
@@ -127,7 +127,7 @@ def score_store(model_path: str | os.PathLike, data: str | os.PathLike, out: str
             from distributed import as_completed
 
             with dask_client(where) as client:
-                shared = client.scatter(model, broadcast=True, hash=False)
+                shared = broadcast(client, model)
                 futures = [client.submit(score_chunk, shared, *job, a, b, pure=False) for a, b in bounds]
                 for done, _ in enumerate(as_completed(futures), 1):
                     _report(progress, done, len(bounds))

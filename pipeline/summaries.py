@@ -238,9 +238,10 @@ def fit_summaries(X: np.ndarray, y: np.ndarray, categorical: Sequence[int] = (),
     """Cross-fitted quantile boosters of y (n,) on X (n, d), their rounds chosen out of fold (see the
     module's docstring) or, where ``rounds`` gives them, one count per level of ``LEVELS``; None where
     no summary varies over the rows (too few rows for a split, y constant, or every row in one fold, as
-    where x takes one value: no booster then has rows to train on): then there is nothing to add. ``kept``: the summaries to keep, where another map already decided them (no pass over the
-    rows to see which vary), with its ``scale_floor``; else the floor is the ``SCALE_QUANTILE`` quantile
-    of the spreads the map predicts at its rows.
+    where x takes one value: no booster then has rows to train on): then there is nothing to add.
+    ``kept``: the summaries to keep, where another map already decided them (no pass over the rows to
+    see which vary), with its ``scale_floor``; else the floor is the ``SCALE_QUANTILE`` quantile of the
+    spreads the map predicts at its rows.
 
     ``categorical``: the category-code columns. The caller samples the rows (``MAX_ROWS``)."""
     lightgbm = _lightgbm()
@@ -320,10 +321,11 @@ def _early_stopped(lightgbm: Any, params: dict[tuple[int, int], dict[str, Any]],
         return lightgbm.train(params[job], train, num_boost_round=1, keep_training_booster=True, **valid)
 
     boosters = dict(zip(params, pool_map(started, list(params))))
-    scored = {level: [job for job in params if job[0] == level and held[job[1]].size] for level, _ in params}
+    levels = sorted({level for level, _ in params})
+    scored = {level: [job for job in params if job[0] == level and held[job[1]].size] for level in levels}
     own = {job: (np.inf, 0) for job in params}  # each booster's least held-out loss and its round
-    summed: dict[int, list[float]] = {level: [] for level in scored}
-    active, trained = [level for level in sorted(scored) if scored[level]], 1
+    summed: dict[int, list[float]] = {level: [] for level in levels}
+    active, trained = [level for level in levels if scored[level]], 1
     while active:
         for level in list(active):
             losses = {job: boosters[job].eval_valid()[0][2] for job in scored[level]}
@@ -334,7 +336,7 @@ def _early_stopped(lightgbm: Any, params: dict[tuple[int, int], dict[str, Any]],
         if active:
             pool_map(lambda job: boosters[job].update(), [job for job in params if job[0] in active])
             trained += 1
-    return boosters, [int(np.argmin(summed[level])) + 1 if summed[level] else 1 for level in sorted(scored)]
+    return boosters, [int(np.argmin(summed[level])) + 1 if summed[level] else 1 for level in levels]
 
 
 def kernel_features(features: Sequence[str], summaries: BoostedSummaries | None) -> list[str]:

@@ -35,7 +35,7 @@ from jdlcore.tuning import (
 )
 
 from .atomic import atomic_store, refuse_existing
-from .cluster import dask_client, resolve_scheduler
+from .cluster import broadcast, dask_client, resolve_scheduler
 from .staging import categorical_indices, categorical_levels, data_fingerprint, level_recoding, open_staged, read_sample, recode
 from .summaries import (
     DEFAULT_SUMMARIES, MAX_ROWS as SUMMARY_ROWS, BoostedSummaries, fit_summaries, summaries_variable, summary_rule,
@@ -471,7 +471,7 @@ def _fan_out(where: str, base: JDL, regs: Regs, progress: Callable[[str], None] 
 
         pairs = list(itertools.product(kernels_x, kernels_y))
         with dask_client(where) as client:
-            shared = [[client.scatter(part, broadcast=True, hash=False) for part in fold] for fold in folds]
+            shared = [[broadcast(client, part) for part in fold] for fold in folds]
             futures = [client.submit(score_grid, shared, base, [kx], [ky], regs, score, pure=False) for kx, ky in pairs]
             for k, _ in enumerate(as_completed(futures), 1):
                 if progress is not None:
