@@ -6,7 +6,7 @@ from jdlcore import JDL, Factorisation, GaussianKernel, build_problem
 from jdlcore.models.problem import marginal_sums
 from jdlcore.conditional.support import (
     MarginalSums, Support, build_support, finish_support, plan_support, reweight, sample_rows, sum_groups,
-    support_partial, value_range,
+    support_partial, two_point_rule, value_range,
 )
 
 cp = pytest.importorskip("cvxpy")
@@ -97,6 +97,12 @@ def test_partials_add_up_over_blocks_as_over_the_whole():
         total = total + part
     np.testing.assert_array_equal(total.counts, whole.counts)
     np.testing.assert_allclose(total.sums, whole.sums, rtol=1e-12)
+    cells = plan.assign(Y)
+    for cell in np.unique(cells)[::7]:  # each cell's least and greatest member, by brute force
+        members = Y[cells == cell, 0]
+        assert total.lows[cell, 0] == members.min() and total.highs[cell, 0] == members.max()
+    empty = total.counts == 0
+    assert np.all(np.isinf(total.lows[empty])) and np.all(np.isinf(total.highs[empty]))
     assert total.n == 5000 and total.counts.sum() == 5000 and total.distinct is None
     assert np.all(np.diff(plan.edges) > 0)
 
@@ -247,3 +253,60 @@ def test_the_grid_covers_the_rows_that_the_sample_missed(fitted):
         on_support = n * (covered.weights * covered.atoms[:, 0] ** power) @ P
         scale = np.abs(np.column_stack([np.ones(n), features(Y)]) * Y ** power).sum(axis=0)
         assert np.max(np.abs(on_support - brute) / scale) < 1e-10
+
+
+def _groups_of_values():
+    """Groups of values the bins meet: interior (mean -+ sd inside the range), mostly one end's value
+    (zeros with a few positives, and the mirror), one outlier, two values, and equal values."""
+    rng = np.random.default_rng(11)
+    return [rng.normal(3.0, 0.5, 200), np.r_[np.zeros(97), rng.uniform(0, 0.01, 3)],
+            np.r_[np.full(95, 2.0), 2.0 - rng.exponential(0.3, 5)], np.r_[np.ones(50), 40.0],
+            np.array([-1.0, 5.0]), np.full(9, 7.25), np.r_[np.zeros(999), 1e-3]]
+
+
+def test_the_two_point_rule_keeps_each_bin_s_moments_inside_its_range():
+    """Brute force on each group: the two atoms keep its count (shares sum to 1), mean and variance to
+    1e-12 (relative), and lie in [min, max]; mean -+ sd with equal shares where those lie in the range;
+    an atom on the range's end where they do not (the zeros stay at 0)."""
+    groups = _groups_of_values()
+    mean = np.array([g.mean() for g in groups])
+    variance = np.array([g.var() for g in groups])
+    low, high = np.array([g.min() for g in groups]), np.array([g.max() for g in groups])
+    atoms, shares = two_point_rule(mean, variance, low, high)
+    np.testing.assert_allclose(shares.sum(axis=1), 1.0, rtol=0, atol=1e-15)
+    assert np.all(shares >= 0)
+    scale = np.maximum(np.abs(mean), 1.0)
+    np.testing.assert_allclose((shares * atoms).sum(axis=1), mean, rtol=0, atol=1e-12 * scale.max())
+    np.testing.assert_allclose((shares * (atoms - mean[:, None]) ** 2).sum(axis=1), variance, rtol=1e-10,
+                               atol=1e-15)
+    assert np.all(atoms >= low[:, None]) and np.all(atoms <= high[:, None])
+    spread = np.sqrt(variance)
+    inside = (mean - spread >= low) & (mean + spread <= high)
+    assert inside[0] and not inside[1] and not inside[2] and not inside[3]
+    np.testing.assert_allclose(atoms[inside], np.column_stack([mean - spread, mean + spread])[inside], rtol=1e-14)
+    np.testing.assert_array_equal(shares[inside & (variance > 0)], 0.5)
+    assert atoms[1, 0] == 0.0 and atoms[6, 0] == 0.0 and atoms[2, 1] == 2.0 and atoms[3, 0] == 1.0
+    np.testing.assert_array_equal(atoms[4], [-1.0, 5.0])  # two values: the group itself
+    assert atoms[5, 0] == 7.25 and shares[5, 0] == 1.0  # equal values: one atom
+
+
+def test_a_y_often_zero_gets_laws_with_no_mass_below_zero():
+    """A y >= 0 that is 0 on 30-90% of the rows (more at larger x): the bins holding the zeros kept their
+    moments with atoms at mean -+ sd, one of them below 0, and the laws put up to 42% of their mass
+    there. With the bins' atoms in their range the least atom is 0, every law has no mass below it,
+    P(y <= 0 | x) is the law's mass at 0 (it grows with x, as the zeros' share does), the quantiles below
+    that mass are exactly 0, and the support still reproduces the normalisation's sums."""
+    rng = np.random.default_rng(0)
+    n = 20_000
+    x = rng.uniform(-1, 1, (n, 1))
+    zero_share = 0.6 + 0.3 * x[:, 0]
+    Y = np.where(rng.uniform(size=n) < zero_share, 0.0, rng.lognormal(0.0, 1.0, n) * (1 + x[:, 0] ** 2))[:, None]
+    model = JDL(GaussianKernel(0.3), GaussianKernel(0.1), reg=1e-4, scaling="robust").fit(x, Y)
+    assert model.support_.construction == "bins" and model.support_.exact != "none"
+    assert model.support_atoms_.min() == 0.0
+    grid = np.linspace(-0.9, 0.9, 7)[:, None]
+    at_zero = model.conditional_cdf(grid, [0.0])[:, 0]
+    np.testing.assert_allclose(model.conditional_cdf(grid, [-1e-9])[:, 0], 0.0, atol=1e-12)
+    assert np.all(np.diff(at_zero) > 0)
+    np.testing.assert_allclose(at_zero, 0.6 + 0.3 * grid[:, 0], atol=0.06)
+    np.testing.assert_array_equal(model.conditional_quantile(grid, [0.05, 0.25]), 0.0)

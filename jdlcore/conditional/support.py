@@ -16,9 +16,9 @@ Construction, in one pass over the atoms (blocks, so chunked and lazily read dat
 * "distinct": a Y with at most M distinct values (class labels, counts) keeps them all, weighted by
   their counts: the empirical marginal itself, no approximation.
 * "bins" (scalar Y): M / 2 bins, half with edges at equal-count quantiles of a seeded sample, half on
-  an even grid fine enough for the Y kernel; each bin holds two atoms, its members' mean plus and
-  minus their standard deviation, with half their count each (a two-point rule that keeps the bin's
-  count, sum and sum of squares).
+  an even grid fine enough for the Y kernel; each bin holds two atoms between its least and greatest
+  member that keep the bin's count, sum and sum of squares (``two_point_rule``: its members' mean
+  plus and minus their standard deviation, with half their count each, where those lie in that range).
 * "cells" (vector Y): M centres drawn from a seeded sample (distances in units of the sample's
   standard deviations); each atom is the mean of the members of its nearest-centre cell.
 The bins keep sum y and sum y^2 exactly, the cells sum y; the counts are then moved, as little as
@@ -38,7 +38,7 @@ __all__ = [
     "Support", "SupportPlan", "SupportPartial", "MarginalSums", "SUM_GROUPS", "ATOMS_PER_SUM", "MIN_DEFAULT_SIZE",
     "default_support_size", "support_size_for", "plan_support",
     "support_partial", "sum_groups", "finish_support", "build_support", "reweight", "sample_rows",
-    "check_support_rows", "value_range", "SAMPLE_ROWS",
+    "check_support_rows", "value_range", "two_point_rule", "SAMPLE_ROWS",
 ]
 
 SAMPLE_ROWS = 1 << 17  # rows that place the bin edges or cell centres
@@ -133,7 +133,8 @@ class SupportPartial:
 
     distinct: (values (u, d), counts (u,)) while the blocks have at most ``size`` distinct rows, else
     None; counts (cells,), sums (cells, d), squares (cells, d): members, their sum and sum of squares
-    per cell; n; total (d,), outer (d, d): sum y and sum y y^T.
+    per cell; n; total (d,), outer (d, d): sum y and sum y y^T; lows, highs (cells, d): the members'
+    least and greatest values per cell (+inf and -inf in an empty cell).
     """
 
     distinct: tuple[np.ndarray, np.ndarray] | None
@@ -144,6 +145,8 @@ class SupportPartial:
     total: np.ndarray
     outer: np.ndarray
     size: int
+    lows: np.ndarray
+    highs: np.ndarray
 
     def __add__(self, other: "SupportPartial") -> "SupportPartial":
         distinct = None
@@ -151,7 +154,8 @@ class SupportPartial:
             distinct = _merge_distinct(self.distinct, other.distinct, self.size)
         return SupportPartial(distinct, self.counts + other.counts, self.sums + other.sums,
                               self.squares + other.squares, self.n + other.n, self.total + other.total,
-                              self.outer + other.outer, self.size)
+                              self.outer + other.outer, self.size, np.minimum(self.lows, other.lows),
+                              np.maximum(self.highs, other.highs))
 
 
 def _merge_distinct(a: tuple, b: tuple, size: int) -> tuple | None:
@@ -209,11 +213,16 @@ def support_partial(y: np.ndarray, plan: SupportPlan) -> SupportPartial:
     sums = np.stack([np.bincount(cells, weights=y[:, j], minlength=plan.cells) for j in range(y.shape[1])], axis=1)
     squares = np.stack([np.bincount(cells, weights=y[:, j] ** 2, minlength=plan.cells) for j in range(y.shape[1])],
                        axis=1)
+    lows = np.full((plan.cells, y.shape[1]), np.inf)
+    highs = np.full((plan.cells, y.shape[1]), -np.inf)
+    np.minimum.at(lows, cells, y)
+    np.maximum.at(highs, cells, y)
     distinct = None
     values, inverse = np.unique(y, axis=0, return_inverse=True)
     if values.shape[0] <= plan.size:
         distinct = values, np.bincount(inverse.ravel(), minlength=values.shape[0]).astype(np.float64)
-    return SupportPartial(distinct, counts, sums, squares, y.shape[0], y.sum(axis=0), y.T @ y, plan.size)
+    return SupportPartial(distinct, counts, sums, squares, y.shape[0], y.sum(axis=0), y.T @ y, plan.size, lows,
+                          highs)
 
 
 @dataclass
@@ -283,20 +292,48 @@ def finish_support(partial: SupportPartial, features: Callable[[np.ndarray], np.
 
 
 def _cell_atoms(partial: SupportPartial) -> tuple[np.ndarray, np.ndarray]:
-    """Atoms (M, d) and counts (M,) of the non-empty cells: for a scalar Y two per bin, mean -+ standard
-    deviation with half the count each (one where the bin's members are all equal), ascending; for a
-    vector Y each cell's mean."""
+    """Atoms (M, d) and counts (M,) of the non-empty cells: for a scalar Y two per bin between its least
+    and greatest member (``two_point_rule``; one where the bin's members are all equal), ascending; for
+    a vector Y each cell's mean."""
     filled = partial.counts > 0
     counts = partial.counts[filled]
     means = partial.sums[filled] / counts[:, None]
     if means.shape[1] > 1:
         return means, counts
-    spread = np.sqrt(np.maximum(partial.squares[filled, 0] / counts - means[:, 0] ** 2, 0.0))
-    split = spread > 1e-12 * np.maximum(np.abs(means[:, 0]), 1.0)
-    atoms = np.concatenate([means[~split, 0], means[split, 0] - spread[split], means[split, 0] + spread[split]])
-    weights = np.concatenate([counts[~split], counts[split] / 2, counts[split] / 2])
+    variance = np.maximum(partial.squares[filled, 0] / counts - means[:, 0] ** 2, 0.0)
+    atoms, shares = two_point_rule(means[:, 0], variance, partial.lows[filled, 0], partial.highs[filled, 0])
+    split = shares[:, 1] > 0
+    atoms = np.concatenate([atoms[~split, 0], atoms[split, 0], atoms[split, 1]])
+    weights = np.concatenate([counts[~split], counts[split] * shares[split, 0], counts[split] * shares[split, 1]])
     order = np.argsort(atoms, kind="stable")
     return atoms[order, None], weights[order]
+
+
+def two_point_rule(mean: np.ndarray, variance: np.ndarray, low: np.ndarray,
+                   high: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Two atoms u <= v and their shares p, q (p + q = 1) with the mean and variance of each group of
+    values whose least and greatest are ``low`` and ``high`` (all (b,)), both atoms in [low, high].
+
+    The two-point laws with that mean mu and variance s^2 are u = mu - s t, v = mu + s / t with shares
+    p = 1 / (1 + t^2), q = t^2 / (1 + t^2), for t > 0. Both atoms lie in [low, high] where
+    s / (high - mu) <= t <= (mu - low) / s, an interval that is not empty because any values in
+    [low, high] have s^2 <= (mu - low) (high - mu) (the Bhatia-Davis inequality). The rule takes the t
+    of that interval nearest 1: mu -+ s with equal shares where those lie in the range (a bin well
+    inside the data), else an atom on the range's end (the zeros of a y that is often 0 stay at 0).
+    A group of equal values (s at most 1e-12 of its scale) gets one atom, its mean, with share 1
+    (q = 0). Returns atoms (b, 2) and shares (b, 2)."""
+    mean, low, high = (np.asarray(a, dtype=np.float64) for a in (mean, low, high))
+    spread = np.sqrt(np.maximum(np.asarray(variance, dtype=np.float64), 0.0))
+    split = spread > 1e-12 * np.maximum(np.abs(mean), 1.0)
+    s = np.where(split, spread, 1.0)
+    below = np.maximum(mean - low, 0.0) / s  # the largest t keeping u >= low
+    above = s / np.maximum(high - mean, np.finfo(float).tiny)  # the least t keeping v <= high
+    t = np.where(split, np.clip(1.0, above, np.maximum(below, above)), 1.0)
+    u, v = mean - spread * t, mean + spread / t
+    # rounding can leave an atom a few ulps outside the range the t was chosen for
+    u, v = np.where(split, np.clip(u, low, high), mean), np.where(split, np.clip(v, low, high), mean)
+    p = np.where(split, 1.0 / (1.0 + t**2), 1.0)
+    return np.column_stack([u, v]), np.column_stack([p, 1.0 - p])
 
 
 def _defect(columns: np.ndarray, weights: np.ndarray, targets: np.ndarray) -> tuple[np.ndarray, float]:
