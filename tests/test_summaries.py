@@ -143,6 +143,10 @@ def test_cross_fitting_keeps_the_training_rows_noise_out_of_their_summaries():
     in_sample = lightgbm.train({**BOOSTER_PARAMS, "alpha": 0.5}, lightgbm.Dataset(X, y), 100).predict(X)
     assert abs(np.corrcoef(out_of_fold, y)[0, 1]) < 0.06
     assert np.corrcoef(in_sample, y)[0, 1] > 0.3
+    # nor do their spreads follow how far each row's y lies from the centre (fold k's outer boosters start
+    # from fold k's median booster, trained without fold k)
+    spread = summaries.features(X)[:, 1]
+    assert abs(np.corrcoef(spread, np.abs(y - np.median(y)))[0, 1]) < 0.06
 
 
 def test_the_record_round_trips_and_refuses_another_format():

@@ -261,16 +261,22 @@ def _groups_of_values():
     rng = np.random.default_rng(11)
     return [rng.normal(3.0, 0.5, 200), np.r_[np.zeros(97), rng.uniform(0, 0.01, 3)],
             np.r_[np.full(95, 2.0), 2.0 - rng.exponential(0.3, 5)], np.r_[np.ones(50), 40.0],
-            np.array([-1.0, 5.0]), np.full(9, 7.25), np.r_[np.zeros(999), 1e-3]]
+            np.array([-1.0, 5.0]), np.full(9, 7.25), np.r_[np.zeros(999), 1e-3], np.full(7, 0.1)]
 
 
 def test_the_two_point_rule_keeps_each_bin_s_moments_inside_its_range():
     """Brute force on each group: the two atoms keep its count (shares sum to 1), mean and variance to
     1e-12 (relative), and lie in [min, max]; mean -+ sd with equal shares where those lie in the range;
-    an atom on the range's end where they do not (the zeros stay at 0)."""
+    an atom on the range's end where they do not (the zeros stay at 0); equal values summed with
+    rounding, one atom at their mean, without a warning."""
     groups = _groups_of_values()
     mean = np.array([g.mean() for g in groups])
     variance = np.array([g.var() for g in groups])
+    # the last group's moments as the bins sum them: seven 0.1s leave a mean an ulp above 0.1 and a
+    # variance of 1.7e-18, which took t to 1e300 and overflowed its square
+    mean[-1] = groups[-1].sum() / 7
+    variance[-1] = (groups[-1] ** 2).sum() / 7 - mean[-1] ** 2
+    assert mean[-1] != 0.1 and variance[-1] > 0
     low, high = np.array([g.min() for g in groups]), np.array([g.max() for g in groups])
     atoms, shares = two_point_rule(mean, variance, low, high)
     np.testing.assert_allclose(shares.sum(axis=1), 1.0, rtol=0, atol=1e-15)
@@ -279,7 +285,8 @@ def test_the_two_point_rule_keeps_each_bin_s_moments_inside_its_range():
     np.testing.assert_allclose((shares * atoms).sum(axis=1), mean, rtol=0, atol=1e-12 * scale.max())
     np.testing.assert_allclose((shares * (atoms - mean[:, None]) ** 2).sum(axis=1), variance, rtol=1e-10,
                                atol=1e-15)
-    assert np.all(atoms >= low[:, None]) and np.all(atoms <= high[:, None])
+    inside_range = (atoms >= low[:, None]) & (atoms <= high[:, None])
+    assert np.all(inside_range[:-1]) and shares[-1, 0] == 1.0 and atoms[-1, 0] == mean[-1]  # one atom
     spread = np.sqrt(variance)
     inside = (mean - spread >= low) & (mean + spread <= high)
     assert inside[0] and not inside[1] and not inside[2] and not inside[3]

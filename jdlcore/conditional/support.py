@@ -320,11 +320,12 @@ def two_point_rule(mean: np.ndarray, variance: np.ndarray, low: np.ndarray,
     [low, high] have s^2 <= (mu - low) (high - mu) (the Bhatia-Davis inequality). The rule takes the t
     of that interval nearest 1: mu -+ s with equal shares where those lie in the range (a bin well
     inside the data), else an atom on the range's end (the zeros of a y that is often 0 stay at 0).
-    A group of equal values (s at most 1e-12 of its scale) gets one atom, its mean, with share 1
-    (q = 0). Returns atoms (b, 2) and shares (b, 2)."""
+    A group of equal values gets one atom, its mean, with share 1 (q = 0): where s is at most 1e-12 of
+    its scale, or the mean is not strictly inside the range (the rounding of sums of equal values
+    leaves a variance of about 1e-18 and a mean an ulp off them). Returns atoms (b, 2) and shares (b, 2)."""
     mean, low, high = (np.asarray(a, dtype=np.float64) for a in (mean, low, high))
     spread = np.sqrt(np.maximum(np.asarray(variance, dtype=np.float64), 0.0))
-    split = spread > 1e-12 * np.maximum(np.abs(mean), 1.0)
+    split = (spread > 1e-12 * np.maximum(np.abs(mean), 1.0)) & (low < mean) & (mean < high)
     s = np.where(split, spread, 1.0)
     below = np.maximum(mean - low, 0.0) / s  # the largest t keeping u >= low
     above = s / np.maximum(high - mean, np.finfo(float).tiny)  # the least t keeping v <= high
