@@ -327,8 +327,10 @@ class Kernel:
         sq = (_squared_distances(As[:, continuous], Bs[:, continuous]) if continuous.size
               else np.zeros((As.shape[0], Bs.shape[0])))
         weights = 1.0 / np.square(np.broadcast_to(np.asarray(self.lengthscale, dtype=np.float64), (As.shape[1],))[codes])
-        for column, weight in zip(codes, weights):
-            sq += weight * (As[:, column, None] != Bs[None, :, column])
+        mismatch = np.empty(sq.shape, dtype=bool)
+        for column, weight in zip(codes, weights):  # in place: the block is the kernel's largest array
+            np.not_equal(As[:, column, None], Bs[None, :, column], out=mismatch)
+            np.add(sq, weight, out=sq, where=mismatch)
         return sq
 
     def _block(self, As: np.ndarray, Bs: np.ndarray) -> np.ndarray:

@@ -132,7 +132,9 @@ class BoostedSummaries:
     standardises: whether the model's y is read standardised by the summaries, r = (y - median) / spread
     (``location_scale``; both summaries kept); scale_floor: the least spread it divides by, in y's units
     (``SCALE_QUANTILE``); from_median: whether the outer levels' boosters predict offsets from their
-    fold's median booster (every map ``fit_summaries`` fits; False for a record that predates them)."""
+    fold's median booster (every map ``fit_summaries`` fits; False for a record that predates them);
+    y_range: the least and greatest y of the rows the map was fitted on, to which the law of a
+    standardised y is clipped (``location_scale``; unbounded for a record that predates it)."""
 
     boosters: list[list[str]]
     width: int
@@ -144,6 +146,7 @@ class BoostedSummaries:
     standardises: bool = False
     scale_floor: float = 0.0
     from_median: bool = False
+    y_range: tuple[float, float] = (-np.inf, np.inf)
     _loaded: list[list[Any]] | None = field(default=None, repr=False, compare=False)
 
     @property
@@ -191,8 +194,8 @@ class BoostedSummaries:
 
     def location_scale(self, Z: np.ndarray) -> LocationScale:
         """Each row's location (the predicted median) and scale (``scale``) from rows Z (n, d') as
-        ``augment`` returns them (the kept summaries are their last columns)."""
-        return LocationScale.of(self._summary(Z, "summary_median"), self.scale(Z), "summaries")
+        ``augment`` returns them (the kept summaries are their last columns), with y's range ``y_range``."""
+        return LocationScale.of(self._summary(Z, "summary_median"), self.scale(Z), "summaries", *self.y_range)
 
     def scale(self, Z: np.ndarray) -> np.ndarray:
         """Each row's scale, shape (n,): the predicted 10%-90% spread, at least ``scale_floor``, from rows
@@ -234,6 +237,7 @@ class BoostedSummaries:
                            "categorical": list(self.categorical), "floor": self.floor, "kept": list(self.kept),
                            "rounds": list(self.rounds), "columns": self.columns, "standardises": self.standardises,
                            "scale_floor": self.scale_floor, "from_median": self.from_median,
+                           **({"y_range": list(self.y_range)} if np.all(np.isfinite(self.y_range)) else {}),
                            "boosters": self.boosters}).encode()
 
     @classmethod
@@ -250,7 +254,8 @@ class BoostedSummaries:
                    categorical=tuple(int(j) for j in spec["categorical"]), floor=float(spec["floor"]),
                    kept=tuple(spec["kept"]), rounds=tuple(int(r) for r in spec.get("rounds", ())),
                    columns=bool(spec.get("columns", True)), standardises=bool(spec.get("standardises", False)),
-                   scale_floor=float(spec.get("scale_floor", 0.0)), from_median=spec["format"] == 3)
+                   scale_floor=float(spec.get("scale_floor", 0.0)), from_median=spec["format"] == 3,
+                   y_range=tuple(float(v) for v in spec.get("y_range", (-np.inf, np.inf))))
 
 
 def fit_summaries(X: np.ndarray, y: np.ndarray, categorical: Sequence[int] = (), *, seed: int = 0,
@@ -294,12 +299,12 @@ def fit_summaries(X: np.ndarray, y: np.ndarray, categorical: Sequence[int] = (),
         if rounds is None:
             return _early_stopped(lightgbm, {job: params(job) for job in jobs}, lambda job: datasets(job, start),
                                   [rows.size for rows in held], max_rounds, patience)
-        counts = [int(rounds[j]) for j in levels]
+        fixed = {j: int(rounds[j]) for j in levels}
         # (kept as trained: ``train`` would otherwise write each booster to text and read it back)
         trained = pool_map(lambda job: lightgbm.train(params(job), datasets(job, start)[0],
-                                                      num_boost_round=int(rounds[job[0]]),
-                                                      keep_training_booster=True), jobs)
-        return dict(zip(jobs, trained)), counts
+                                                      num_boost_round=fixed[job[0]], keep_training_booster=True),
+                           jobs)
+        return dict(zip(jobs, trained)), [fixed[j] for j in levels]
 
     fitted, (median_rounds,) = boosted([MEDIAN], None)
     # each fold's median booster at every row: the start of its fold's outer levels
@@ -307,17 +312,15 @@ def fit_summaries(X: np.ndarray, y: np.ndarray, categorical: Sequence[int] = (),
                      list(range(folds)))
     outer, outer_rounds = boosted(OUTER, start)
     fitted.update(outer)
-    counts = [0] * len(LEVELS)
-    counts[MEDIAN] = median_rounds
-    for j, count in zip(OUTER, outer_rounds):
-        counts[j] = count
+    rounds_of = {MEDIAN: median_rounds, **dict(zip(OUTER, outer_rounds))}
+    counts = [rounds_of[j] for j in range(len(LEVELS))]
     boosters = [[fitted[j, k].model_to_string(num_iteration=counts[j]) for j in range(len(LEVELS))]
                 for k in range(folds)]
     del fitted, outer, start  # the boosters and their training sets: the map reads its text
     low, high = np.quantile(y, [LEVELS[0], LEVELS[-1]])
     floor = SPREAD_FLOOR * float(high - low) if high > low else float(np.finfo(float).tiny)
     summaries = BoostedSummaries(boosters, X.shape[1], tuple(int(j) for j in categorical), floor,
-                                 rounds=tuple(counts), from_median=True)
+                                 rounds=tuple(counts), from_median=True, y_range=(float(y.min()), float(y.max())))
     if kept is not None:
         summaries.kept, summaries.scale_floor = tuple(kept), float(scale_floor)
         return summaries

@@ -327,7 +327,7 @@ def two_point_rule(mean: np.ndarray, variance: np.ndarray, low: np.ndarray,
     spread = np.sqrt(np.maximum(np.asarray(variance, dtype=np.float64), 0.0))
     split = (spread > 1e-12 * np.maximum(np.abs(mean), 1.0)) & (low < mean) & (mean < high)
     s = np.where(split, spread, 1.0)
-    below = np.maximum(mean - low, 0.0) / s  # the largest t keeping u >= low
+    below = (mean - low) / s  # the largest t keeping u >= low (t is 1 where not split)
     above = s / np.maximum(high - mean, np.finfo(float).tiny)  # the least t keeping v <= high
     t = np.where(split, np.clip(1.0, above, np.maximum(below, above)), 1.0)
     u, v = mean - spread * t, mean + spread / t
