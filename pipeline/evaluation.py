@@ -49,12 +49,11 @@ class _Totals:
     def add(self, model: Any, X: np.ndarray, y: np.ndarray, rows: slice, rng: np.random.Generator,
             on: LocationScale | None = None) -> None:
         """The rows ``rows`` (x (b, d), y (b,)) read from the model's law at each x. ``on``: for a model of a
-        standardised y, each row's location and scale, which move its law to y's scale (the PIT and the
-        coverage are the same on both scales; the CRPS and the pinball loss scale with it)."""
+        standardised y, each row's location and scale, which move its law to y's scale, clipped to y's range
+        (``LocationScale``)."""
         weights, atoms = model.conditional_weights(X), self.atoms  # (b, M): the law every figure is read from
-        observed = y if on is None else on.standardise(y)[:, 0]
-        crps = law_crps(weights, atoms, observed)
-        self.crps[rows] = crps if on is None else on.crps(crps)
+        self.crps[rows] = (law_crps(weights, atoms, y) if on is None
+                           else on.crps(weights, atoms, np.argsort(atoms, kind="stable"), y))
         quantiles = law_quantiles(weights, atoms, self.asked)  # what conditional_quantile reads from the law
         quantiles = quantiles if on is None else on.quantiles(quantiles)
         at = {float(level): k for k, level in enumerate(self.asked)}
@@ -63,9 +62,11 @@ class _Totals:
         low = quantiles[:, [at[float(level)] for level in (1 - self.coverage) / 2]]
         high = quantiles[:, [at[float(level)] for level in (1 + self.coverage) / 2]]
         self.covered += ((y[:, None] >= low) & (y[:, None] <= high)).sum(axis=0)
-        mean = weights @ atoms
-        self.squared += float(np.sum((y - (mean if on is None else on.mean(mean))) ** 2))
-        self.pit[rows] = randomised_pit(weights, atoms, observed, rng.uniform(size=y.size))
+        mean = weights @ atoms if on is None else on.moments(weights, atoms)[0]
+        self.squared += float(np.sum((y - mean) ** 2))
+        uniform = rng.uniform(size=y.size)
+        self.pit[rows] = (randomised_pit(weights, atoms, y, uniform) if on is None
+                          else on.pit(weights, atoms, y, uniform))
 
 
 def evaluate_store(model_path: str | os.PathLike, data: str | os.PathLike, out: str | os.PathLike, *,

@@ -1,5 +1,6 @@
 """A model of a standardised y, r = (y - location) / scale, read on y's scale: every answer against the
-law of y built by hand (atoms location + scale z_k with the law of r's weights), by brute force."""
+law of y built by hand (atoms location + scale z_k with the law of r's weights, clipped to y's range
+where there is one), by brute force."""
 import numpy as np
 import pytest
 
@@ -23,16 +24,28 @@ def fitted():
 
 
 def by_hand(model, Xq, on):
-    """The laws of y at the queries: per-row atoms (q, M) and their weights (q, M)."""
+    """The laws of y at the queries: per-row atoms (q, M), clipped to ``on``'s range, and their weights (q, M)."""
     z = model.support_atoms_[:, 0]
-    return on.location[:, None] + on.scale[:, None] * z[None, :], model.conditional_weights(Xq)
+    atoms = np.clip(on.location[:, None] + on.scale[:, None] * z[None, :], on.low, on.high)
+    return atoms, model.conditional_weights(Xq)
 
 
-def test_moments_cdf_and_quantiles_match_the_law_of_y(fitted):
+def bounded(on):
+    """``on`` with y's range [-30, 40]: it cuts the laws of many rows on one side or both, and holds every
+    atom of some rows at one of its ends (their location is far outside it)."""
+    return LocationScale.of(on.location, on.scale, low=-30.0, high=40.0)
+
+
+@pytest.mark.parametrize("ranged", [False, True], ids=["unbounded", "range"])
+def test_moments_cdf_and_quantiles_match_the_law_of_y(fitted, ranged):
     model, Xq, on = fitted
+    on = bounded(on) if ranged else on
     atoms, P = by_hand(model, Xq, on)
     assert np.all(P >= 0) and np.allclose(P.sum(axis=1), 1, atol=1e-12)  # the law of y is a probability vector
-    thresholds = np.array([-80.0, -10.0, 0.0, 3.0, 60.0])
+    if ranged:  # the hard cases are there: laws cut inside, and laws held at one end
+        assert np.any(np.all(atoms == on.low, axis=1)) and np.any(np.all(atoms == on.high, axis=1))
+        assert np.any((atoms.min(axis=1) == on.low) & (atoms.max(axis=1) < on.high))
+    thresholds = np.array([-80.0, -30.0, -10.0, 0.0, 3.0, 40.0, 60.0])
     levels = np.array([0.05, 0.5, 0.9, 0.99])
     got = model.answer_requests({"mean": ("mean", None), "second_moment": ("second_moment", None),
                                  "cdf": ("cdf", thresholds), "q": ("quantile", levels)}, Xq, on=on)
@@ -48,10 +61,14 @@ def test_moments_cdf_and_quantiles_match_the_law_of_y(fitted):
             assert got["q"][i, k] == atoms[i, order][np.argmax(running >= level * (1 - 1e-12))]
 
 
-def test_crps_on_y_is_the_brute_force_crps_of_the_law_of_y(fitted):
+@pytest.mark.parametrize("ranged", [False, True], ids=["unbounded", "range"])
+def test_crps_on_y_is_the_brute_force_crps_of_the_law_of_y(fitted, ranged):
     model, Xq, on = fitted
+    on = bounded(on) if ranged else on
     atoms, P = by_hand(model, Xq, on)
-    y = on.location + on.scale * np.linspace(-3, 3, len(Xq))
+    y = on.location + on.scale * np.linspace(-3, 3, len(Xq))  # in the range and out of it, at its ends too
+    if ranged:
+        y[[3, 7]] = on.low, on.high
     pairwise = np.abs(atoms[:, :, None] - atoms[:, None, :])
     expected = (np.sum(P * np.abs(atoms - y[:, None]), axis=1)
                 - 0.5 * np.einsum("ij,ijk,ik->i", P, pairwise, P))
@@ -70,6 +87,30 @@ def test_unit_location_scale_gives_the_plain_answers(fitted):
     np.testing.assert_allclose(read["cdf"], model.conditional_cdf(Xq, thresholds), atol=TIGHT)
     y = np.linspace(-1, 1, len(Xq))
     np.testing.assert_allclose(model.crps(Xq, y, on=unit), model.crps(Xq, y), rtol=TIGHT)
+
+
+def test_the_pit_and_the_quantiles_read_the_clipped_law_and_stay_in_the_range(fitted):
+    """``LocationScale.pit`` against F(y-) + V (F(y) - F(y-)) of the clipped law by hand (an observation
+    below the range has PIT 0, one at its low end V times the mass held there); every quantile in range."""
+    model, Xq, on = fitted
+    on = bounded(on)
+    atoms, P = by_hand(model, Xq, on)
+    y = on.location + on.scale * np.linspace(-3, 3, len(Xq))
+    y[[3, 7, 11]] = on.low, on.high, on.low - 5.0
+    uniform = np.random.default_rng(0).uniform(size=len(Xq))
+    pit = on.pit(P, model.support_atoms_[:, 0], y, uniform)
+    below, at = np.sum(P * (atoms < y[:, None]), axis=1), np.sum(P * (atoms == y[:, None]), axis=1)
+    np.testing.assert_allclose(pit, np.clip(below + uniform * at, 0, 1), atol=TIGHT)
+    assert pit[11] == 0.0 and at[3] > 0
+    levels = np.array([0.01, 0.25, 0.5, 0.75, 0.99])
+    q = model.answer_requests({"q": ("quantile", levels)}, Xq, on=on)["q"]
+    assert np.all((q >= on.low) & (q <= on.high)) and np.any(q == on.low) and np.any(q == on.high)
+
+
+@pytest.mark.parametrize("low, high", [(1.0, 1.0), (2.0, 1.0), (np.nan, 1.0), (0.0, np.nan)])
+def test_a_range_without_low_below_high_is_refused(low, high):
+    with pytest.raises(ValueError, match="summaries: y's range must have low < high"):
+        LocationScale.of([0.0], [1.0], where="summaries", low=low, high=high)
 
 
 def test_cdf_per_row_counts_an_atom_at_the_threshold_and_keeps_signed_weights():

@@ -155,6 +155,7 @@ def test_the_record_round_trips_and_refuses_another_format():
     again = BoostedSummaries.from_bytes(summaries.to_bytes())
     assert again.kept == summaries.kept and again.categorical == (2,) and again.width == 3
     assert again.rounds == summaries.rounds
+    assert again.y_range == summaries.y_range == (y.min(), y.max())  # the range a standardised law is clipped to
     np.testing.assert_array_equal(again.features(X), summaries.features(X))
     standardised = BoostedSummaries.from_bytes(summaries.standardised().to_bytes())
     assert standardised.standardises and standardised.scale_floor == summaries.scale_floor > 0
@@ -162,8 +163,9 @@ def test_the_record_round_trips_and_refuses_another_format():
     assert json.loads(summaries.standardised().to_bytes())["format"] == 3 and again.from_median
     record = json.loads(summaries.to_bytes())
     assert record["format"] == 3
-    del record["rounds"]  # a record written before the rounds were chosen out of fold
-    assert BoostedSummaries.from_bytes(json.dumps(record).encode()).rounds == ()
+    del record["rounds"], record["y_range"]  # a record written before the rounds were chosen out of fold,
+    unranged = BoostedSummaries.from_bytes(json.dumps(record).encode())  # and before y's range was kept
+    assert unranged.rounds == () and unranged.y_range == (-np.inf, np.inf)
     older = BoostedSummaries.from_bytes(json.dumps({**record, "format": 2}).encode())
     assert not older.from_median  # an older map's boosters are the quantiles themselves
     np.testing.assert_array_equal(older.predictions(X)[:, MEDIAN], summaries.predictions(X)[:, MEDIAN])
@@ -239,10 +241,15 @@ def test_tune_fit_and_score_carry_the_summaries_in_memory_and_on_dask(staged, da
     # both fits learned the law of the same standardised y (the Dask one standardised chunk by chunk)
     assert memory.x_summaries_.standardises and dask.x_summaries_.standardises
     np.testing.assert_allclose(dask.conditional_expectation(Xq), memory.conditional_expectation(Xq), rtol=0, atol=1e-8)
-    # the scores are on y's scale: the law of r moved by each row's predicted median and spread, by hand
+    # the scores are on y's scale: the law of r moved by each row's predicted median and spread and
+    # clipped to the training rows' range of y, by hand
+    low, high = memory.x_summaries_.y_range
+    assert (low, high) == (_table(2_000)[1].min(), _table(2_000)[1].max())
     median, spread = Xq[:, 3], np.maximum(np.exp(Xq[:, 4]), memory.x_summaries_.scale_floor)
-    mean_y = median + spread * memory.conditional_expectation(Xq)[:, 0]
-    quantiles_y = median[:, None] + spread[:, None] * memory.conditional_quantile(Xq, [0.1, 0.9])
+    moved = median[:, None] + spread[:, None] * memory.support_atoms_[None, :, 0]
+    assert np.any(moved < low) and np.any(moved > high)  # some laws reach past y's range: the clip is tested
+    mean_y = np.sum(memory.conditional_weights(Xq) * np.clip(moved, low, high), axis=1)
+    quantiles_y = np.clip(median[:, None] + spread[:, None] * memory.conditional_quantile(Xq, [0.1, 0.9]), low, high)
     for name, scheduler in (("s-mem.zarr", "memory"), ("s-dask.zarr", dask_client.scheduler.address)):
         assert main(["score", str(tmp / "memory.zarr"), str(tmp / "new.zarr"), "--out", str(tmp / name),
                      "--function", "mean", "--function", "quantile:0.1,0.9", "--unseen", "other",
@@ -585,17 +592,18 @@ def test_a_model_on_the_summaries_alone_through_fit_score_and_inspect(tmp_path, 
     assert not model.x_summaries_.columns and model.basis_x_.width == len(NAMES)
     assert main(["score", str(tmp_path / "m.zarr"), str(tmp_path / "d.zarr"), "--out", str(tmp_path / "s.zarr"),
                  "--function", "mean"]) == 0
-    Z = model.x_summaries_.features(X)  # y standardised by them: the mean of r moved to y's scale by hand
-    assert model.x_summaries_.standardises
-    expected = Z[:, :1] + np.maximum(np.exp(Z[:, 1:]), model.x_summaries_.scale_floor) * model.conditional_expectation(Z)
+    Z = model.x_summaries_.features(X)  # y standardised by them: the law of r moved to y's scale by hand
+    assert model.x_summaries_.standardises and model.x_summaries_.y_range == (y.min(), y.max())
+    spread = np.maximum(np.exp(Z[:, 1:]), model.x_summaries_.scale_floor)
+    atoms = np.clip(Z[:, :1] + spread * model.support_atoms_[:, 0], y.min(), y.max())  # each row's law of y
+    expected = np.sum(model.conditional_weights(Z) * atoms, axis=1, keepdims=True)
     np.testing.assert_allclose(zarr.open_group(tmp_path / "s.zarr", mode="r")["mean"][:], expected, rtol=1e-12,
                                atol=1e-12)
     assert np.corrcoef(expected[:, 0], 2.0 * (X[:, 0] > 0.3))[0, 1] > 0.95
     # the evaluation reads the law of y: brute-force CRPS of the atoms moved row by row, on 40 rows
     evaluation = xr.open_zarr(evaluate_store(tmp_path / "m.zarr", tmp_path / "d.zarr", tmp_path / "e.zarr"))
     rows = slice(0, 40)
-    P = model.conditional_weights(Z[rows])
-    atoms = Z[rows, :1] + np.maximum(np.exp(Z[rows, 1:]), model.x_summaries_.scale_floor) * model.support_atoms_[:, 0]
+    P, atoms = model.conditional_weights(Z[rows]), atoms[rows]
     brute = (np.sum(P * np.abs(atoms - y[rows, None]), axis=1)
              - 0.5 * np.einsum("ij,ijk,ik->i", P, np.abs(atoms[:, :, None] - atoms[:, None, :]), P))
     np.testing.assert_allclose(evaluation["crps"].values[rows], brute, rtol=1e-9)

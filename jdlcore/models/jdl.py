@@ -23,7 +23,7 @@ from typing import Any, Callable
 import numpy as np
 
 from ..conditional.atoms import STANDARD_FUNCTIONS, Atoms, FunctionSums, evaluate_function
-from ..conditional.location_scale import LocationScale, cdf_per_row, own_law_crps
+from ..conditional.location_scale import LocationScale, own_law_crps
 from ..conditional.laws import MomentBasis, apply_rule, crps as law_crps, map_rows, project, quantiles
 from ..conditional.queries import below_thresholds, check_levels
 from ..conditional.support import (
@@ -451,19 +451,17 @@ class JDL(TrainingAtomDiagnostics, JDLState, Estimator):
         if len(on) != Xq.shape[0]:
             raise ValueError(f"on: has {len(on)} locations and scales for {Xq.shape[0]} queries")
         column, order = self.support_.atoms[:, 0], self._order(0)
-        powers = np.column_stack([column, column**2])  # E[r] and E[r^2]
         asked = {name: (kind, np.asarray(v, dtype=np.float64).reshape(-1) if kind == "cdf" else check_levels(v))
                  for name, (kind, v) in requests.items() if kind in ("cdf", "quantile")}
 
         def read(P: np.ndarray, block: slice) -> np.ndarray:
             part = on.rows(block)
-            return np.hstack([P @ powers] + [
-                cdf_per_row(P, column, order, part.thresholds(v)) if kind == "cdf"
+            return np.hstack([np.column_stack(part.moments(P, column))] + [
+                part.cdf(P, column, order, v) if kind == "cdf"
                 else part.quantiles(quantiles(P, column, v, order)) for kind, v in asked.values()])
 
         table = self._map_checked_law(Xq, read, 2 + sum(v.size for _, v in asked.values()), kept)
-        out = {name: on.mean(table[:, 0])[:, None] if kind == "mean"
-               else on.second_moment(table[:, 0], table[:, 1])[:, None, None]
+        out = {name: table[:, :1] if kind == "mean" else table[:, 1, None, None]
                for name, (kind, _) in requests.items() if kind in STANDARD_FUNCTIONS}
         offset = 2
         for name, (_, v) in asked.items():
@@ -504,7 +502,8 @@ class JDL(TrainingAtomDiagnostics, JDLState, Estimator):
     def crps(self, Xq: Any, y: Any, on: LocationScale | None = None) -> np.ndarray:
         """The continuous ranked probability score of the conditional law at each (x_q, y_q), shape (q,),
         exact for the weighted support atoms (scalar Y). Lower is better. ``on``: for a model of a
-        standardised y, r = (y - location) / scale, y and the score on y's scale (``LocationScale.crps``)."""
+        standardised y, r = (y - location) / scale, y and the score on y's scale, of the law of y clipped
+        to ``on``'s range (``LocationScale.crps``)."""
         self._fitted()
         if self.support_.d != 1:
             raise ValueError(f"crps: needs a scalar y, the model has {self.support_.d} y features")
@@ -512,11 +511,14 @@ class JDL(TrainingAtomDiagnostics, JDLState, Estimator):
         Xq = self._queries(Xq)
         if observed.size != Xq.shape[0]:
             raise ValueError(f"y: has {observed.size} rows, Xq has {Xq.shape[0]}")
-        if on is not None:
-            observed = on.standardise(observed)[:, 0]
         column = self.support_.atoms[:, 0]
-        scores = self._map_law(Xq, lambda P, rows: law_crps(P, column, observed[rows])[:, None], 1)[:, 0]
-        return scores if on is None else on.crps(scores)
+        if on is None:
+            return self._map_law(Xq, lambda P, rows: law_crps(P, column, observed[rows])[:, None], 1)[:, 0]
+        if len(on) != observed.size:
+            raise ValueError(f"on: has {len(on)} locations and scales for {observed.size} rows of y")
+        order = self._order(0)
+        return self._map_law(Xq, lambda P, rows: on.rows(rows).crps(P, column, order, observed[rows])[:, None],
+                             1)[:, 0]
 
     def marginal_ratio(self, X: Any, Y: Any, on: LocationScale | None = None) -> tuple[float, str]:
         """How much x informs the model on paired rows X (q, d_X), Y (q, d_Y): the model's mean loss over

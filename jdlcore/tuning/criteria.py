@@ -55,7 +55,8 @@ class OnYScale:
     """A criterion ``score`` (crps or pinball) of a model of a standardised y, r = (y - location) / scale,
     on y's scale: both losses are homogeneous of degree 1 in y (a law moved by the location and
     stretched by the scale, with the observation, has its loss times the scale), so the loss of a row on
-    y's scale is its scale times its loss on r's. ``scale_of``: validation x rows (q, d) -> their scales (q,)."""
+    y's scale is its scale times its loss on r's (the law of y before ``LocationScale`` clips it to y's
+    range: candidates are compared on it). ``scale_of``: validation x rows (q, d) -> their scales (q,)."""
 
     scalar_y = True
 
