@@ -230,7 +230,7 @@ class _SearchJob:
         # adds little to the law of r, so the search starts from its simplest pair within the tolerance
         if view.standardises:
             folds = [(Xt, read.y(Xt, Yt), Xv, read.y(Xv, Yv)) for read, (Xt, Yt, Xv, Yv) in zip(reads, folds)]
-            score = OnYScale(self.score, summaries.scale)
+            score = OnYScale(self.score, summaries.location_scale)
         found = search_grid(folds, self.base, kernel_x, kernel_y, grid_x, grid_y, self.regs, score,
                             search=self.search, stop_early=not self.lengthscales_x, progress=self.progress,
                             grid=self.grid, search_rows=self.search_rows,
@@ -430,9 +430,10 @@ def _fold_maps(fitted: BoostedSummaries, X: np.ndarray, y: np.ndarray, categoric
     columns) less the split's validation rows. Summarised by it, neither a split's training rows nor its
     validation rows carry the validation rows' y: the tuning's own map, trained on every row, would
     let a model that leans on the summaries score better on validation than on new rows. Each keeps
-    ``fitted``'s summaries and scale floor."""
-    return [fit_summaries(X[keep], y[keep], categorical, seed=seed, rounds=fitted.rounds, kept=fitted.kept,
-                          scale_floor=fitted.scale_floor)
+    ``fitted``'s summaries, scale floor and y's range (so that the criterion, read through ``fitted``'s
+    ``location_scale``, is each split's law of y)."""
+    return [replace(fit_summaries(X[keep], y[keep], categorical, seed=seed, rounds=fitted.rounds, kept=fitted.kept,
+                                  scale_floor=fitted.scale_floor), y_range=fitted.y_range)
             for keep in (~np.isin(sample, rows[val]) for _, val in splits)]
 
 

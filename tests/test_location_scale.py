@@ -153,23 +153,30 @@ def test_requests_it_cannot_move_and_wrong_lengths_are_refused(fitted):
         model.crps(Xq, np.zeros(3), on=on)
 
 
-def test_a_criterion_read_on_y_scale_is_the_loss_of_the_law_of_y(fitted):
-    """``OnYScale``: each row's crps or pinball loss of r times its scale is the loss of the law of y at
-    y = location + scale r, computed from the answers on y's scale; other criteria are refused."""
+@pytest.mark.parametrize("ranged", [False, True], ids=["unbounded", "range"])
+def test_a_criterion_read_on_y_scale_is_the_loss_of_the_law_of_y(fitted, ranged):
+    """``OnYScale``: the crps or pinball loss of the law of y the model answers with (moved, and clipped to
+    y's range where there is one), at y = location + scale r, by brute force; other criteria are refused."""
     from jdlcore.conditional.losses import CRPSLoss, PinballLoss, SecondMomentLoss, pinball_loss
     from jdlcore.tuning import OnYScale
 
     model, Xq, on = fitted
+    on = bounded(on) if ranged else on
+    atoms, P = by_hand(model, Xq, on)
     r = np.linspace(-2, 2, len(Xq))[:, None]
     y = on.location + on.scale * r[:, 0]
-    crps = OnYScale(CRPSLoss(), lambda X: on.scale)(model, Xq, r)
-    assert np.isclose(crps, np.mean(model.crps(Xq, y, on=on)), rtol=1e-12)
+    crps = OnYScale(CRPSLoss(), lambda X: on)(model, Xq, r)
+    brute = (np.sum(P * np.abs(atoms - y[:, None]), axis=1)
+             - 0.5 * np.einsum("ij,ijk,ik->i", P, np.abs(atoms[:, :, None] - atoms[:, None, :]), P))
+    assert np.isclose(crps, brute.mean(), rtol=1e-9)
+    unclipped = np.mean(on.scale * model.crps(Xq, r))  # the loss of r times the scale: the law before the clip
+    assert np.isclose(crps, unclipped, rtol=1e-9) != ranged
     levels = np.array([0.1, 0.5, 0.9])
-    pinball = OnYScale(PinballLoss(levels), lambda X: on.scale)(model, Xq, r)
+    pinball = OnYScale(PinballLoss(levels), lambda X: on)(model, Xq, r)
     quantiles_y = model.answer_requests({"q": ("quantile", levels)}, Xq, on=on)["q"]
     assert np.isclose(pinball, pinball_loss(quantiles_y, y, levels), rtol=1e-12)
     with pytest.raises(ValueError, match="standardising y needs crps or pinball"):
-        OnYScale(SecondMomentLoss(), lambda X: on.scale)
+        OnYScale(SecondMomentLoss(), lambda X: on)
 
 
 def test_the_marginal_ratio_on_y_scale_compares_with_the_rows_own_law_of_y(fitted):

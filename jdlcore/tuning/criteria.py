@@ -53,18 +53,17 @@ def resolve_criterion(criterion: str | Callable, threshold: float | None = None,
 
 class OnYScale:
     """A criterion ``score`` (crps or pinball) of a model of a standardised y, r = (y - location) / scale,
-    on y's scale: both losses are homogeneous of degree 1 in y (a law moved by the location and
-    stretched by the scale, with the observation, has its loss times the scale), so the loss of a row on
-    y's scale is its scale times its loss on r's (the law of y before ``LocationScale`` clips it to y's
-    range: candidates are compared on it). ``scale_of``: validation x rows (q, d) -> their scales (q,)."""
+    read on y's scale: the loss of the law of y the model answers with (the law of r moved by each row's
+    location and scale and clipped to y's range, ``jdlcore.conditional.location_scale``) at
+    y = location + scale r. ``law_of``: validation x rows (q, d) -> their ``LocationScale``."""
 
     scalar_y = True
 
-    def __init__(self, score: Callable, scale_of: Callable[[np.ndarray], np.ndarray]):
+    def __init__(self, score: Callable, law_of: Callable[[np.ndarray], Any]):
         if not self.applies(score):
-            raise ValueError(f"criterion: {getattr(score, 'name', score)!r} is not read on y's scale by a factor per "
-                             "row; standardising y needs crps or pinball")
-        self.score, self.scale_of, self.name = score, scale_of, score.name
+            raise ValueError(f"criterion: {getattr(score, 'name', score)!r} is not read on y's scale by a location "
+                             "and a scale per row; standardising y needs crps or pinball")
+        self.score, self.law_of, self.name = score, law_of, score.name
 
     @staticmethod
     def applies(score: Any) -> bool:
@@ -72,10 +71,10 @@ class OnYScale:
         return isinstance(score, (CRPSLoss, PinballLoss))
 
     def __call__(self, model: Any, X: np.ndarray, Y: np.ndarray) -> float:
-        observed = np.asarray(Y).reshape(len(X), -1)[:, :1]
+        on = self.law_of(X)
+        y = on.location + on.scale * np.asarray(Y, dtype=np.float64).reshape(len(X), -1)[:, 0]
         if isinstance(self.score, CRPSLoss):
-            losses = model.crps(X, observed)
-        else:
-            levels = self.score.levels
-            losses = pinball_losses(model.conditional_quantile(X, levels), observed[:, 0], levels).mean(axis=1)
-        return float(np.mean(self.scale_of(X) * losses))
+            return float(np.mean(model.crps(X, y, on=on)))
+        levels = self.score.levels
+        quantiles = model.answer_requests({"q": ("quantile", levels)}, X, on=on)["q"]
+        return float(np.mean(pinball_losses(quantiles, y, levels)))
