@@ -5,7 +5,8 @@ import numpy as np
 import pytest
 
 from jdlcore import JDL, GaussianKernel
-from jdlcore.conditional.location_scale import LocationScale, cdf_per_row, own_law_crps
+from jdlcore.conditional.laws import crps as law_crps
+from jdlcore.conditional.location_scale import LocationScale, cdf_per_row, crps_per_row, own_law_crps
 
 TIGHT = 1e-10
 
@@ -31,9 +32,19 @@ def by_hand(model, Xq, on):
 
 
 def bounded(on):
-    """``on`` with y's range [-30, 40]: it cuts the laws of many rows on one side or both, and holds every
-    atom of some rows at one of its ends (their location is far outside it)."""
-    return LocationScale.of(on.location, on.scale, low=-30.0, high=40.0)
+    """``on`` with y's range [0, 20]: it cuts the laws of its first four rows inside (located at the ends
+    of the range or widened past both), and holds every atom of others at one of its ends (their location
+    is far outside it)."""
+    location, scale = on.location.copy(), on.scale.copy()
+    location[:4], scale[:4] = [0.0, 20.0, 10.0, 1.0], [1.0, 1.0, 15.0, 2.0]
+    return LocationScale.of(location, scale, low=0.0, high=20.0)
+
+
+def partly_cut(atoms, P, on):
+    """The rows whose law has mass strictly inside the range and mass held at one of its ends."""
+    inside = np.sum(P * ((atoms > on.low) & (atoms < on.high)), axis=1)
+    held = np.sum(P * ((atoms == on.low) | (atoms == on.high)), axis=1)
+    return (inside > 0.01) & (held > 0.01)
 
 
 @pytest.mark.parametrize("ranged", [False, True], ids=["unbounded", "range"])
@@ -44,8 +55,8 @@ def test_moments_cdf_and_quantiles_match_the_law_of_y(fitted, ranged):
     assert np.all(P >= 0) and np.allclose(P.sum(axis=1), 1, atol=1e-12)  # the law of y is a probability vector
     if ranged:  # the hard cases are there: laws cut inside, and laws held at one end
         assert np.any(np.all(atoms == on.low, axis=1)) and np.any(np.all(atoms == on.high, axis=1))
-        assert np.any((atoms.min(axis=1) == on.low) & (atoms.max(axis=1) < on.high))
-    thresholds = np.array([-80.0, -30.0, -10.0, 0.0, 3.0, 40.0, 60.0])
+        assert partly_cut(atoms, P, on).sum() >= 3
+    thresholds = np.array([-80.0, -10.0, 0.0, 3.0, 19.0, 20.0, 60.0])
     levels = np.array([0.05, 0.5, 0.9, 0.99])
     got = model.answer_requests({"mean": ("mean", None), "second_moment": ("second_moment", None),
                                  "cdf": ("cdf", thresholds), "q": ("quantile", levels)}, Xq, on=on)
@@ -69,6 +80,7 @@ def test_crps_on_y_is_the_brute_force_crps_of_the_law_of_y(fitted, ranged):
     y = on.location + on.scale * np.linspace(-3, 3, len(Xq))  # in the range and out of it, at its ends too
     if ranged:
         y[[3, 7]] = on.low, on.high
+        assert partly_cut(atoms, P, on).sum() >= 3
     pairwise = np.abs(atoms[:, :, None] - atoms[:, None, :])
     expected = (np.sum(P * np.abs(atoms - y[:, None]), axis=1)
                 - 0.5 * np.einsum("ij,ijk,ik->i", P, pairwise, P))
@@ -192,6 +204,22 @@ def test_the_marginal_ratio_on_y_scale_compares_with_the_rows_own_law_of_y(fitte
     ratio, name = model.marginal_ratio(Xq, r, on=on)
     assert name == "CRPS" and np.isclose(ratio, model_crps.mean() / own_crps.mean(), rtol=1e-9)
     assert not np.isclose(model.marginal_ratio(Xq, r)[0], ratio)
+
+
+def test_the_crps_on_atoms_of_each_row_s_own_is_the_pairwise_sum_and_the_shared_atoms_one():
+    """``crps_per_row`` against E|X - y| - E|X - X'| / 2 by brute force, with ties, a row far from 0 and
+    observations beyond the atoms; on atoms every row shares, the same as ``laws.crps``."""
+    rng = np.random.default_rng(11)
+    P = rng.dirichlet(np.ones(9), size=6)
+    ascending = np.sort(rng.normal(size=(6, 9)), axis=1)
+    ascending[1, :4] = ascending[1, 4]  # a law held at one end (ties)
+    ascending[2] += 1e7
+    y = np.array([0.1, -4.0, 1e7, 9.0, ascending[4, 0], 0.0])
+    pairwise = np.abs(ascending[:, :, None] - ascending[:, None, :])
+    brute = np.sum(P * np.abs(ascending - y[:, None]), axis=1) - 0.5 * np.einsum("ij,ijk,ik->i", P, pairwise, P)
+    np.testing.assert_allclose(crps_per_row(P, ascending, y), brute, rtol=1e-9, atol=1e-9)
+    shared = np.sort(rng.normal(size=9))
+    np.testing.assert_allclose(crps_per_row(P, np.tile(shared, (6, 1)), y), law_crps(P, shared, y), rtol=1e-12)
 
 
 def test_the_crps_under_the_values_own_law_is_the_pairwise_sum():

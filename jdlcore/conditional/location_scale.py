@@ -30,7 +30,7 @@ import numpy as np
 
 from .laws import crps as law_crps, randomised_pit
 
-__all__ = ["LocationScale", "cdf_per_row", "own_law_crps"]
+__all__ = ["LocationScale", "cdf_per_row", "crps_per_row", "own_law_crps"]
 
 
 @dataclass(frozen=True)
@@ -90,15 +90,18 @@ class LocationScale:
         return (low > values.min()) | (high < values.max())
 
     def moments(self, P: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(E[y], E[y^2]), each (q,), of the laws P (q, M) of r on the atoms ``values`` (M,)."""
+        """(E[y], E[y^2]), each (q,), of the laws P (q, M) of r on the atoms ``values`` (M,): from E[r] and
+        E[r^2] where the range cuts no atom, else from the row's atoms of y (a law held at 0 has second
+        moment 0, not a rounding residue of the affine form)."""
         mean_r, second_r = P @ values, P @ (values * values)
+        mean = self.location + self.scale * mean_r
+        second = self.location**2 + 2 * self.location * self.scale * mean_r + self.scale**2 * second_r
         cut = self.cut(values)
         if cut.any():
-            clipped = self.rows(cut).atoms(values)
-            mean_r[cut] = np.einsum("ij,ij->i", P[cut], clipped)
-            second_r[cut] = np.einsum("ij,ij->i", P[cut], clipped * clipped)
-        return (self.location + self.scale * mean_r,
-                self.location**2 + 2 * self.location * self.scale * mean_r + self.scale**2 * second_r)
+            on_y = np.clip(self.location[cut, None] + self.scale[cut, None] * values[None, :], self.low, self.high)
+            mean[cut] = np.einsum("ij,ij->i", P[cut], on_y)
+            second[cut] = np.einsum("ij,ij->i", P[cut], on_y * on_y)
+        return mean, second
 
     def quantiles(self, quantiles_r: np.ndarray) -> np.ndarray:
         """Q_y (q, L) from Q_r (q, L) (a non-decreasing map keeps the levels' order and the quantiles)."""
@@ -115,20 +118,14 @@ class LocationScale:
     def crps(self, P: np.ndarray, values: np.ndarray, order: np.ndarray, observed: np.ndarray) -> np.ndarray:
         """The CRPS (q,) on y's scale of the laws P (q, M) of r on the atoms ``values`` (M,) sorted by
         ``order``, at the observations y (q,): the scale times the CRPS of each row's clipped law of r at
-        its standardised observation. At a row the range cuts, sum_k p_k |c_k - r| - sum_k p_k c_k
-        (2 F_{k-1} + p_k - 1) over the clipped atoms c in ascending order (a clip keeps the order), taken
-        relative to the row's middle atom; elsewhere ``laws.crps``."""
-        r = self.standardise(observed)
-        out = law_crps(P, values, r[:, 0])
+        its standardised observation (``crps_per_row`` at a row the range cuts: a clip keeps the atoms'
+        order; ``laws.crps`` elsewhere)."""
+        r = self.standardise(observed)[:, 0]
+        out = law_crps(P, values, r)
         cut = self.cut(values)
         if cut.any():
             clipped = self.rows(cut).atoms(np.asarray(values, dtype=np.float64)[order])
-            weights = P[cut][:, order]
-            before = np.cumsum(weights, axis=1) - weights  # F_{k-1}
-            centre = clipped[:, [clipped.shape[1] // 2]]
-            clipped -= centre
-            spread = np.einsum("ij,ij->i", weights, clipped * (2 * before + weights - 1))
-            out[cut] = np.einsum("ij,ij->i", weights, np.abs(clipped - (r[cut] - centre))) - spread
+            out[cut] = crps_per_row(P[cut][:, order], clipped, r[cut])
         return self.scale * out
 
     def pit(self, P: np.ndarray, values: np.ndarray, observed: np.ndarray, uniform: np.ndarray) -> np.ndarray:
@@ -159,6 +156,17 @@ def cdf_per_row(P: np.ndarray, values: np.ndarray, order: np.ndarray, thresholds
     np.cumsum(P[:, order], axis=1, out=running[:, 1:])
     below = np.searchsorted(ascending, thresholds.reshape(-1), side="right").reshape(thresholds.shape)
     return np.take_along_axis(running, below, axis=1)
+
+
+def crps_per_row(P: np.ndarray, ascending: np.ndarray, observed: np.ndarray) -> np.ndarray:
+    """The CRPS (q,) of laws P (q, M) on atoms of their own per row, ``ascending`` (q, M) (non-decreasing
+    along each row; ties allowed), at the observations (q,): sum_k p_k |z_k - y| - sum_k p_k z_k
+    (2 F_{k-1} + p_k - 1), as ``laws.crps`` sums it on shared atoms, each row taken relative to its middle
+    atom (for a law of mass 1 the second sum is then unchanged, and y loses no digits to an offset)."""
+    centre = ascending[:, [ascending.shape[1] // 2]]
+    z, y = ascending - centre, np.asarray(observed, dtype=np.float64)[:, None] - centre
+    before = np.cumsum(P, axis=1) - P  # F_{k-1}
+    return np.einsum("ij,ij->i", P, np.abs(z - y)) - np.einsum("ij,ij->i", P, z * (2 * before + P - 1))
 
 
 def own_law_crps(y: np.ndarray) -> np.ndarray:
