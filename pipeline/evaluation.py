@@ -42,6 +42,7 @@ class _Totals:
 
     def __init__(self, n: int, levels: np.ndarray, coverage: np.ndarray, atoms: np.ndarray):
         self.levels, self.coverage, self.atoms = levels, coverage, atoms  # atoms: (M,), the law's support
+        self.order = np.argsort(atoms, kind="stable")
         self.asked = np.unique(np.concatenate([levels, (1 - coverage) / 2, (1 + coverage) / 2]))
         self.crps, self.pit = np.empty(n), np.empty(n)
         self.pinball, self.covered, self.squared = np.zeros(levels.size), np.zeros(coverage.size), 0.0
@@ -53,7 +54,7 @@ class _Totals:
         (``LocationScale``)."""
         weights, atoms = model.conditional_weights(X), self.atoms  # (b, M): the law every figure is read from
         self.crps[rows] = (law_crps(weights, atoms, y) if on is None
-                           else on.crps(weights, atoms, np.argsort(atoms, kind="stable"), y))
+                           else on.crps(weights, atoms, self.order, y))
         quantiles = law_quantiles(weights, atoms, self.asked)  # what conditional_quantile reads from the law
         quantiles = quantiles if on is None else on.quantiles(quantiles)
         at = {float(level): k for k, level in enumerate(self.asked)}

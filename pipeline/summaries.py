@@ -260,15 +260,15 @@ class BoostedSummaries:
 
 def fit_summaries(X: np.ndarray, y: np.ndarray, categorical: Sequence[int] = (), *, seed: int = 0,
                   folds: int = FOLDS, max_rounds: int = MAX_ROUNDS, patience: int = PATIENCE,
-                  rounds: Sequence[int] | None = None, kept: Sequence[str] | None = None,
-                  scale_floor: float = 0.0) -> BoostedSummaries | None:
+                  rounds: Sequence[int] | None = None, like: BoostedSummaries | None = None) -> BoostedSummaries | None:
     """Cross-fitted quantile boosters of y (n,) on X (n, d), the outer levels boosting from the median
     (see the module's docstring), their rounds chosen out of fold or, where ``rounds`` gives them, one
     count per level of ``LEVELS``; None where no summary varies over the rows (too few rows for a split,
     y constant, or every row in one fold, as where x takes one value: no booster then has rows to train
-    on): then there is nothing to add. ``kept``: the summaries to keep, where another map already
-    decided them (no pass over the rows to see which vary), with its ``scale_floor``; else the floor is
-    the ``SCALE_QUANTILE`` quantile of the spreads the map predicts at its rows.
+    on): then there is nothing to add. ``like``: a map that already decided the summaries to keep, their
+    scale floor and y's range, which this one takes (no pass over the rows to see which vary); else the
+    floor is the ``SCALE_QUANTILE`` quantile of the spreads the map predicts at its rows, and the range
+    that of y.
 
     ``categorical``: the category-code columns. The caller samples the rows (``MAX_ROWS``)."""
     lightgbm = _lightgbm()
@@ -321,9 +321,8 @@ def fit_summaries(X: np.ndarray, y: np.ndarray, categorical: Sequence[int] = (),
     floor = SPREAD_FLOOR * float(high - low) if high > low else float(np.finfo(float).tiny)
     summaries = BoostedSummaries(boosters, X.shape[1], tuple(int(j) for j in categorical), floor,
                                  rounds=tuple(counts), from_median=True, y_range=(float(y.min()), float(y.max())))
-    if kept is not None:
-        summaries.kept, summaries.scale_floor = tuple(kept), float(scale_floor)
-        return summaries
+    if like is not None:
+        return replace(summaries, kept=like.kept, scale_floor=like.scale_floor, y_range=like.y_range)
     values = summaries.features(X)
     varying = tuple(name for name, column in zip(NAMES, values.T) if np.ptp(column) > 0)
     if not varying:

@@ -432,8 +432,7 @@ def _fold_maps(fitted: BoostedSummaries, X: np.ndarray, y: np.ndarray, categoric
     let a model that leans on the summaries score better on validation than on new rows. Each keeps
     ``fitted``'s summaries, scale floor and y's range (so that the criterion, read through ``fitted``'s
     ``location_scale``, is each split's law of y)."""
-    return [replace(fit_summaries(X[keep], y[keep], categorical, seed=seed, rounds=fitted.rounds, kept=fitted.kept,
-                                  scale_floor=fitted.scale_floor), y_range=fitted.y_range)
+    return [fit_summaries(X[keep], y[keep], categorical, seed=seed, rounds=fitted.rounds, like=fitted)
             for keep in (~np.isin(sample, rows[val]) for _, val in splits)]
 
 

@@ -448,8 +448,7 @@ class JDL(TrainingAtomDiagnostics, JDLState, Estimator):
         if self.support_.d != 1:
             raise ValueError(f"on: standardises a scalar y, the model has {self.support_.d} y features")
         Xq = self._queries(Xq)
-        if len(on) != Xq.shape[0]:
-            raise ValueError(f"on: has {len(on)} locations and scales for {Xq.shape[0]} queries")
+        _check_rows(on, Xq.shape[0])
         column, order = self.support_.atoms[:, 0], self._order(0)
         asked = {name: (kind, np.asarray(v, dtype=np.float64).reshape(-1) if kind == "cdf" else check_levels(v))
                  for name, (kind, v) in requests.items() if kind in ("cdf", "quantile")}
@@ -514,8 +513,7 @@ class JDL(TrainingAtomDiagnostics, JDLState, Estimator):
         column = self.support_.atoms[:, 0]
         if on is None:
             return self._map_law(Xq, lambda P, rows: law_crps(P, column, observed[rows])[:, None], 1)[:, 0]
-        if len(on) != observed.size:
-            raise ValueError(f"on: has {len(on)} locations and scales for {observed.size} rows of y")
+        _check_rows(on, observed.size)
         order = self._order(0)
         return self._map_law(Xq, lambda P, rows: on.rows(rows).crps(P, column, order, observed[rows])[:, None],
                              1)[:, 0]
@@ -572,3 +570,9 @@ class JDL(TrainingAtomDiagnostics, JDLState, Estimator):
             raise ValueError(f"classes_: Y has more than {self.support_.requested} distinct values, so it is not "
                              "treated as discrete; use conditional_cdf, or fit with a larger support_size")
         return np.unique(self.support_.atoms[:, 0])
+
+
+def _check_rows(on: LocationScale, queries: int) -> None:
+    """``ValueError`` unless ``on`` has one location and scale per query (each block of rows reads its own)."""
+    if len(on) != queries:
+        raise ValueError(f"on: has {len(on)} locations and scales for {queries:d} queries")
