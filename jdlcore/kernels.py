@@ -74,6 +74,36 @@ def pool_map(work: Callable[[Any], Any], items: list, *, one_blas_thread: bool =
         return list(_pool().map(work, items))
 
 
+@contextmanager
+def alongside(work: Callable[[], Any]) -> Iterator[Callable[[], Any]]:
+    """``work()`` on a thread of the kernel pool while the body of the ``with`` runs in this one; yields
+    a function that waits for it and returns its result, or raises its error (an error of a result never
+    read is not raised). BLAS is held at one thread until both are done (``_one_blas_thread``), so that
+    each keeps about a core busy and computes every BLAS product the same way whatever the other is
+    doing; pool work handed out inside ``work`` runs in its thread, and the body's on the pool's other
+    threads. Leaving the block waits for ``work`` (also where the body raised). With a pool of one
+    thread, or from a thread of the pool, ``work`` runs first, in this thread, and the body after it."""
+    nested = threading.current_thread().name.startswith(_POOL_PREFIX)
+    if _THREADS == 1 or nested:
+        try:
+            done, error = work(), None
+        except Exception as raised:  # re-raised where the result is asked for, as a future would
+            done, error = None, raised
+
+        def result() -> Any:
+            if error is not None:
+                raise error
+            return done
+        yield result
+        return
+    with _one_blas_thread():
+        future = _pool().submit(work)
+        try:
+            yield future.result
+        finally:
+            future.exception()  # waits: nothing of ``work`` runs on after the block
+
+
 def _blas_controller() -> ThreadpoolController:
     """The process's thread-pool libraries, looked up again only where a module has been imported since
     the last look (a library is loaded by an import: an extension module, or ctypes at a package's

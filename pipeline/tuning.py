@@ -16,6 +16,7 @@ import itertools
 import json
 import os
 import time
+from contextlib import nullcontext
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -26,6 +27,7 @@ import zarr
 
 from data_schemas.tuning import SCHEMA_NAME, SCHEMA_VERSION, SUMMARIES_VARIABLE, validate_tuning_dataset
 from jdlcore import JDL, GaussianKernel
+from jdlcore.kernels import alongside
 from jdlcore.scaling import DEFAULT_SCALING, check_scaling_choice
 from jdlcore.missing import MissingValues
 from jdlcore.tuning import (
@@ -145,16 +147,18 @@ def tune_store(
     rows = subsample_rows(n, max_rows, seed)
     splits = splits_for(rows.size, validation_fraction, folds, seed, held_out=held_out is not None)
     missing = learn_missing(data, group, rows)
-    fitted, fold_maps, summaries_seconds = _fitted_summaries(data, group, summaries, seed, rows, splits, progress,
-                                                             missing)
     started = time.perf_counter()
     where = resolve_scheduler(scheduler, rows.size)
     job = _SearchJob(group, missing.augment(group["x"].get_orthogonal_selection((rows, slice(None)))),
                      group["y"].get_orthogonal_selection((rows, slice(None))), splits, base, regs, score, scaling,
                      lengthscales_x, lengthscales_y, seed, search, search_rows,
                      None if where is None else _fan_out(where, base, regs, progress),
-                     held_out, validation, max_rows, progress, missing, fold_maps)
-    run, gain = _with_or_without(job, fitted, summaries)
+                     held_out, validation, max_rows, progress, missing)
+    # the columns alone are searched beside the boosters where they are searched whatever the boosters give
+    with alongside(job.columns_alone) if _standardises(job, summaries) else nullcontext() as columns_alone:
+        fitted, fold_maps, summaries_seconds = _fitted_summaries(data, group, summaries, seed, rows, splits, progress,
+                                                                 missing)
+    run, gain = _with_or_without(replace(job, fold_maps=fold_maps), fitted, summaries, columns_alone)
     table, searched, best, screen = run.table, run.searched, run.best, run.screen
     ds = _tuning_dataset(table, run.grid_x, run.grid_y, regs)
     if searched:
@@ -237,6 +241,11 @@ class _SearchJob:
                             start=simplest_best if view.standardises else best_row)
         return _SearchRun(summaries, kernel_x, grid_x, kernel_y, grid_y, folds, *found)
 
+    def columns_alone(self) -> "_SearchRun":
+        """``run`` on the columns alone, its progress lines marked as such (it may run beside the boosters)."""
+        progress = self.progress
+        return replace(self, progress=progress and (lambda line: progress(f"columns alone: {line}"))).run(None)
+
     def left_out(self, run: "_SearchRun") -> float:
         """The validation score of ``run``'s best setting (a run that reads the summaries beside the
         columns) with every summary left out (``SEARCH_LONGEST``, as the search leaves a feature out), on
@@ -279,9 +288,21 @@ class _SearchRun:
     screen: Any
 
 
-def _with_or_without(job: _SearchJob, summaries: BoostedSummaries | None,
-                     rule: str) -> tuple[_SearchRun, float | None]:
+def _standardises(job: _SearchJob, rule: str) -> bool:
+    """Whether the summaries' ``rule`` (``summary_rule``: a ``ValueError`` for one y cannot take) reads y
+    standardised by them on ``job``'s table and criterion, where its map keeps both summaries: "standardised",
+    or "auto" on a table of ``STANDARDISE_ROWS`` rows or more, with a criterion read on y's scale by a
+    factor per row (``OnYScale``). The columns alone are then searched whatever the map."""
+    large = int(job.group.attrs["n_samples"]) >= STANDARDISE_ROWS
+    return (summary_rule(rule, job.Y.shape[1]) and (rule == "standardised" or rule == "auto" and large)
+            and OnYScale.applies(job.score))
+
+
+def _with_or_without(job: _SearchJob, summaries: BoostedSummaries | None, rule: str,
+                     columns_alone: Callable[[], _SearchRun] | None = None) -> tuple[_SearchRun, float | None]:
     """The search that decides the tuning, and the summaries' gain (None where not compared).
+    ``columns_alone``: the result of ``job.columns_alone`` where it was started already (``alongside`` the
+    boosters, where ``_standardises``), else None.
 
     With the rule "standardised" (or "auto" on a table of ``STANDARDISE_ROWS`` rows or more), summaries
     (both kept) and a criterion read on y's scale by a factor per row (crps, pinball: ``OnYScale``), y is
@@ -305,11 +326,10 @@ def _with_or_without(job: _SearchJob, summaries: BoostedSummaries | None,
     summaries are kept only where they beat them by more than ``CLEAR_GAIN``: every row then leans on
     the boosters' median and spread, and on a smooth law of one column a gain of 0.46% on 600
     validation rows was noise (0.18% worse on 20,000 new rows)."""
+    columns_alone = columns_alone or job.columns_alone
     if summaries is None:
-        return job.run(None), None
-    large = int(job.group.attrs["n_samples"]) >= STANDARDISE_ROWS
-    standardise = ((rule == "standardised" or rule == "auto" and large) and summaries.can_standardise
-                   and OnYScale.applies(job.score))
+        return columns_alone(), None
+    standardise = _standardises(job, rule) and summaries.can_standardise
     if standardise:
         summaries = summaries.standardised()
     beside, alone = job.run(summaries), job.run(summaries.alone())
@@ -327,7 +347,7 @@ def _with_or_without(job: _SearchJob, summaries: BoostedSummaries | None,
             if job.progress is not None:
                 job.progress(f"summaries: validation {without:.6g} with them left out ({100 * gain:+.2f}% with them)")
             return summarised, gain
-    plain = job.run(None)
+    plain = columns_alone()
     gain = _gain(plain.best["score"], summarised.best["score"])
     needed = CLEAR_GAIN if standardise else SEARCH_TOLERANCE
     if job.progress is not None:

@@ -113,3 +113,78 @@ def test_the_blas_libraries_are_looked_up_again_only_after_an_import(monkeypatch
     again = kernels._blas_controller()
     assert again is not first and kernels._blas_controller() is again
     assert {lib["user_api"] for lib in again.info()} >= {lib["user_api"] for lib in first.info()}
+
+
+def _blas_threads() -> list[int]:
+    from threadpoolctl import threadpool_info
+
+    return [lib["num_threads"] for lib in threadpool_info() if lib["user_api"] == "blas"]
+
+
+def test_work_alongside_runs_on_the_pool_beside_the_body_with_single_threaded_blas(monkeypatch):
+    """``alongside``: the work runs on a pool thread while the body runs (each waits for the other to
+    have started: run one after the other, they would time out), BLAS at one thread in both until both
+    are done; its result or its error is read afterwards, and leaving waits for the work, also where the
+    body raised."""
+    import threading
+    import time
+
+    import jdlcore.kernels as kernels
+
+    monkeypatch.setattr(kernels, "_THREADS", 2)
+    before = _blas_threads()
+    started, release, seen = threading.Event(), threading.Event(), {}
+
+    def work():
+        started.set()
+        seen["work"] = (threading.current_thread().name, _blas_threads(), release.wait(timeout=60))
+        return 42
+
+    with kernels.alongside(work) as result:
+        seen["body"] = (started.wait(timeout=60), _blas_threads())
+        release.set()
+        assert result() == 42
+    name, threads, released = seen["work"]
+    assert name.startswith("jdl-kernel") and released and all(t == 1 for t in threads)
+    assert seen["body"][0] and all(t == 1 for t in seen["body"][1])
+    assert _blas_threads() == before
+
+    def failing():
+        raise RuntimeError("from the work")
+
+    with kernels.alongside(failing) as result:
+        with pytest.raises(RuntimeError, match="from the work"):
+            result()
+    finished = []
+
+    def slow():
+        time.sleep(0.2)
+        finished.append(True)
+
+    with pytest.raises(ValueError, match="from the body"):
+        with kernels.alongside(slow):
+            raise ValueError("from the body")
+    assert finished == [True] and _blas_threads() == before
+
+
+def test_work_alongside_runs_first_without_a_second_thread(monkeypatch):
+    """With a pool of one thread the work runs first, in the calling thread, BLAS left as it is; its
+    error is raised where its result is read."""
+    import threading
+
+    import jdlcore.kernels as kernels
+
+    monkeypatch.setattr(kernels, "_THREADS", 1)
+    before, order = _blas_threads(), []
+    with kernels.alongside(lambda: order.append(("work", threading.current_thread().name)) or 7) as result:
+        order.append(("body", threading.current_thread().name))
+        assert _blas_threads() == before and result() == 7
+    here = threading.current_thread().name
+    assert order == [("work", here), ("body", here)]
+
+    def failing():
+        raise RuntimeError("from the work")
+
+    with kernels.alongside(failing) as result:
+        with pytest.raises(RuntimeError, match="from the work"):
+            result()

@@ -422,6 +422,7 @@ def test_the_runs_compared_and_the_one_kept():
         progress = None
         score = SecondMomentLoss()
         group = SimpleNamespace(attrs={"n_samples": STANDARDISE_ROWS})  # a criterion not on y's scale
+        Y = np.zeros((1, 1))  # a scalar y
 
         def __init__(self, plain: float, beside: float, alone: float, left_out: float):
             self.scores = {"plain": plain, "beside": beside, "alone": alone}
@@ -433,6 +434,9 @@ def test_the_runs_compared_and_the_one_kept():
             assert read is None or not read.standardises
             self.runs.append(name)
             return SimpleNamespace(name=name, best={"score": self.scores[name]}, summaries=read)
+
+        def columns_alone(self):
+            return self.run(None)
 
         def left_out(self, run):
             assert run.name == "beside"
@@ -482,6 +486,7 @@ def test_a_standardised_y_is_kept_only_where_it_clearly_beats_the_columns():
         progress = None
         score = CRPSLoss()
         group = SimpleNamespace(attrs={"n_samples": STANDARDISE_ROWS - 1})
+        Y = np.zeros((1, 1))  # a scalar y
 
         def __init__(self, plain: float, beside: float, alone: float, ranks: tuple[int, int] = (500, 50)):
             self.scores = {"plain": plain, "beside": beside, "alone": alone}
@@ -493,6 +498,9 @@ def test_a_standardised_y_is_kept_only_where_it_clearly_beats_the_columns():
             self.runs.append((name, read is not None and read.standardises))
             return SimpleNamespace(name=name, best={"score": self.scores[name], "rank_x": self.ranks[name]},
                                    summaries=read)
+
+        def columns_alone(self):
+            return self.run(None)
 
         def left_out(self, run):
             raise AssertionError("a standardised y reads the summaries even when the kernel leaves them out")
@@ -519,6 +527,12 @@ def test_a_standardised_y_is_kept_only_where_it_clearly_beats_the_columns():
         job.left_out = lambda run: 10.0
         assert _with_or_without(job, read, rule)[0].name == "beside"
         assert job.runs == [("beside", False), ("alone", False)]
+    # the columns alone searched already (beside the boosters): their result is read, not searched again
+    for read, runs in ((summaries, standardised[:2]), (None, [])):
+        job = Job(10.0, 10.0 * (1 - CLEAR_GAIN / 2), 10.0)
+        searched = SimpleNamespace(name="plain", best={"score": 10.0, "rank_x": 100}, summaries=None)
+        assert _with_or_without(job, read, "standardised", lambda: searched)[0] is searched
+        assert job.runs == runs
     job = Job(10.0, 9.0, 9.5)  # "auto" on a table that fills the tuning's subsample standardises too
     job.group = SimpleNamespace(attrs={"n_samples": STANDARDISE_ROWS})
     run, _ = _with_or_without(job, summaries, "auto")
