@@ -20,7 +20,7 @@ from __future__ import annotations
 import os
 import sys
 import threading
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager, nullcontext
 from typing import Any, Callable, ClassVar, Iterator, Sequence
 
@@ -83,18 +83,13 @@ def alongside(work: Callable[[], Any]) -> Iterator[Callable[[], Any]]:
     doing; pool work handed out inside ``work`` runs in its thread, and the body's on the pool's other
     threads. Leaving the block waits for ``work`` (also where the body raised). With a pool of one
     thread, or from a thread of the pool, ``work`` runs first, in this thread, and the body after it."""
-    nested = threading.current_thread().name.startswith(_POOL_PREFIX)
-    if _THREADS == 1 or nested:
+    if _THREADS == 1 or threading.current_thread().name.startswith(_POOL_PREFIX):
+        done: Future = Future()
         try:
-            done, error = work(), None
-        except Exception as raised:  # re-raised where the result is asked for, as a future would
-            done, error = None, raised
-
-        def result() -> Any:
-            if error is not None:
-                raise error
-            return done
-        yield result
+            done.set_result(work())
+        except Exception as error:  # raised where the result is read, as from the pool
+            done.set_exception(error)
+        yield done.result
         return
     with _one_blas_thread():
         future = _pool().submit(work)

@@ -159,12 +159,7 @@ def tune_store(
         fitted, fold_maps, summaries_seconds = _fitted_summaries(data, group, summaries, seed, rows, splits, progress,
                                                                  missing)
     run, gain = _with_or_without(replace(job, fold_maps=fold_maps), fitted, summaries, columns_alone)
-    table, searched, best, screen = run.table, run.searched, run.best, run.screen
-    ds = _tuning_dataset(table, run.grid_x, run.grid_y, regs)
-    if searched:
-        X, Y = run.folds[0][:2]  # a fold's training rows: the columns the kernels read
-        ds = ds.merge(_search_dataset(searched, X.shape[1], Y.shape[1], len(X)))
-    _add_maps(ds, run.summaries, run.kernel_x, run.kernel_y)
+    ds = _run_dataset(run, regs)
     ds.attrs.update({
         "scaling": scaling, **missing_attrs(missing),
         "schema": SCHEMA_NAME, "schema_version": SCHEMA_VERSION, "data": str(Path(data).resolve()),
@@ -173,7 +168,7 @@ def tune_store(
         "validation_fraction": float(validation_fraction), "seed": int(seed),
         "validation": "" if held_out is None else str(Path(validation).resolve()), "search_rows": search_rows,
         **_summaries_record(run.summaries, summaries, summaries_seconds, gain),
-        **_search_record(run.folds, table, searched, best, screen),
+        **_search_record(run.folds, run.table, run.searched, run.best, run.screen),
         "seconds": time.perf_counter() - started, **({"run_key": run_key} if run_key else {}),
     })
     validate_tuning_dataset(ds, f"tuning {target}")
@@ -382,6 +377,17 @@ def _gain(before: float, after: float) -> float:
     """The relative fall of a validation score from ``before`` to ``after`` (0 where ``before`` is 0 or not
     finite)."""
     return (before - after) / abs(before) if np.isfinite(before) and before != 0 else 0.0
+
+
+def _run_dataset(run: _SearchRun, regs: Regs) -> xr.Dataset:
+    """The tuning store's variables from the ``run`` kept: the grid's table, the search's candidates and
+    the maps its kernels read (``_add_maps``)."""
+    ds = _tuning_dataset(run.table, run.grid_x, run.grid_y, regs)
+    if run.searched:
+        X, Y = run.folds[0][:2]  # a fold's training rows: the columns the kernels read
+        ds = ds.merge(_search_dataset(run.searched, X.shape[1], Y.shape[1], len(X)))
+    _add_maps(ds, run.summaries, run.kernel_x, run.kernel_y)
+    return ds
 
 
 def _add_maps(ds: xr.Dataset, summaries: BoostedSummaries | None, kernel_x: Any, kernel_y: Any) -> None:
