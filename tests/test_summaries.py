@@ -265,9 +265,24 @@ def test_tune_fit_and_score_carry_the_summaries_in_memory_and_on_dask(staged, da
     assert load_model(tmp / "p.zarr").x_summaries_ is None
 
 
-def test_auto_leaves_the_summaries_out_where_the_columns_alone_do_as_well(tmp_path):
+def test_auto_leaves_the_summaries_out_where_the_columns_alone_do_as_well(tmp_path, monkeypatch):
     """One smooth column: a kernel on x resolves the law, the boosters' summaries only add their noise;
-    "auto" compares the two searches and keeps the columns alone, "boosted" keeps the summaries."""
+    "auto" compares the two searches and keeps the columns alone, "boosted" keeps the summaries. Where y
+    is standardised the columns alone are searched once, on a thread of the pool beside the boosters,
+    and that search's result is the one kept."""
+    import threading
+
+    import jdlcore.kernels as kernels
+    from pipeline.tuning import _SearchJob
+
+    monkeypatch.setattr(kernels, "_THREADS", 2)  # a pool of two threads on any machine
+    searched_on, search = [], _SearchJob.columns_alone
+
+    def columns_alone(job):
+        searched_on.append(threading.current_thread().name)
+        return search(job)
+
+    monkeypatch.setattr(_SearchJob, "columns_alone", columns_alone)
     rng = np.random.default_rng(2)
     x = rng.uniform(-3, 3, 3_000)
     np.savez(tmp_path / "s.npz", x=x, y=np.sin(x) + x / 3 + (0.15 + 0.25 * np.abs(x)) * rng.standard_normal(3_000))
@@ -275,6 +290,8 @@ def test_auto_leaves_the_summaries_out_where_the_columns_alone_do_as_well(tmp_pa
     auto = load_tuning(tune_store(tmp_path / "d.zarr", tmp_path / "auto.zarr", folds=1))  # one split: short
     assert auto.attrs["summaries_gain"] <= SEARCH_TOLERANCE and json.loads(auto.attrs["x_summaries"]) == []
     assert auto.attrs["summaries_standardise_y"] is False
+    assert searched_on == [threading.current_thread().name]  # after the summarised searches, in this thread
+    searched_on.clear()
     # y standardised by them scores 0.14% better on the 600 validation rows: below CLEAR_GAIN, the gain
     # "standardised" needs, so it too keeps the columns alone (the thresholds themselves: the unit tests
     # of ``_with_or_without`` below)
@@ -282,10 +299,12 @@ def test_auto_leaves_the_summaries_out_where_the_columns_alone_do_as_well(tmp_pa
                                           folds=1))
     assert 0 < standardised.attrs["summaries_gain"] <= CLEAR_GAIN
     assert json.loads(standardised.attrs["x_summaries"]) == []
+    assert len(searched_on) == 1 and searched_on[0].startswith("jdl-kernel")
+    searched_on.clear()
     assert "x_summaries" not in auto.variables and np.ndim(json.loads(auto.attrs["best"])["lengthscale_x"]) == 0
     boosted = load_tuning(tune_store(tmp_path / "d.zarr", tmp_path / "boosted.zarr", summaries="boosted", folds=1))
     assert boosted.attrs["summaries_gain"] is None and json.loads(boosted.attrs["x_summaries"]) == list(NAMES)
-    assert len(json.loads(boosted.attrs["best"])["lengthscale_x"]) == 3
+    assert len(json.loads(boosted.attrs["best"])["lengthscale_x"]) == 3 and searched_on == []
 
 
 def test_stores_written_before_the_summaries_still_load_and_fit(staged):
