@@ -62,13 +62,18 @@ def pool_threads() -> int:
     return _THREADS
 
 
+def _runs_inline() -> bool:
+    """Whether work handed to the pool from this thread runs in it: a pool of one thread, or this thread
+    one of the pool's (a pool thread waiting on the pool could wait forever)."""
+    return _THREADS == 1 or threading.current_thread().name.startswith(_POOL_PREFIX)
+
+
 def pool_map(work: Callable[[Any], Any], items: list, *, one_blas_thread: bool = False) -> list:
     """``work(item)`` for each item, results in order: on the kernel thread pool when there are several
     items and threads, else in this thread (also when this thread is one of the pool's: a pool
     thread waiting on the pool could wait forever). ``one_blas_thread``: hold BLAS to one thread
     while the pool runs, for work that runs BLAS inside the pool's threads (``_one_blas_thread``)."""
-    nested = threading.current_thread().name.startswith(_POOL_PREFIX)
-    if len(items) <= 1 or _THREADS == 1 or nested:
+    if len(items) <= 1 or _runs_inline():
         return [work(item) for item in items]
     with _one_blas_thread() if one_blas_thread else nullcontext():
         return list(_pool().map(work, items))
@@ -83,7 +88,7 @@ def alongside(work: Callable[[], Any]) -> Iterator[Callable[[], Any]]:
     doing; pool work handed out inside ``work`` runs in its thread, and the body's on the pool's other
     threads. Leaving the block waits for ``work`` (also where the body raised). With a pool of one
     thread, or from a thread of the pool, ``work`` runs first, in this thread, and the body after it."""
-    if _THREADS == 1 or threading.current_thread().name.startswith(_POOL_PREFIX):
+    if _runs_inline():
         done: Future = Future()
         try:
             done.set_result(work())
