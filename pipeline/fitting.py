@@ -121,7 +121,7 @@ def scaling_rows(group: zarr.Group) -> np.ndarray:
 def check_lengthscale_widths(method: str, hyper: dict[str, Any], group: zarr.Group, view: XView = XView()) -> None:
     """``ValueError`` unless each per-feature lengthscale of a kernel ``method`` has (``hyper``'s
     lengthscale_x, lengthscale_y) has one entry per feature of the staged store (x's as ``view`` reads
-    them: missing-value indicators and kept summaries after the columns)."""
+    them: missing-value indicators and the summaries in use after the columns)."""
     read = {"x": view.columns(group.attrs["x_features"]), "y": list(group.attrs["y_features"])}
     for side in ("x", "y"):
         value, names = hyper[f"lengthscale_{side}"], read[side]
@@ -236,7 +236,7 @@ def fit_store(
         "x_features": group.attrs["x_features"], "y_features": group.attrs["y_features"],
         "scheduler": scheduler or "in-memory", "scaling": scaling,
         **({"x_levels": x_levels} if x_levels else {}),
-        **({"x_summaries": list(view.summaries.kept)} if view.summaries else {}),
+        **({"x_summaries": list(view.summaries.in_use)} if view.summaries else {}),
     }
     if table is not None:
         provenance["tuning"] = {"store": str(Path(tuning).resolve()), "best": json.loads(table.attrs["best"]),

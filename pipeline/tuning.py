@@ -220,7 +220,8 @@ class _SearchJob:
         elif summaries is None or self.fold_maps is None:
             folds, reads = make_folds(X, self.Y, self.splits), [view] * len(self.splits)
         else:  # each split read through its own map, as ``summaries`` reads (beside the columns or alone)
-            reads = [XView(None, replace(m, columns=summaries.columns, standardises=summaries.standardises))
+            reads = [XView(None, replace(m, columns=summaries.columns, standardises=summaries.standardises,
+                                         kept=summaries.kept))
                      for m in self.fold_maps]
             folds = [(read.summaries.augment(self.X[train]), self.Y[train], read.summaries.augment(self.X[val]),
                       self.Y[val]) for read, (train, val) in zip(reads, self.splits)]
@@ -248,7 +249,7 @@ class _SearchJob:
         search can leave a column longer than the column alone needs (the summaries carry what it says),
         so the columns' lengthscales (those kept) are also scored at ``LEFT_OUT_FACTORS`` times them, from
         the longest down until one scores worse (``score_grid``'s early stop), and the best score counts."""
-        best, kept = run.best, len(run.summaries.kept)
+        best, kept = run.best, len(run.summaries.in_use)
         lengthscales = np.array(np.broadcast_to(best["lengthscale_x"], (run.folds[0][0].shape[1],)), dtype=np.float64)
         if np.all(lengthscales[-kept:] >= SEARCH_LONGEST):
             return float(best["score"])
@@ -285,12 +286,17 @@ class _SearchRun:
 
 def _standardises(job: _SearchJob, rule: str) -> bool:
     """Whether the summaries' ``rule`` (``summary_rule``: a ``ValueError`` for one y cannot take) reads y
-    standardised by them on ``job``'s table and criterion, where its map keeps both summaries: "standardised",
+    standardised by them on ``job``'s table and criterion, where its map keeps the median and the spread: "standardised",
     or "auto" on a table of ``STANDARDISE_ROWS`` rows or more, with a criterion read on y's scale by a
     factor per row (``OnYScale``). The columns alone are then searched whatever the map."""
-    large = int(job.group.attrs["n_samples"]) >= STANDARDISE_ROWS
-    return (summary_rule(rule, job.Y.shape[1]) and (rule == "standardised" or rule == "auto" and large)
+    return (summary_rule(rule, job.Y.shape[1]) and (rule == "standardised" or rule == "auto" and _large(job))
             and OnYScale.applies(job.score))
+
+
+def _large(job: _SearchJob) -> bool:
+    """Whether ``job``'s table has ``STANDARDISE_ROWS`` rows or more: where "auto" standardises y, and
+    where a standardised y's x kernel reads the summaries' skewness too (``BoostedSummaries.standardised``)."""
+    return int(job.group.attrs["n_samples"]) >= STANDARDISE_ROWS
 
 
 def _with_or_without(job: _SearchJob, summaries: BoostedSummaries | None, rule: str,
@@ -300,9 +306,10 @@ def _with_or_without(job: _SearchJob, summaries: BoostedSummaries | None, rule: 
     boosters, where ``_standardises``), else None.
 
     With the rule "standardised" (or "auto" on a table of ``STANDARDISE_ROWS`` rows or more), summaries
-    (both kept) and a criterion read on y's scale by a factor per row (crps, pinball: ``OnYScale``), y is
-    standardised by them, r = (y - predicted median) / predicted spread, in every run that reads them:
-    the model learns the law of r given x and the summaries, and its answers are read back on y's scale
+    (the median and the spread kept) and a criterion read on y's scale by a factor per row (crps,
+    pinball: ``OnYScale``), y is standardised by them, r = (y - predicted median) / predicted spread, in
+    every run that reads them: the model learns the law of r given x and the summaries (on a table of
+    ``STANDARDISE_ROWS`` rows or more their skewness too), and its answers are read back on y's scale
     (``jdlcore.conditional.location_scale``).
 
     The search runs on x's columns with the summaries beside them and on the summaries alone, and keeps
@@ -326,7 +333,7 @@ def _with_or_without(job: _SearchJob, summaries: BoostedSummaries | None, rule: 
         return columns_alone(), None
     standardise = _standardises(job, rule) and summaries.can_standardise
     if standardise:
-        summaries = summaries.standardised()
+        summaries = summaries.standardised(skew=_large(job))
     beside, alone = job.run(summaries), job.run(summaries.alone())
     summarised = (_cheapest_near_best(beside, alone) if standardise
                   else alone if _gain(beside.best["score"], alone.best["score"]) > SEARCH_TOLERANCE else beside)
@@ -364,10 +371,10 @@ def _cheapest_near_best(*runs: "_SearchRun") -> "_SearchRun":
 
 
 def _summaries_record(kept: BoostedSummaries | None, rule: str, seconds: float, gain: float | None) -> dict[str, Any]:
-    """The tuning store's attributes on the summaries: the ``rule`` asked for, the names ``kept`` (None:
-    the columns alone), whether the x kernel reads them alone, whether y is read standardised by them,
+    """The tuning store's attributes on the summaries: the ``rule`` asked for, the summaries in use of the
+    map ``kept`` (None: the columns alone), whether the x kernel reads them alone, whether y is read standardised by them,
     their fitting's seconds and their gain."""
-    return {"summaries": rule, "x_summaries": json.dumps(list(kept.kept) if kept else []),
+    return {"summaries": rule, "x_summaries": json.dumps(list(kept.in_use) if kept else []),
             "summaries_alone": bool(kept is not None and not kept.columns),
             "summaries_standardise_y": bool(kept is not None and kept.standardises), "summaries_seconds": seconds,
             "summaries_gain": gain}

@@ -2,6 +2,7 @@
 directly on the other folds, the leak it prevents, the record's round trip, and the path through tune,
 fit (in memory and on a real Dask scheduler) and score."""
 import json
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -74,7 +75,15 @@ def test_each_row_is_summarised_by_boosters_trained_without_its_fold():
     Q = summaries.predictions(new)
     np.testing.assert_allclose(features[:, 0], Q[:, 1])
     np.testing.assert_allclose(features[:, 1], np.log(np.maximum(Q[:, 2] - Q[:, 0], summaries.floor)))
-    assert summaries.augment(new).shape == (500, 3 + len(NAMES))
+    # y read as it is: the median and the spread; the skewness only where y is standardised by them
+    assert summaries.kept == NAMES and summaries.in_use == NAMES[:2] and features.shape == (500, 2)
+    assert summaries.augment(new).shape == (500, 3 + 2)
+    standardised = summaries.standardised()
+    assert standardised.in_use == NAMES and standardised.augment(new).shape == (500, 3 + len(NAMES))
+    skew = standardised.features(new)[:, 2]
+    by_hand = [(q90 + q10 - 2 * q50) / max(q90 - q10, summaries.floor) for q10, q50, q90 in Q]
+    np.testing.assert_allclose(skew, np.clip(by_hand, -1, 1), rtol=1e-12, atol=1e-15)
+    assert np.ptp(skew) > 0 and np.all(np.abs(skew) <= 1)
 
 
 def _fold_losses(X: np.ndarray, y: np.ndarray, level: float, folds: int, cap: int,
@@ -159,10 +168,13 @@ def test_the_record_round_trips_and_refuses_another_format():
     np.testing.assert_array_equal(again.features(X), summaries.features(X))
     standardised = BoostedSummaries.from_bytes(summaries.standardised().to_bytes())
     assert standardised.standardises and standardised.scale_floor == summaries.scale_floor > 0
-    # outer levels that are offsets from the median: a jdl reading only 1 or 2 refuses the record
-    assert json.loads(summaries.standardised().to_bytes())["format"] == 3 and again.from_median
+    # a map that keeps the skewness: a jdl reading only 1 to 3 refuses the record
+    assert json.loads(summaries.standardised().to_bytes())["format"] == 4 and again.from_median
     record = json.loads(summaries.to_bytes())
-    assert record["format"] == 3
+    assert record["format"] == 4 and record["kept"] == list(NAMES)
+    # without it, outer levels that are offsets from the median: a jdl reading only 1 or 2 refuses it
+    record = json.loads(replace(summaries, kept=NAMES[:2]).to_bytes())
+    assert record["format"] == 3 and BoostedSummaries.from_bytes(json.dumps(record).encode()).from_median
     del record["rounds"], record["y_range"]  # a record written before the rounds were chosen out of fold,
     unranged = BoostedSummaries.from_bytes(json.dumps(record).encode())  # and before y's range was kept
     assert unranged.rounds == () and unranged.y_range == (-np.inf, np.inf)
@@ -218,12 +230,12 @@ def test_tune_fit_and_score_carry_the_summaries_in_memory_and_on_dask(staged, da
     # one validation split (not five folds) keeps the test short; "auto" decides on it as on folds
     assert main(["tune", str(tmp / "src.zarr"), "--out", str(tmp / "tuning.zarr"), "--folds", "1",
                  "--summaries", "standardised"]) == 0
-    assert ("with x summaries summary_median, summary_log_spread, y standardised by them"
+    assert ("with x summaries summary_median, summary_log_spread, y standardised by the median and spread"
             in capsys.readouterr().out)
     tuning = load_tuning(tmp / "tuning.zarr")
-    assert json.loads(tuning.attrs["x_summaries"]) == list(NAMES) and tuning.attrs["summaries"] == "standardised"
+    assert json.loads(tuning.attrs["x_summaries"]) == list(NAMES[:2]) and tuning.attrs["summaries"] == "standardised"
     assert tuning.attrs["summaries_gain"] > CLEAR_GAIN  # kept: they beat the columns alone by more than 1%
-    assert tuning.sizes["x_feature"] == 3 + len(NAMES) and len(json.loads(tuning.attrs["best"])["lengthscale_x"]) == 5
+    assert tuning.sizes["x_feature"] == 3 + 2 and len(json.loads(tuning.attrs["best"])["lengthscale_x"]) == 5
     assert tuning.attrs["summaries_standardise_y"]  # a scalar y, the crps: y read standardised by them
     models = {}
     for name, scheduler in (("memory", "memory"), ("dask", dask_client.scheduler.address)):
@@ -231,7 +243,7 @@ def test_tune_fit_and_score_carry_the_summaries_in_memory_and_on_dask(staged, da
                      str(tmp / f"{name}.zarr"), "--scheduler", scheduler]) == 0
         models[name] = load_model(tmp / f"{name}.zarr")
     memory, dask = models["memory"], models["dask"]
-    assert memory.provenance_["x_summaries"] == list(NAMES) and memory.basis_x_.width == 5
+    assert memory.provenance_["x_summaries"] == list(NAMES[:2]) and memory.basis_x_.width == 5
     assert dask.x_summaries_.to_bytes() == memory.x_summaries_.to_bytes()
     new = open_staged(tmp / "new.zarr")  # its codes read as the model's, the unseen level as OTHER_CODE
     X_new = recode(new["x"][:], level_recoding(categorical_levels(new), memory.provenance_["x_levels"], ["a", "b", "c"],
@@ -303,7 +315,7 @@ def test_auto_leaves_the_summaries_out_where_the_columns_alone_do_as_well(tmp_pa
     searched_on.clear()
     assert "x_summaries" not in auto.variables and np.ndim(json.loads(auto.attrs["best"])["lengthscale_x"]) == 0
     boosted = load_tuning(tune_store(tmp_path / "d.zarr", tmp_path / "boosted.zarr", summaries="boosted", folds=1))
-    assert boosted.attrs["summaries_gain"] is None and json.loads(boosted.attrs["x_summaries"]) == list(NAMES)
+    assert boosted.attrs["summaries_gain"] is None and json.loads(boosted.attrs["x_summaries"]) == list(NAMES[:2])
     assert len(json.loads(boosted.attrs["best"])["lengthscale_x"]) == 3 and searched_on == []
 
 
@@ -356,11 +368,12 @@ def test_the_map_read_alone_gives_the_x_kernel_the_summaries_only():
     assert beside.columns and not alone.columns and alone.boosters is beside.boosters
     np.testing.assert_array_equal(alone.augment(X), beside.features(X))
     np.testing.assert_array_equal(beside.augment(X), np.hstack([X, beside.features(X)]))
-    assert kernel_features(["a", "b", "c"], alone) == list(NAMES) and kernel_categorical([2], alone) == []
-    assert kernel_features(["a", "b", "c"], beside) == ["a", "b", "c", *NAMES] and kernel_categorical([2], beside) == [2]
+    assert kernel_features(["a", "b", "c"], alone) == list(NAMES[:2]) and kernel_categorical([2], alone) == []
+    assert kernel_features(["a", "b", "c"], beside) == ["a", "b", "c", *NAMES[:2]] and kernel_categorical([2], beside) == [2]
+    assert kernel_features(["a"], alone.standardised()) == list(NAMES)  # y standardised: the skewness too
     assert kernel_features(["a"], None) == ["a"] and kernel_categorical([0], None) == [0]
     again = BoostedSummaries.from_bytes(alone.to_bytes())
-    assert not again.columns and again.augment(X).shape == (1_000, len(NAMES))
+    assert not again.columns and again.augment(X).shape == (1_000, 2)
     record = json.loads(beside.to_bytes())
     del record["columns"]  # a record written before the summaries could be read alone: beside the columns
     assert BoostedSummaries.from_bytes(json.dumps(record).encode()).columns
@@ -397,6 +410,30 @@ def test_each_tuning_split_is_summarised_by_a_map_blind_to_its_validation_rows(s
     again = fit_summaries(np.delete(X, val, axis=0), np.delete(moved, val), [2], rounds=fitted.rounds)
     np.testing.assert_array_equal(again.features(X), maps[0].features(X))
     assert not np.array_equal(fit_summaries(X, moved, [2], rounds=fitted.rounds).features(X), fitted.features(X))
+
+
+def test_each_split_reads_its_map_as_the_run_reads_the_tunings(staged):
+    """A run's splits read their own maps beside the columns or alone, y standardised or not, and the
+    summaries in use of the run's map: with y standardised on few rows the median and spread alone,
+    else the skewness too."""
+    from jdlcore import JDL
+    from jdlcore.tuning import as_regs, resolve_criterion, splits_for
+    from pipeline.tuning import _fitted_summaries, _SearchJob, subsample_rows
+
+    group = open_staged(staged / "src.zarr")
+    X, Y = group["x"][:], group["y"][:]
+    rows = subsample_rows(2_000, 2_000, 0)
+    splits = splits_for(rows.size, 0.2, 2, 0)
+    fitted, maps, _ = _fitted_summaries(staged / "src.zarr", group, "standardised", 0, rows, splits, None)
+    job = replace(_SearchJob(group, X, Y, splits, JDL(), as_regs([1e-4]), resolve_criterion("crps", None, 1), "robust",
+                             [1.0], [1.0], 0, False, 4_000, None, None, None, 2_000, None), fold_maps=maps)
+    for read, width in ((fitted.standardised(skew=False), 3 + 2), (fitted.standardised(), 3 + 3),
+                        (fitted.standardised().alone(), 3), (fitted, 3 + 2)):
+        run = job.run(read)
+        for (train, val), fold, own in zip(splits, run.folds, maps):
+            assert fold[0].shape[1] == fold[2].shape[1] == width
+            np.testing.assert_array_equal(fold[2][:, -len(read.in_use):],
+                                          replace(own, standardises=read.standardises, kept=read.kept).features(X[val]))
 
 
 def test_one_split_with_few_validation_rows_has_one_map_that_never_saw_them(staged, monkeypatch):
@@ -491,7 +528,6 @@ def test_a_standardised_y_is_kept_only_where_it_clearly_beats_the_columns():
     out of the kernel would still read them through y), and the summaries are kept only where they beat
     the columns by more than ``CLEAR_GAIN``; a map that kept one summary cannot standardise, and "auto"
     does not below ``STANDARDISE_ROWS`` rows (from there it does): both run as before."""
-    from dataclasses import replace
     from types import SimpleNamespace
 
     from jdlcore.conditional.losses import CRPSLoss
@@ -532,7 +568,7 @@ def test_a_standardised_y_is_kept_only_where_it_clearly_beats_the_columns():
         run, gain = _with_or_without(job, summaries, "standardised")
         assert run.name == kept and job.runs == standardised, scores
         assert np.isclose(gain, (10.0 - min(scores[1:])) / 10.0)
-        assert kept == "plain" or run.summaries.standardises
+        assert kept == "plain" or run.summaries.standardises and run.summaries.in_use == NAMES[:2]  # few rows
     tol = SEARCH_TOLERANCE
     for scores, ranks, kept in [((10.0, 9.0, 9.0 * (1 + tol / 2)), (2000, 50), "alone"),
                                 ((10.0, 9.0 * (1 + tol / 2), 9.0), (50, 2000), "beside"),
@@ -556,13 +592,13 @@ def test_a_standardised_y_is_kept_only_where_it_clearly_beats_the_columns():
     job.group = SimpleNamespace(attrs={"n_samples": STANDARDISE_ROWS})
     run, _ = _with_or_without(job, summaries, "auto")
     assert run.name == "beside" and run.summaries.standardises and job.runs == standardised
+    assert run.summaries.in_use == NAMES  # and, on that many rows, reads the skewness too
 
 
 def test_the_summaries_left_out_score_as_the_columns_alone_at_those_lengthscales(staged):
     """``_SearchJob.left_out`` scores the beside run's best setting with the summaries' lengthscales at
     ``SEARCH_LONGEST`` and the columns' at each of ``LEFT_OUT_FACTORS`` times theirs, in turn while the
     score falls: the best of the same scores as search-free candidates fitted by hand at those kernels."""
-    from dataclasses import replace
 
     from jdlcore import JDL
     from jdlcore.tuning import SEARCH_LONGEST, as_regs, kernels_at, resolve_criterion, score_grid, splits_for
@@ -615,14 +651,15 @@ def test_a_model_on_the_summaries_alone_through_fit_score_and_inspect(tmp_path, 
                  str(tmp_path / "d.zarr")]) == 0
     assert main(["tune", str(tmp_path / "d.zarr"), "--out", str(tmp_path / "tuning.zarr"), "--no-search",
                  "--summaries", "standardised"]) == 0
-    assert ("with x summaries summary_median, summary_log_spread alone (no x column), y standardised by them"
+    assert ("with x summaries summary_median, summary_log_spread alone (no x column), y standardised by the median "
+            "and spread"
             in capsys.readouterr().out)
     tuning = load_tuning(tmp_path / "tuning.zarr")
-    assert tuning.attrs["summaries_alone"] and tuning.sizes["x_feature"] == len(NAMES)
+    assert tuning.attrs["summaries_alone"] and tuning.sizes["x_feature"] == 2  # 2,000 rows: no skewness
     assert main(["fit", str(tmp_path / "d.zarr"), "--tuning", str(tmp_path / "tuning.zarr"), "--out",
                  str(tmp_path / "m.zarr")]) == 0
     model = load_model(tmp_path / "m.zarr")
-    assert not model.x_summaries_.columns and model.basis_x_.width == len(NAMES)
+    assert not model.x_summaries_.columns and model.basis_x_.width == 2
     assert main(["score", str(tmp_path / "m.zarr"), str(tmp_path / "d.zarr"), "--out", str(tmp_path / "s.zarr"),
                  "--function", "mean"]) == 0
     Z = model.x_summaries_.features(X)  # y standardised by them: the law of r moved to y's scale by hand
