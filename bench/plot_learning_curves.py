@@ -10,7 +10,8 @@ crps_99 per training size on a log axis.
         docs/results/peers_10k_100k_fine_tol.json docs/results/learning_curve_fine_tol.json \
         docs/results/learning_curve_1e6_fine_tol.json docs/results/peers_40k_auto.json \
         docs/results/peers_200k_auto.json docs/results/peers_large_auto.json \
-        docs/results/learning_curve_auto.json \
+        docs/results/learning_curve_auto.json docs/results/peers_40k_skew.json docs/results/peers_100k_skew.json \
+        docs/results/peers_200k_skew.json docs/results/learning_curve_1e6_skew.json \
         --tables flights births "synthetic (known law)" --models jdl "jdl, columns alone" lightgbm qrf \
         --out docs/figures/learning_curves.png
 """
