@@ -37,7 +37,8 @@ def tuned(args: argparse.Namespace, result: dict) -> str:
     on = f"{table.attrs['rows_used']:,} rows" + (f" ({folds} folds)" if folds > 1 else "")
     summaries = tuned_summaries(table)
     alone = " alone (no x column)" if table.attrs.get("summaries_alone", False) else ""
-    standardised = ", y standardised by the median and spread" if table.attrs.get("summaries_standardise_y", False) else ""
+    standardised = (", y standardised by the median and spread" if table.attrs.get("summaries_standardise_y", False)
+                    else "")
     with_summaries = f" with x summaries {', '.join(summaries)}{alone}{standardised}" if summaries else ""
     return (f"tuned {count} candidates on {on}{with_summaries}: best {setting}, "
             f"validation {table.attrs['criterion']} {best['score']:.5g} -> {result['path']}")

@@ -14,7 +14,7 @@ The skewness is read only where y is standardised by the first two (``STANDARDIS
 ``pipeline.tuning``). There r = (y - median) / spread has the location and the scale of y's law at x
 taken out, and its shape is what is left for the kernel to resolve: at 40,000 training rows crps_99
 fell 2.0% on diamonds and 0.5% on births, at 100,000 and 200,000 rows 0.4% on flights, at 20,000 rows
-1.3% on a kept-aside table of rodent weights (and rose 0.1% on two other such tables). On few rows
+1.2% on a kept-aside table of rodent weights (and rose 0.1% and 0.2% on two other such tables). On few rows
 the outer boosters' offsets are noisy and their ratio more so: at 5,000 rows beside y itself it
 cost up to 2.1% of crps_99 (diamonds), and on a 2,000-row test table with y standardised it turned
 a 1.0% gain of the summaries into a 1.6% loss.
@@ -94,9 +94,10 @@ BOOSTER_PARAMS: dict[str, Any] = {  # LightGBM's defaults, written out, determin
     "objective": "quantile", "metric": "quantile", "learning_rate": 0.1, "num_leaves": 31, "min_data_in_leaf": 20,
     "deterministic": True, "force_col_wise": True, "verbosity": -1,
 }
-# the record's format: 4 for a map that keeps ``summary_skew``, which a jdl that reads only 1-3 must refuse
-# rather than fail on a summary it does not know; 3 for a map whose outer levels boost from the median (``from_median``: every map
-# fitted now), which a jdl that reads only 1 or 2 must refuse rather than read their offsets as quantiles;
+# the record's format: 4 for a map that keeps ``summary_skew`` (every map fitted now whose skewness
+# varies), which a jdl that reads only 1 to 3 must refuse rather than fail on a summary it does not know;
+# 3 for a map whose outer levels boost from the median (``from_median``: every map fitted now), which a
+# jdl that reads only 1 or 2 must refuse rather than read their offsets as quantiles;
 # 2 for an older map that standardises y (``standardises``), which a jdl that reads only 1 must refuse
 # rather than answer on the standardised scale; 1 for an older map read as it is
 READ_FORMATS = (1, 2, 3, 4)
@@ -141,8 +142,7 @@ class BoostedSummaries:
     width: x's columns; categorical: their category-code columns (LightGBM splits them as categories;
     negative codes, the unseen level, read as missing); floor: the spread floor in y's units; kept: the
     summaries that vary over the training rows (``NAMES`` order; ``in_use``: those the x kernel reads);
-    rounds: each
-    level's boosting rounds (chosen out of fold, ``fit_summaries``; empty for a record that predates them);
+    rounds: each level's boosting rounds (chosen out of fold, ``fit_summaries``; empty for a record that predates them);
     columns: whether the x kernel reads x's columns beside the summaries (else the summaries alone);
     standardises: whether the model's y is read standardised by the summaries, r = (y - median) / spread
     (``location_scale``; ``STANDARDISING`` kept); scale_floor: the least spread it divides by, in y's units
@@ -260,7 +260,8 @@ class BoostedSummaries:
 
     def to_bytes(self) -> bytes:
         """The map as UTF-8 JSON (``from_bytes`` inverts it)."""
-        written = 4 if set(STANDARDISED_ONLY) & set(self.kept) else 3 if self.from_median else 2 if self.standardises else 1
+        written = (4 if set(STANDARDISED_ONLY) & set(self.kept) else 3 if self.from_median
+                   else 2 if self.standardises else 1)
         return json.dumps({"format": written, "levels": list(LEVELS), "width": self.width,
                            "categorical": list(self.categorical), "floor": self.floor, "kept": list(self.kept),
                            "rounds": list(self.rounds), "columns": self.columns, "standardises": self.standardises,

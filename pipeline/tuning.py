@@ -286,9 +286,9 @@ class _SearchRun:
 
 def _standardises(job: _SearchJob, rule: str) -> bool:
     """Whether the summaries' ``rule`` (``summary_rule``: a ``ValueError`` for one y cannot take) reads y
-    standardised by them on ``job``'s table and criterion, where its map keeps the median and the spread: "standardised",
-    or "auto" on a table of ``STANDARDISE_ROWS`` rows or more, with a criterion read on y's scale by a
-    factor per row (``OnYScale``). The columns alone are then searched whatever the map."""
+    standardised by them on ``job``'s table and criterion, where its map keeps the median and the spread:
+    "standardised", or "auto" on a table of ``STANDARDISE_ROWS`` rows or more, with a criterion read on
+    y's scale by a factor per row (``OnYScale``). The columns alone are then searched whatever the map."""
     return (summary_rule(rule, job.Y.shape[1]) and (rule == "standardised" or rule == "auto" and _large(job))
             and OnYScale.applies(job.score))
 
@@ -372,8 +372,8 @@ def _cheapest_near_best(*runs: "_SearchRun") -> "_SearchRun":
 
 def _summaries_record(kept: BoostedSummaries | None, rule: str, seconds: float, gain: float | None) -> dict[str, Any]:
     """The tuning store's attributes on the summaries: the ``rule`` asked for, the summaries in use of the
-    map ``kept`` (None: the columns alone), whether the x kernel reads them alone, whether y is read standardised by them,
-    their fitting's seconds and their gain."""
+    map ``kept`` (None: the columns alone), whether the x kernel reads them alone, whether y is read
+    standardised by them, their fitting's seconds and their gain."""
     return {"summaries": rule, "x_summaries": json.dumps(list(kept.in_use) if kept else []),
             "summaries_alone": bool(kept is not None and not kept.columns),
             "summaries_standardise_y": bool(kept is not None and kept.standardises), "summaries_seconds": seconds,

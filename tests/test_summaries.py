@@ -158,6 +158,25 @@ def test_cross_fitting_keeps_the_training_rows_noise_out_of_their_summaries():
     assert abs(np.corrcoef(spread, np.abs(y - np.median(y)))[0, 1]) < 0.06
 
 
+def test_the_skewness_at_crossed_and_degenerate_quantiles(monkeypatch):
+    """The skewness (q90 + q10 - 2 q50) / max(q90 - q10, floor) by hand at chosen quantiles: its bounds
+    where the median sits on an outer level, 0 where the levels are symmetric, clipped to [-1, 1] where
+    the median falls outside them or the outer levels cross (the spread then at its floor)."""
+    Q = np.array([[0.0, 1.0, 4.0],    # leans right: (4 + 0 - 2) / 4
+                  [0.0, 2.0, 4.0],    # symmetric
+                  [0.0, 0.0, 4.0],    # the median on the 10% level: the upper bound
+                  [0.0, 4.0, 4.0],    # on the 90% level: the lower bound
+                  [0.0, 6.0, 4.0],    # above the 90% level: (4 - 12) / 4, clipped
+                  [3.0, 2.0, 1.0],    # crossed: (1 + 3 - 4) / floor = 0
+                  [3.0, 1.0, 1.0]])   # crossed, and skewed: (1 + 3 - 2) / 0.5, clipped
+    summaries = BoostedSummaries([], 1, (), floor=0.5, standardises=True)
+    monkeypatch.setattr(BoostedSummaries, "predictions", lambda self, X: Q)
+    every = summaries.every_summary(np.zeros((len(Q), 1)))
+    np.testing.assert_allclose(every[:, 2], [0.5, 0.0, 1.0, -1.0, -1.0, 0.0, 1.0], rtol=0, atol=1e-15)
+    np.testing.assert_allclose(every[:, 1], np.log([4, 4, 4, 4, 4, 0.5, 0.5]))
+    np.testing.assert_array_equal(summaries.features(np.zeros((len(Q), 1))), every)  # all three in use
+
+
 def test_the_record_round_trips_and_refuses_another_format():
     X, y = _table(1_000)
     summaries = fit_summaries(X, y, [2], max_rounds=10)
@@ -369,7 +388,8 @@ def test_the_map_read_alone_gives_the_x_kernel_the_summaries_only():
     np.testing.assert_array_equal(alone.augment(X), beside.features(X))
     np.testing.assert_array_equal(beside.augment(X), np.hstack([X, beside.features(X)]))
     assert kernel_features(["a", "b", "c"], alone) == list(NAMES[:2]) and kernel_categorical([2], alone) == []
-    assert kernel_features(["a", "b", "c"], beside) == ["a", "b", "c", *NAMES[:2]] and kernel_categorical([2], beside) == [2]
+    assert kernel_features(["a", "b", "c"], beside) == ["a", "b", "c", *NAMES[:2]]
+    assert kernel_categorical([2], beside) == [2]
     assert kernel_features(["a"], alone.standardised()) == list(NAMES)  # y standardised: the skewness too
     assert kernel_features(["a"], None) == ["a"] and kernel_categorical([0], None) == [0]
     again = BoostedSummaries.from_bytes(alone.to_bytes())
