@@ -413,7 +413,7 @@ def _add_tune(commands) -> None:
     setting("--summaries",
             help="{choices}: boosted summaries of x for the x kernel, cross-fitted quantile boosters' median and log "
                  "spread beside the columns or alone (boosted); auto (the default) keeps them where they score 0.2%% "
-                 "better, and from 20,000 rows learns y as (y - median) / spread where they score 1%% better; "
+                 "better, and from 10,000 rows learns y as (y - median) / spread where that scores 1%% better; "
                  "standardised: that on any table; docs/tuning.md")
     setting("--max-rows", type=int, help="rows of the subsample (default {default})")
     setting("--seed", type=int, help="seed of the subsample, the folds and the pivoting (default {default})")

@@ -17,7 +17,8 @@ fell 2.0% on diamonds and 0.5% on births, at 100,000 and 200,000 rows 0.4% on fl
 1.2% on a kept-aside table of rodent weights (and rose 0.1% and 0.2% on two other such tables). On few rows
 the outer boosters' offsets are noisy and their ratio more so: at 5,000 rows beside y itself it
 cost up to 2.1% of crps_99 (diamonds), and on a 2,000-row test table with y standardised it turned
-a 1.0% gain of the summaries into a 1.6% loss.
+a 1.0% gain of the summaries into a 1.6% loss. It is read from ``pipeline.tuning.STANDARDISE_ROWS``
+rows, as y is standardised.
 
 The x kernel of the fit then compares rows by their columns and by these summaries, or by the summaries
 alone (``BoostedSummaries.columns``; ``augment``), at lengthscales the tuning chooses; a summary it finds

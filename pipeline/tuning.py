@@ -62,11 +62,11 @@ LEFT_OUT_FACTORS = (1.0, 1 / 2, 1 / 4, 1 / 8)
 # trained without them and used by the fit as well (else the fit's map has every row and the split a
 # refitted map of its own): 4,000 of 100,000 rows cost little, 2,000 of 10,000 cost 1-2.6% of crps_99
 MAP_HOLDOUT_SHARE = 0.05
-# the table's rows from which "auto" reads y standardised by the summaries (as "standardised" does): those
-# that fill the tuning's subsample. From 20,000 rows on it tied or gained on every table measured (0 to
-# 1.2% of crps_99, the boosters' median and spread then learned from all those rows); at 5,000 rows
-# three of seven tables lost 1.2-1.7%, the model leaning on boosters that had seen few rows
-STANDARDISE_ROWS = MAX_ROWS
+# the table's rows from which "auto" reads y standardised by the summaries (as "standardised" does), and
+# the x kernel their skewness too: at 10,000 rows five of seven tables gained 0.4-2.4% of crps_99, one tied
+# and one took the summaries beside y as it is (``_with_or_without``); at 5,000 rows three of seven lost
+# 1.2-1.7% with y standardised, the model leaning on boosters that had seen few rows
+STANDARDISE_ROWS = 10_000
 
 
 def subsample_rows(n: int, max_rows: int, seed: int) -> np.ndarray:
@@ -285,64 +285,63 @@ class _SearchRun:
 
 
 def _standardises(job: _SearchJob, rule: str) -> bool:
-    """Whether the summaries' ``rule`` (``summary_rule``: a ``ValueError`` for one y cannot take) reads y
-    standardised by them on ``job``'s table and criterion, where its map keeps the median and the spread:
-    "standardised", or "auto" on a table of ``STANDARDISE_ROWS`` rows or more, with a criterion read on
-    y's scale by a factor per row (``OnYScale``). The columns alone are then searched whatever the map."""
+    """Whether ``rule`` (``summary_rule``: a ``ValueError`` for a y it cannot take) reads y standardised by
+    the summaries, where the map can: "standardised", or "auto" on ``STANDARDISE_ROWS`` rows or more, with
+    a criterion read on y's scale by a factor per row (``OnYScale``); the columns alone then always count."""
     return (summary_rule(rule, job.Y.shape[1]) and (rule == "standardised" or rule == "auto" and _large(job))
             and OnYScale.applies(job.score))
 
 
 def _large(job: _SearchJob) -> bool:
-    """Whether ``job``'s table has ``STANDARDISE_ROWS`` rows or more: where "auto" standardises y, and
-    where a standardised y's x kernel reads the summaries' skewness too (``BoostedSummaries.standardised``)."""
+    """Whether ``job``'s table has ``STANDARDISE_ROWS`` rows or more (for y standardised, and the skewness)."""
     return int(job.group.attrs["n_samples"]) >= STANDARDISE_ROWS
 
 
 def _with_or_without(job: _SearchJob, summaries: BoostedSummaries | None, rule: str,
-                     columns_alone: Callable[[], _SearchRun] | None = None) -> tuple[_SearchRun, float | None]:
+                     columns_alone: Callable[[], _SearchRun] | None = None,
+                     standardise: bool | None = None) -> tuple[_SearchRun, float | None]:
     """The search that decides the tuning, and the summaries' gain (None where not compared).
-    ``columns_alone``: the result of ``job.columns_alone`` where it was started already (``alongside`` the
-    boosters, where ``_standardises``), else None.
+    ``columns_alone``: the result of ``job.columns_alone`` where it was searched already (``alongside``
+    the boosters, where ``_standardises``), else None; ``standardise``: False to read y as it is whatever
+    the rule (None: as ``_standardises`` decides).
 
-    With the rule "standardised" (or "auto" on a table of ``STANDARDISE_ROWS`` rows or more), summaries
-    (the median and the spread kept) and a criterion read on y's scale by a factor per row (crps,
-    pinball: ``OnYScale``), y is standardised by them, r = (y - predicted median) / predicted spread, in
-    every run that reads them: the model learns the law of r given x and the summaries (on a table of
-    ``STANDARDISE_ROWS`` rows or more their skewness too), and its answers are read back on y's scale
-    (``jdlcore.conditional.location_scale``).
+    With the rule "standardised" (or "auto" on a table of ``STANDARDISE_ROWS`` rows or more), the median
+    and the spread kept and a criterion read on y's scale by a factor per row (crps, pinball:
+    ``OnYScale``), every run that reads the summaries learns the law of r = (y - predicted median) /
+    predicted spread given x and the summaries (their skewness too on ``STANDARDISE_ROWS`` rows or
+    more), and answers on y's scale (``jdlcore.conditional.location_scale``).
 
-    The search runs on x's columns with the summaries beside them and on the summaries alone, and keeps
-    the summaries alone only where they score better by more than ``SEARCH_TOLERANCE`` (relative), as
-    the search drops a feature only where that does not cost: a search that starts with every feature at
-    one lengthscale can leave the summaries too long, and the summaries alone then find the sharper law.
-    With y standardised it keeps, of the two within the tolerance of the better, the one with the
-    smaller x basis (``_cheapest_near_best``). "boosted" keeps the better of the two.
+    The search runs on x's columns with the summaries beside them and on the summaries alone. With y as
+    it is, the summaries alone are kept only where they score better by more than ``SEARCH_TOLERANCE``
+    (a search that starts with every feature at one lengthscale can leave the summaries too long); with
+    y standardised, of the two within that tolerance of the better, the smaller x basis
+    (``_cheapest_near_best``). "boosted" keeps that run.
 
-    "auto" (and "standardised") keeps it only where its best validation score beats the columns alone
-    by more than the tolerance (a smooth law of few columns needs no summaries, and their noise costs):
-    first the columns at the lengthscales the search beside the summaries found, with the summaries
-    left out (``_SearchJob.left_out``: one candidate); only where that does not show a gain above
-    ``CLEAR_GAIN`` are the columns alone searched too, and compared. With y standardised the summaries
-    are read even when the kernel leaves them out, so the columns alone are always searched, and the
-    summaries are kept only where they beat them by more than ``CLEAR_GAIN``: every row then leans on
-    the boosters' median and spread, and on a smooth law of one column a gain of 0.46% on 600
-    validation rows was noise (0.18% worse on 20,000 new rows)."""
+    "auto" and "standardised" keep it only where it beats the columns alone (a smooth law of few
+    columns needs no summaries, and their noise costs). With y as it is, by more than the tolerance:
+    where the columns alone were not searched yet, first the columns at the beside run's lengthscales
+    with the summaries left out (``_SearchJob.left_out``: one candidate), and only where that shows no
+    gain above ``CLEAR_GAIN`` the columns alone, searched. With y standardised every row leans on the
+    boosters' median and spread, even where the kernel leaves the summaries out: the columns alone are
+    always searched, and the summaries must beat them by more than ``CLEAR_GAIN`` (on a smooth law of
+    one column a gain of 0.46% on 600 validation rows was 0.18% worse on 20,000 new rows). Where they do
+    not, "auto" tries them beside y as it is: on 10,000 rows of a table of wages they lost to the
+    columns alone with y standardised and beat them with y as it is (crps_99 7,759 against 7,568)."""
+    searched = columns_alone
     columns_alone = columns_alone or job.columns_alone
     if summaries is None:
         return columns_alone(), None
-    standardise = _standardises(job, rule) and summaries.can_standardise
-    if standardise:
-        summaries = summaries.standardised(skew=_large(job))
-    beside, alone = job.run(summaries), job.run(summaries.alone())
+    standardise = (_standardises(job, rule) if standardise is None else standardise) and summaries.can_standardise
+    read = summaries.standardised(skew=_large(job)) if standardise else summaries
+    beside, alone = job.run(read), job.run(read.alone())
     summarised = (_cheapest_near_best(beside, alone) if standardise
                   else alone if _gain(beside.best["score"], alone.best["score"]) > SEARCH_TOLERANCE else beside)
     if job.progress is not None:
         job.progress(f"summaries: validation {beside.best['score']:.6g} beside x's columns, "
-                     f"{alone.best['score']:.6g} alone")
+                     f"{alone.best['score']:.6g} alone{', y standardised' if standardise else ''}")
     if rule == "boosted":
         return summarised, None
-    if not standardise:  # (a standardised y reads the summaries even where the kernel leaves them out)
+    if not standardise and searched is None:
         without = job.left_out(beside)
         gain = _gain(without, summarised.best["score"])
         if gain > CLEAR_GAIN:
@@ -355,6 +354,8 @@ def _with_or_without(job: _SearchJob, summaries: BoostedSummaries | None, rule: 
     if job.progress is not None:
         job.progress(f"summaries: validation {plain.best['score']:.6g} without, {summarised.best['score']:.6g} "
                      f"with ({100 * gain:+.2f}%)")
+    if standardise and rule == "auto" and gain <= needed:
+        return _with_or_without(job, summaries, rule, lambda: plain, standardise=False)
     return (summarised if gain > needed else plain), gain
 
 

@@ -615,6 +615,60 @@ def test_a_standardised_y_is_kept_only_where_it_clearly_beats_the_columns():
     assert run.summaries.in_use == NAMES  # and, on that many rows, reads the skewness too
 
 
+def test_auto_tries_the_summaries_beside_y_as_it_is_where_standardised_they_lose():
+    """Under "auto" on ``STANDARDISE_ROWS`` rows or more, where the summaries with y standardised do not
+    beat the columns alone by more than ``CLEAR_GAIN``, they are searched beside y as it is and kept
+    where they beat the columns alone (searched once, their result read again; no left-out shortcut) by
+    more than ``SEARCH_TOLERANCE``; where y standardised wins, or under "standardised", nothing more runs."""
+    from types import SimpleNamespace
+
+    from jdlcore.conditional.losses import CRPSLoss
+    from pipeline.tuning import CLEAR_GAIN, _with_or_without
+
+    X, y = _table(600)
+    summaries = fit_summaries(X, y, [2], max_rounds=5)
+
+    class Job:
+        progress = None
+        score = CRPSLoss()
+        group = SimpleNamespace(attrs={"n_samples": STANDARDISE_ROWS})
+        Y = np.zeros((1, 1))
+
+        def __init__(self, standardised: float, as_it_is: float):
+            self.scores = {("beside", True): standardised, ("alone", True): 11.0, ("plain", False): 10.0,
+                           ("beside", False): as_it_is, ("alone", False): 11.0}
+            self.runs: list[tuple[str, bool]] = []
+
+        def run(self, read):
+            key = ("plain" if read is None else "beside" if read.columns else "alone",
+                   read is not None and read.standardises)
+            self.runs.append(key)
+            return SimpleNamespace(key=key, best={"score": self.scores[key], "rank_x": 100}, summaries=read)
+
+        def columns_alone(self):
+            return self.run(None)
+
+        def left_out(self, run):
+            raise AssertionError("the columns alone were searched already: no left-out shortcut")
+
+    standardised = [("beside", True), ("alone", True), ("plain", False)]
+    as_it_is = [("beside", False), ("alone", False)]
+    short = 10.0 * (1 - CLEAR_GAIN / 2)  # y standardised gains half of CLEAR_GAIN: not enough
+    tol = SEARCH_TOLERANCE
+    for scores, rule, kept, runs, gain in [
+            ((short, 10.0 * (1 - 2 * tol)), "auto", ("beside", False), standardised + as_it_is, 2 * tol),
+            ((short, 10.0 * (1 - tol / 2)), "auto", ("plain", False), standardised + as_it_is, tol / 2),
+            ((10.0 * (1 - 2 * CLEAR_GAIN), 9.0), "auto", ("beside", True), standardised, 2 * CLEAR_GAIN),
+            ((short, 9.0), "standardised", ("plain", False), standardised, CLEAR_GAIN / 2)]:
+        job = Job(*scores)
+        run, found = _with_or_without(job, summaries, rule)
+        assert run.key == kept and job.runs == runs and np.isclose(found, gain), (scores, rule)
+        if kept == ("beside", True):
+            assert run.summaries.in_use == NAMES  # with y standardised on that many rows, the skewness too
+        if kept == ("beside", False):
+            assert run.summaries.in_use == NAMES[:2] and not run.summaries.standardises
+
+
 def test_the_summaries_left_out_score_as_the_columns_alone_at_those_lengthscales(staged):
     """``_SearchJob.left_out`` scores the beside run's best setting with the summaries' lengthscales at
     ``SEARCH_LONGEST`` and the columns' at each of ``LEFT_OUT_FACTORS`` times theirs, in turn while the
