@@ -188,7 +188,7 @@ class BoostedSummaries:
     def in_use(self) -> tuple[str, ...]:
         """The summaries the x kernel reads, ``NAMES`` order: those kept, less ``STANDARDISED_ONLY`` where
         y is not read standardised by the map."""
-        return self.kept if self.standardises else tuple(n for n in self.kept if n not in STANDARDISED_ONLY)
+        return self.kept if self.standardises else self._kept_beside_y()
 
     def features(self, X: np.ndarray) -> np.ndarray:
         """The summaries in use of the rows of X (n, width), shape (n, len(in_use)), in ``NAMES`` order."""
@@ -222,8 +222,11 @@ class BoostedSummaries:
         """The same map, with the model's y read standardised by it (``location_scale``), the x kernel
         reading the skewness too where ``skew`` (and it is kept), else the median and the spread alone."""
         self._check_standardisable()
-        return replace(self, standardises=True,
-                       kept=self.kept if skew else tuple(n for n in self.kept if n not in STANDARDISED_ONLY))
+        return replace(self, standardises=True, kept=self.kept if skew else self._kept_beside_y())
+
+    def _kept_beside_y(self) -> tuple[str, ...]:
+        """The kept summaries less ``STANDARDISED_ONLY``: those an x kernel reads beside y as it is."""
+        return tuple(name for name in self.kept if name not in STANDARDISED_ONLY)
 
     def location_scale(self, Z: np.ndarray) -> LocationScale:
         """Each row's location (the predicted median) and scale (``scale``) from rows Z (n, d') as
