@@ -80,26 +80,27 @@ def pool_map(work: Callable[[Any], Any], items: list, *, one_blas_thread: bool =
 
 
 @contextmanager
-def alongside(work: Callable[[], Any]) -> Iterator[Callable[[], Any]]:
+def alongside(work: Callable[[], Any]) -> Iterator[Future]:
     """``work()`` on a thread of the kernel pool while the body of the ``with`` runs in this one; yields
-    a function that waits for it and returns its result, or raises its error (an error of a result never
-    read is not raised). BLAS is held at one thread until both are done (``_one_blas_thread``), so that
-    each keeps about a core busy and computes every BLAS product the same way whatever the other is
-    doing; pool work handed out inside ``work`` runs in its thread, and the body's on the pool's other
-    threads. Leaving the block waits for ``work`` (also where the body raised). With a pool of one
-    thread, or from a thread of the pool, ``work`` runs first, in this thread, and the body after it."""
+    its ``Future``: ``result()`` waits for it and returns its result, or raises its error (an error of a
+    result never read is not raised), ``done()`` says whether it has finished. BLAS is held at one thread
+    until both are done (``_one_blas_thread``), so that each keeps about a core busy and computes every
+    BLAS product the same way whatever the other is doing; pool work handed out inside ``work`` runs in
+    its thread, and the body's on the pool's other threads. Leaving the block waits for ``work`` (also
+    where the body raised). With a pool of one thread, or from a thread of the pool, ``work`` runs first,
+    in this thread, and the body after it."""
     if _runs_inline():
         done: Future = Future()
         try:
             done.set_result(work())
         except Exception as error:  # raised where the result is read, as from the pool
             done.set_exception(error)
-        yield done.result
+        yield done
         return
     with _one_blas_thread():
         future = _pool().submit(work)
         try:
-            yield future.result
+            yield future
         finally:
             future.exception()  # waits: nothing of ``work`` runs on after the block
 

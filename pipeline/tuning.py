@@ -13,7 +13,6 @@ interquartile range of the subsample), so the grid is in standard units; the sto
 from __future__ import annotations
 
 import itertools
-import json
 import os
 import time
 from contextlib import nullcontext
@@ -25,7 +24,7 @@ import numpy as np
 import xarray as xr
 import zarr
 
-from data_schemas.tuning import SCHEMA_NAME, SCHEMA_VERSION, SUMMARIES_VARIABLE, validate_tuning_dataset
+from data_schemas.tuning import SCHEMA_NAME, SCHEMA_VERSION, validate_tuning_dataset
 from jdlcore import JDL, GaussianKernel
 from jdlcore.kernels import alongside
 from jdlcore.scaling import DEFAULT_SCALING, check_scaling_choice
@@ -40,8 +39,11 @@ from .atomic import atomic_store, refuse_existing
 from .cluster import broadcast, dask_client, resolve_scheduler
 from .staging import categorical_indices, categorical_levels, data_fingerprint, level_recoding, open_staged, read_sample, recode
 from .summaries import (
-    DEFAULT_SUMMARIES, MAX_ROWS as SUMMARY_ROWS, BoostedSummaries, fit_summaries, summaries_variable, summary_rule,
-    with_summaries,
+    DEFAULT_SUMMARIES, MAX_ROWS as SUMMARY_ROWS, BoostedSummaries, fit_summaries, summary_rule, with_summaries,
+)
+from .tuning_record import (
+    add_maps, grid_dataset, load_tuning, scored_candidates, search_dataset, search_record, summaries_record, tuned_scaling,
+    tuned_summaries,
 )
 from .x_view import XView, learn_missing, missing_attrs
 
@@ -154,11 +156,7 @@ def tune_store(
                      lengthscales_x, lengthscales_y, seed, search, search_rows,
                      None if where is None else _fan_out(where, base, regs, progress),
                      held_out, validation, max_rows, progress, missing)
-    # the columns alone are searched beside the boosters where they are searched whatever the boosters give
-    with alongside(job.columns_alone) if _standardises(job, summaries) else nullcontext() as columns_alone:
-        fitted, fold_maps, summaries_seconds = _fitted_summaries(data, group, summaries, seed, rows, splits, progress,
-                                                                 missing)
-    run, gain = _with_or_without(replace(job, fold_maps=fold_maps), fitted, summaries, columns_alone)
+    run, gain, summaries_seconds = _decided(job, data, summaries, rows)
     ds = _run_dataset(run, regs)
     ds.attrs.update({
         "scaling": scaling, **missing_attrs(missing),
@@ -167,8 +165,8 @@ def tune_store(
         "constraints": constraints, "rows_used": int(rows.size), "n_samples": n,
         "validation_fraction": float(validation_fraction), "seed": int(seed),
         "validation": "" if held_out is None else str(Path(validation).resolve()), "search_rows": search_rows,
-        **_summaries_record(run.summaries, summaries, summaries_seconds, gain),
-        **_search_record(run.folds, run.table, run.searched, run.best, run.screen),
+        **summaries_record(run.summaries, summaries, summaries_seconds, gain),
+        **search_record(run.folds, run.table, run.searched, run.best, run.screen),
         "seconds": time.perf_counter() - started, **({"run_key": run_key} if run_key else {}),
     })
     validate_tuning_dataset(ds, f"tuning {target}")
@@ -284,6 +282,23 @@ class _SearchRun:
     screen: Any
 
 
+def _decided(job: _SearchJob, data: str | os.PathLike, rule: str,
+             rows: np.ndarray) -> tuple[_SearchRun, float | None, float]:
+    """The search that decides the tuning and the summaries' gain (``_with_or_without``), with the boosted
+    summaries the ``rule`` asks for fitted on the store ``data`` (``_fitted_summaries``; ``rows``: the
+    subsample's), and the boosters' seconds. Where the columns alone are searched whatever the boosters
+    give (``_standardises``), they are searched beside the boosters, and beside the searches with the
+    summaries as long as that lasts: those then run with BLAS at one thread (``alongside``), the last bits
+    of their scores as they fall."""
+    with alongside(job.columns_alone) if _standardises(job, rule) else nullcontext() as columns_alone:
+        fitted, fold_maps, seconds = _fitted_summaries(data, job.group, rule, job.seed, rows, job.splits,
+                                                       job.progress, job.missing)
+        job = replace(job, fold_maps=fold_maps)
+        if columns_alone is not None and not columns_alone.done():
+            return (*_with_or_without(job, fitted, rule, columns_alone.result), seconds)
+    return (*_with_or_without(job, fitted, rule, columns_alone and columns_alone.result), seconds)
+
+
 def _standardises(job: _SearchJob, rule: str) -> bool:
     """Whether ``rule`` (``summary_rule``: a ``ValueError`` for a y it cannot take) reads y standardised by
     the summaries, where the map can: "standardised", or "auto" on ``STANDARDISE_ROWS`` rows or more, with
@@ -371,16 +386,6 @@ def _cheapest_near_best(*runs: "_SearchRun") -> "_SearchRun":
                key=lambda run: (run.best.get("rank_x", 0), run.best["score"]))
 
 
-def _summaries_record(kept: BoostedSummaries | None, rule: str, seconds: float, gain: float | None) -> dict[str, Any]:
-    """The tuning store's attributes on the summaries: the ``rule`` asked for, the summaries in use of the
-    map ``kept`` (None: the columns alone), whether the x kernel reads them alone, whether y is read
-    standardised by them, their fitting's seconds and their gain."""
-    return {"summaries": rule, "x_summaries": json.dumps(list(kept.in_use) if kept else []),
-            "summaries_alone": bool(kept is not None and not kept.columns),
-            "summaries_standardise_y": bool(kept is not None and kept.standardises), "summaries_seconds": seconds,
-            "summaries_gain": gain}
-
-
 def _gain(before: float, after: float) -> float:
     """The relative fall of a validation score from ``before`` to ``after`` (0 where ``before`` is 0 or not
     finite)."""
@@ -389,24 +394,13 @@ def _gain(before: float, after: float) -> float:
 
 def _run_dataset(run: _SearchRun, regs: Regs) -> xr.Dataset:
     """The tuning store's variables from the ``run`` kept: the grid's table, the search's candidates and
-    the maps its kernels read (``_add_maps``)."""
-    ds = _tuning_dataset(run.table, run.grid_x, run.grid_y, regs)
+    the maps its kernels read (``add_maps``)."""
+    ds = grid_dataset(run.table, run.grid_x, run.grid_y, regs)
     if run.searched:
         X, Y = run.folds[0][:2]  # a fold's training rows: the columns the kernels read
-        ds = ds.merge(_search_dataset(run.searched, X.shape[1], Y.shape[1], len(X)))
-    _add_maps(ds, run.summaries, run.kernel_x, run.kernel_y)
+        ds = ds.merge(search_dataset(run.searched, X.shape[1], Y.shape[1], len(X)))
+    add_maps(ds, run.summaries, run.kernel_x, run.kernel_y)
     return ds
-
-
-def _add_maps(ds: xr.Dataset, summaries: BoostedSummaries | None, kernel_x: Any, kernel_y: Any) -> None:
-    """The tuning store's record of what the kernels read: the summaries' map, and the robust scaling
-    (where the kernels have one) in the features' order, x's summaries after its columns."""
-    if summaries is not None:
-        ds[SUMMARIES_VARIABLE] = summaries_variable(summaries)
-    for role, kernel in (("x", kernel_x), ("y", kernel_y)):
-        if kernel.scale is not None:
-            ds[f"{role}_location"] = xr.DataArray(kernel.location, dims=f"{role}_feature")
-            ds[f"{role}_scale"] = xr.DataArray(kernel.scale, dims=f"{role}_feature")
 
 
 def _kernels(X: np.ndarray, Y: np.ndarray, group: zarr.Group, view: XView, scaling: str,
@@ -483,20 +477,6 @@ def _held_out_fold(X: np.ndarray, Y: np.ndarray, group: zarr.Group, held_out: za
              held_out["y"].get_orthogonal_selection((val, slice(None))))]
 
 
-def _search_record(folds: list[Fold], table: list[dict[str, Any]], searched: list[dict[str, Any]],
-                   best: dict[str, Any], screen: Any) -> dict[str, Any]:
-    """The tuning store's attributes that record the search: folds, validated rows, the best setting, the
-    candidates that failed, the search's steps and the rows the grid ran on."""
-    return {
-        "folds": len(folds), "validation_rows": sum(len(fold[2]) for fold in folds),
-        "best": json.dumps({k: best[k] for k in ("lengthscale_x", "lengthscale_y", "reg", "score", "rank_x", "rank_y")}),
-        "failures": json.dumps([{k: row[k] for k in ("lengthscale_x", "lengthscale_y", "reg", "error")}
-                                for row in table + searched if "error" in row]),
-        "search_steps": json.dumps([row["step"] for row in searched]),
-        "grid_rows": int(len(folds[0][0]) if screen.rows is None else screen.size),
-    }
-
-
 def _fan_out(where: str, base: JDL, regs: Regs, progress: Callable[[str], None] | None) -> Callable:
     """A grid (folds, kernels_x, kernels_y, score) -> rows scored on the Dask scheduler ``where``, one task
     per pair of lengthscales (``score_grid`` on each), the folds' rows scattered once to every worker."""
@@ -515,22 +495,6 @@ def _fan_out(where: str, base: JDL, regs: Regs, progress: Callable[[str], None] 
     return grid
 
 
-def tuned_scaling(table: xr.Dataset) -> tuple[str, dict[str, tuple[np.ndarray, np.ndarray]]]:
-    """(the tuning store's scaling, its (location, scale) by role): ("none", {}) for a store tuned on
-    the raw columns (and for stores written before scalings were recorded)."""
-    scaling = str(table.attrs.get("scaling", "none"))
-    if scaling == "none":
-        return scaling, {}
-    return scaling, {role: (np.asarray(table[f"{role}_location"].values, dtype=np.float64),
-                            np.asarray(table[f"{role}_scale"].values, dtype=np.float64)) for role in ("x", "y")}
-
-
-def tuned_summaries(table: xr.Dataset) -> list[str]:
-    """The names of the boosted summaries a tuning store kept (empty for the columns alone, and for
-    stores written before the summaries)."""
-    return json.loads(table.attrs.get("x_summaries", "[]"))
-
-
 def _validation_group(validation: str | os.PathLike, group: zarr.Group) -> zarr.Group:
     """The staged validation store, refused unless its x and y features are the training data's."""
     held_out = open_staged(validation)
@@ -539,62 +503,3 @@ def _validation_group(validation: str | os.PathLike, group: zarr.Group) -> zarr.
             raise ValueError(f"validation: its {role} features {list(held_out.attrs[f'{role}_features'])} are not "
                              f"the data's {list(group.attrs[f'{role}_features'])}")
     return held_out
-
-
-def _tuning_dataset(table: list[dict[str, Any]], grid_x: list[float], grid_y: list[float],
-                    regs: Regs) -> xr.Dataset:
-    values = list(regs.values)
-    shape = (len(grid_x), len(grid_y), len(values))
-    loss, seconds = np.full(shape, np.nan), np.full(shape, np.nan)
-    rank_x, rank_y = np.full(shape[:2], np.nan), np.full(shape[:2], np.nan)  # NaN: a pair not scored
-    for row in table:
-        i, j, k = grid_x.index(row["lengthscale_x"]), grid_y.index(row["lengthscale_y"]), values.index(row["reg"])
-        loss[i, j, k], seconds[i, j, k] = row["score"], row["seconds"]
-        rank_x[i, j], rank_y[i, j] = row["rank_x"], row["rank_y"]
-    grid = ("lengthscale_x", "lengthscale_y", "reg")
-    return xr.Dataset(
-        {"validation_loss": (grid, loss), "seconds": (grid, seconds),
-         "rank_x": (grid[:2], rank_x), "rank_y": (grid[:2], rank_y)},
-        coords={"lengthscale_x": grid_x, "lengthscale_y": grid_y, "reg": values},
-    )
-
-
-def _search_dataset(rows: list[dict[str, Any]], x_width: int, y_width: int, train_rows: int) -> xr.Dataset:
-    """The per-feature search's candidates in order (dim search_candidate): lengthscales per feature,
-    reg, validation loss (NaN: failed), ranks, seconds, and the training rows it was fitted on (the
-    search's subsample, or all ``train_rows``)."""
-    def column(name: str, width: int | None = None) -> np.ndarray:
-        if width is None:
-            return np.array([float(row[name]) for row in rows])
-        return np.array([np.broadcast_to(np.asarray(row[name], dtype=np.float64), (width,)) for row in rows])
-
-    candidate = "search_candidate"
-    return xr.Dataset({
-        "search_lengthscale_x": ((candidate, "x_feature"), column("lengthscale_x", x_width)),
-        "search_lengthscale_y": ((candidate, "y_feature"), column("lengthscale_y", y_width)),
-        "search_reg": (candidate, column("reg")), "search_loss": (candidate, column("score")),
-        "search_rank_x": (candidate, column("rank_x")), "search_rank_y": (candidate, column("rank_y")),
-        "search_seconds": (candidate, column("seconds")),
-        "search_rows": (candidate, np.array([int(row.get("subsample", train_rows)) for row in rows])),
-    })
-
-
-def load_tuning(path: str | os.PathLike) -> xr.Dataset:
-    """Open and validate a tuning store (loaded into memory: it is small); ``ValueError`` if foreign."""
-    source = Path(path)
-    if not source.exists():
-        raise ValueError(f"tuning: {source} does not exist")
-    where = f"tuning {source}"
-    try:
-        with xr.open_zarr(source, consolidated=False, zarr_format=3) as ds:
-            ds = ds.load()
-    except Exception as error:  # zarr raises many types for foreign or damaged directories
-        raise ValueError(f"{where}: not a readable zarr v3 store ({type(error).__name__}: {error})") from None
-    validate_tuning_dataset(ds, where)
-    return ds
-
-
-def scored_candidates(tuning: xr.Dataset) -> int:
-    """How many of a tuning store's grid candidates were scored (the early stop of the x lengthscales
-    and the reg walk leave the others NaN)."""
-    return int(np.isfinite(tuning["seconds"].values).sum())

@@ -141,12 +141,12 @@ def test_work_alongside_runs_on_the_pool_beside_the_body_with_single_threaded_bl
         return 42
 
     with kernels.alongside(work) as result:
-        seen["body"] = (started.wait(timeout=60), _blas_threads())
+        seen["body"] = (started.wait(timeout=60), _blas_threads(), result.done())
         release.set()
-        assert result() == 42
+        assert result.result() == 42 and result.done()
     name, threads, released = seen["work"]
     assert name.startswith("jdl-kernel") and released and all(t == 1 for t in threads)
-    assert seen["body"][0] and all(t == 1 for t in seen["body"][1])
+    assert seen["body"][0] and all(t == 1 for t in seen["body"][1]) and not seen["body"][2]
     assert _blas_threads() == before
 
     def failing():
@@ -154,7 +154,7 @@ def test_work_alongside_runs_on_the_pool_beside_the_body_with_single_threaded_bl
 
     with kernels.alongside(failing) as result:
         with pytest.raises(RuntimeError, match="from the work"):
-            result()
+            result.result()
     finished = []
 
     def slow():
@@ -178,7 +178,7 @@ def test_work_alongside_runs_first_without_a_second_thread(monkeypatch):
     before, order = _blas_threads(), []
     with kernels.alongside(lambda: order.append(("work", threading.current_thread().name)) or 7) as result:
         order.append(("body", threading.current_thread().name))
-        assert _blas_threads() == before and result() == 7
+        assert _blas_threads() == before and result.done() and result.result() == 7
     here = threading.current_thread().name
     assert order == [("work", here), ("body", here)]
 
@@ -187,4 +187,4 @@ def test_work_alongside_runs_first_without_a_second_thread(monkeypatch):
 
     with kernels.alongside(failing) as result:
         with pytest.raises(RuntimeError, match="from the work"):
-            result()
+            result.result()

@@ -338,6 +338,79 @@ def test_auto_leaves_the_summaries_out_where_the_columns_alone_do_as_well(tmp_pa
     assert len(json.loads(boosted.attrs["best"])["lengthscale_x"]) == 3 and searched_on == []
 
 
+def test_the_columns_alone_search_runs_beside_the_summaries_searches_where_it_outlasts_the_boosters(tmp_path,
+                                                                                                  monkeypatch):
+    """Where y is standardised the columns alone are searched beside the boosters; where that search is
+    still running when the boosters are done, the searches with the summaries start beside it, BLAS at one
+    thread, and otherwise after it, BLAS as it was. Either way the tuning is the same. The two orders are
+    forced by events: the boosters wait for the columns' search to finish, or that search waits for the
+    searches with the summaries to start."""
+    import threading
+    from contextlib import contextmanager
+
+    from threadpoolctl import threadpool_info
+
+    import jdlcore.kernels as kernels
+    import pipeline.tuning as tuning
+
+    monkeypatch.setattr(kernels, "_THREADS", 2)  # a pool of two threads on any machine
+    rng = np.random.default_rng(2)
+    x = rng.uniform(-3, 3, 3_000)
+    np.savez(tmp_path / "s.npz", x=x, y=np.sin(x) + x / 3 + (0.15 + 0.25 * np.abs(x)) * rng.standard_normal(3_000))
+    assert main(["stage", str(tmp_path / "s.npz"), "--x", "x", "--y", "y", "--out", str(tmp_path / "d.zarr")]) == 0
+    blas_before = [lib["num_threads"] for lib in threadpool_info() if lib["user_api"] == "blas"]
+    search, run, fitted_summaries, alongside = (tuning._SearchJob.columns_alone, tuning._SearchJob.run,
+                                                tuning._fitted_summaries, tuning.alongside)
+    order: list[str] = []
+    futures: list = []
+    summarised = threading.Event()
+
+    @contextmanager
+    def recorded(work):
+        with alongside(work) as future:
+            futures.append(future)
+            yield future
+
+    def columns_alone(job):
+        if late:  # the columns' search waits for the searches with the summaries to start
+            assert summarised.wait(timeout=120)
+        result = search(job)
+        order.append("columns alone done")
+        return result
+
+    def searched(job, summaries):
+        if summaries is not None and not summarised.is_set():
+            order.append("summaries searched, BLAS at "
+                         f"{[lib['num_threads'] for lib in threadpool_info() if lib['user_api'] == 'blas']}")
+            summarised.set()
+        return run(job, summaries)
+
+    def boosters(*args):
+        fitted = fitted_summaries(*args)
+        if not late:  # the boosters wait for the columns' search to finish
+            futures[-1].result(timeout=120)
+        return fitted
+
+    for name, value in (("alongside", recorded), ("_fitted_summaries", boosters)):
+        monkeypatch.setattr(tuning, name, value)
+    monkeypatch.setattr(tuning._SearchJob, "columns_alone", columns_alone)
+    monkeypatch.setattr(tuning._SearchJob, "run", searched)
+    tunings = {}
+    for late in (False, True):
+        order.clear()
+        summarised.clear()
+        tunings[late] = load_tuning(tune_store(tmp_path / "d.zarr", tmp_path / f"{late}.zarr", summaries="standardised",
+                                               folds=1))
+        if late:
+            assert order == [f"summaries searched, BLAS at {[1] * len(blas_before)}", "columns alone done"]
+        else:
+            assert order == ["columns alone done", f"summaries searched, BLAS at {blas_before}"]
+    after, beside = (json.loads(tunings[late].attrs["best"]) for late in (False, True))
+    assert after["lengthscale_x"] == beside["lengthscale_x"] and after["reg"] == beside["reg"]
+    assert after["score"] == pytest.approx(beside["score"], rel=1e-9)
+    assert tunings[False].attrs["x_summaries"] == tunings[True].attrs["x_summaries"]
+
+
 def test_stores_written_before_the_summaries_still_load_and_fit(staged):
     """A tuning store of schema version 2 and a model store of version 6 (no summaries): a fit reads the
     tuning as the columns alone, and the model loads with none."""
