@@ -451,10 +451,11 @@ def main() -> None:
             _ratios(results, name, n)
     print(markdown_table(results))
     payload = {"levels": LEVELS.tolist(), "seed": args.seed, "results": results}
-    path = Path(args.out)
-    if path.parent == RESULTS:
+    path = Path(args.out).resolve()
+    if path.parent == RESULTS:  # with the machine's description, the folder made where it is missing
         path = write_json(path.stem, payload)
     else:
+        path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(payload, indent=2, default=float))
     print(f"wrote {path}")
 

@@ -42,8 +42,8 @@ from .summaries import (
     DEFAULT_SUMMARIES, MAX_ROWS as SUMMARY_ROWS, BoostedSummaries, fit_summaries, summary_rule, with_summaries,
 )
 from .tuning_record import (
-    add_maps, grid_dataset, load_tuning, scored_candidates, search_dataset, search_record, summaries_record, tuned_scaling,
-    tuned_summaries,
+    add_maps, grid_dataset, load_tuning, scored_candidates, search_dataset, search_record, summaries_record,
+    tuned_scaling, tuned_summaries,
 )
 from .x_view import XView, learn_missing, missing_attrs
 

@@ -43,7 +43,7 @@ def add_maps(ds: xr.Dataset, summaries: BoostedSummaries | None, kernel_x: Any, 
 
 
 def search_record(folds: list[Fold], table: list[dict[str, Any]], searched: list[dict[str, Any]],
-                   best: dict[str, Any], screen: Any) -> dict[str, Any]:
+                  best: dict[str, Any], screen: Any) -> dict[str, Any]:
     """The tuning store's attributes that record the search: folds, validated rows, the best setting, the
     candidates that failed, the search's steps and the rows the grid ran on."""
     return {
@@ -72,8 +72,10 @@ def tuned_summaries(table: xr.Dataset) -> list[str]:
     return json.loads(table.attrs.get("x_summaries", "[]"))
 
 
-def grid_dataset(table: list[dict[str, Any]], grid_x: list[float], grid_y: list[float],
-                    regs: Regs) -> xr.Dataset:
+def grid_dataset(table: list[dict[str, Any]], grid_x: list[float], grid_y: list[float], regs: Regs) -> xr.Dataset:
+    """The grid's candidates (``score_grid``'s rows) on the axes grid_x x grid_y x the regs: validation loss
+    and seconds per candidate, ranks per pair of lengthscales; NaN where not scored (the early stop of
+    the x lengthscales, the reg walk's rungs not visited)."""
     values = list(regs.values)
     shape = (len(grid_x), len(grid_y), len(values))
     loss, seconds = np.full(shape, np.nan), np.full(shape, np.nan)
