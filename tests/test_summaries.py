@@ -339,12 +339,14 @@ def test_auto_leaves_the_summaries_out_where_the_columns_alone_do_as_well(tmp_pa
 
 
 def test_the_columns_alone_search_runs_beside_the_summaries_searches_where_it_outlasts_the_boosters(tmp_path,
-                                                                                                  monkeypatch):
+                                                                                                  monkeypatch,
+                                                                                                  dask_client):
     """Where y is standardised the columns alone are searched beside the boosters; where that search is
     still running when the boosters are done, the searches with the summaries start beside it, BLAS at one
-    thread, and otherwise after it, BLAS as it was. Either way the tuning is the same. The two orders are
-    forced by events: the boosters wait for the columns' search to finish, or that search waits for the
-    searches with the summaries to start."""
+    thread, and otherwise after it, BLAS as it was. Either way the tuning is the same, also with the grids
+    of both searches on a real Dask scheduler at once. The two orders are forced by events: the boosters
+    wait for the columns' search to finish, or that search waits for the searches with the summaries to
+    start."""
     import threading
     from contextlib import contextmanager
 
@@ -395,20 +397,21 @@ def test_the_columns_alone_search_runs_beside_the_summaries_searches_where_it_ou
         monkeypatch.setattr(tuning, name, value)
     monkeypatch.setattr(tuning._SearchJob, "columns_alone", columns_alone)
     monkeypatch.setattr(tuning._SearchJob, "run", searched)
-    tunings = {}
-    for late in (False, True):
+    tunings = []
+    for late, scheduler in ((False, "memory"), (True, "memory"), (True, dask_client.scheduler.address)):
         order.clear()
         summarised.clear()
-        tunings[late] = load_tuning(tune_store(tmp_path / "d.zarr", tmp_path / f"{late}.zarr", summaries="standardised",
-                                               folds=1))
+        tunings.append(load_tuning(tune_store(tmp_path / "d.zarr", tmp_path / f"{len(tunings)}.zarr", folds=1,
+                                              summaries="standardised", scheduler=scheduler)))
         if late:
             assert order == [f"summaries searched, BLAS at {[1] * len(blas_before)}", "columns alone done"]
         else:
             assert order == ["columns alone done", f"summaries searched, BLAS at {blas_before}"]
-    after, beside = (json.loads(tunings[late].attrs["best"]) for late in (False, True))
-    assert after["lengthscale_x"] == beside["lengthscale_x"] and after["reg"] == beside["reg"]
-    assert after["score"] == pytest.approx(beside["score"], rel=1e-9)
-    assert tunings[False].attrs["x_summaries"] == tunings[True].attrs["x_summaries"]
+    after, *beside = (json.loads(tuning.attrs["best"]) for tuning in tunings)
+    for other, tuning in zip(beside, tunings[1:]):
+        assert other["lengthscale_x"] == after["lengthscale_x"] and other["reg"] == after["reg"]
+        assert other["score"] == pytest.approx(after["score"], rel=1e-9)
+        assert tuning.attrs["x_summaries"] == tunings[0].attrs["x_summaries"]
 
 
 def test_stores_written_before_the_summaries_still_load_and_fit(staged):
