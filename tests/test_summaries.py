@@ -407,11 +407,11 @@ def test_the_columns_alone_search_runs_beside_the_summaries_searches_where_it_ou
             assert order == [f"summaries searched, BLAS at {[1] * len(blas_before)}", "columns alone done"]
         else:
             assert order == ["columns alone done", f"summaries searched, BLAS at {blas_before}"]
-    after, *beside = (json.loads(tuning.attrs["best"]) for tuning in tunings)
-    for other, tuning in zip(beside, tunings[1:]):
+    after, *beside = (json.loads(store.attrs["best"]) for store in tunings)
+    for other, store in zip(beside, tunings[1:]):
         assert other["lengthscale_x"] == after["lengthscale_x"] and other["reg"] == after["reg"]
         assert other["score"] == pytest.approx(after["score"], rel=1e-9)
-        assert tuning.attrs["x_summaries"] == tunings[0].attrs["x_summaries"]
+        assert store.attrs["x_summaries"] == tunings[0].attrs["x_summaries"]
 
 
 def test_stores_written_before_the_summaries_still_load_and_fit(staged):
