@@ -59,6 +59,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Sequence
 
@@ -334,10 +335,9 @@ def fit_summaries(X: np.ndarray, y: np.ndarray, categorical: Sequence[int] = (),
                                   [rows.size for rows in held], max_rounds, patience)
         fixed = {j: int(rounds[j]) for j in levels}
         # (kept as trained: ``train`` would otherwise write each booster to text and read it back)
-        trained = pool_map(lambda job: lightgbm.train(params(job), datasets(job, start)[0],
-                                                      num_boost_round=fixed[job[0]], keep_training_booster=True),
-                           jobs)
-        return dict(zip(jobs, trained)), [fixed[j] for j in levels]
+        trained = _in_turns(jobs, lambda job: lightgbm.train(params(job), datasets(job, start)[0], num_boost_round=1,
+                                                             keep_training_booster=True), fixed)
+        return trained, [fixed[j] for j in levels]
 
     fitted, (median_rounds,) = boosted([MEDIAN], None)
     # each fold's median booster at every row: the start of its fold's outer levels
@@ -378,11 +378,11 @@ def _early_stopped(lightgbm: Any, params: dict[tuple[int, int], dict[str, Any]],
                    patience: int) -> tuple[dict[tuple[int, int], Any], list[int]]:
     """The boosters ``params`` names, by (level, fold), each trained on the first of ``datasets(job)``
     (training, held-out or None), and the round count of each level, in ascending order. A level's
-    boosters train side by side a round at a time (on the kernel pool) until the first of them whose
-    mean quantile loss on its fold's held-out rows has not improved for ``patience`` rounds, or
-    ``max_rounds``; the count is the round, of those trained, where that loss weighted by the held-out
-    rows (``held``: their number per fold) and summed over the folds is least. A fold without held-out
-    rows trains alongside and takes no part; a level none of whose folds has any stops at one round.
+    boosters train a round at a time (``_in_turns``) until the first of them whose mean quantile loss on
+    its fold's held-out rows has not improved for ``patience`` rounds, or ``max_rounds``; the count is the
+    round, of those trained, where that loss weighted by the held-out rows (``held``: their number per
+    fold) and summed over the folds is least. A fold without held-out rows trains alongside and takes no
+    part; a level none of whose folds has any stops at one round.
 
     This is the count that boosters each stopped on their own fold's loss give where the sum is read
     up to the shortest of their curves (all have trained that far), without training the others past
@@ -394,23 +394,60 @@ def _early_stopped(lightgbm: Any, params: dict[tuple[int, int], dict[str, Any]],
         attached = {"valid_sets": [valid], "valid_names": ["held"]} if valid is not None else {}
         return lightgbm.train(params[job], train, num_boost_round=1, keep_training_booster=True, **attached)
 
-    boosters = dict(zip(params, pool_map(started, list(params))))
     levels = sorted({level for level, _ in params})
     scored = {level: [job for job in params if job[0] == level and held[job[1]]] for level in levels}
-    own = {job: (np.inf, 0) for job in params}  # each booster's least held-out loss and its round
-    summed: dict[int, list[float]] = {level: [] for level in levels}
-    active, trained = [level for level in levels if scored[level]], 1
-    while active:
-        for level in list(active):
-            losses = {job: boosters[job].eval_valid()[0][2] for job in scored[level]}
-            summed[level].append(sum(held[job[1]] * loss for job, loss in losses.items()))
-            own.update({job: (loss, trained) for job, loss in losses.items() if loss < own[job][0]})
-            if trained >= max_rounds or any(trained - own[job][1] >= patience for job in scored[level]):
-                active.remove(level)
-        if active:
-            pool_map(lambda job: boosters[job].update(), [job for job in params if job[0] in active])
-            trained += 1
-    return boosters, [int(np.argmin(summed[level])) + 1 if summed[level] else 1 for level in levels]
+    stop = {level: max_rounds if scored[level] else 1 for level in levels}
+    losses: dict[tuple[int, int], list[float]] = {job: [] for job in params}  # each round's held-out loss
+    least = {job: (np.inf, 0) for job in params}  # each booster's least held-out loss and its round
+
+    def scored_round(job: tuple[int, int], booster: Any, trained: int) -> None:
+        if held[job[1]]:
+            losses[job].append(booster.eval_valid()[0][2])
+            if losses[job][-1] < least[job][0]:
+                least[job] = (losses[job][-1], trained)
+            if trained - least[job][1] >= patience:  # this fold stalls: its level stops here at the latest
+                stop[job[0]] = min(stop[job[0]], trained)
+
+    boosters = _in_turns(list(params), started, stop, scored_round)
+    counts = [int(np.argmin(sum(held[k] * np.asarray(losses[level, k][:stop[level]]) for _, k in scored[level]))) + 1
+              if scored[level] else 1 for level in levels]
+    return boosters, counts
+
+
+def _in_turns(jobs: list[tuple[int, int]], started: Callable[[tuple[int, int]], Any], stop: dict[int, int],
+              after_round: Callable[[tuple[int, int], Any, int], None] | None = None) -> dict[tuple[int, int], Any]:
+    """The boosters of ``jobs`` (level, fold), each ``started(job)`` (its first round) and then trained a
+    round at a time until its level has ``stop[level]`` rounds; ``after_round(job, booster, rounds)``,
+    called after each round with no other call of it running, may lower a level's ``stop`` (early
+    stopping). The rounds run on the kernel pool's threads, each taking the booster with the fewest rounds
+    that none is training: no thread waits at the end of a round for the others (five boosters a round
+    on two threads left one idle a sixth of the time), and a level's boosters stay within a round or two
+    of each other. Each booster's trees depend on its own rounds alone, so they are those of training it
+    by itself; a booster may take a round or two more than its level's count, which the caller cuts."""
+    lock = threading.Lock()
+    boosters: dict[tuple[int, int], Any] = {}
+    rounds, busy = dict.fromkeys(jobs, 0), set()
+
+    def turns(_: int) -> None:
+        while True:
+            with lock:
+                ready = [job for job in jobs if job not in busy and rounds[job] < stop[job[0]]]
+                if not ready:  # what is left is being trained by the other threads
+                    return
+                job = min(ready, key=rounds.__getitem__)
+                busy.add(job)
+            if rounds[job]:
+                boosters[job].update()
+            else:
+                boosters[job] = started(job)
+            with lock:
+                rounds[job] += 1
+                busy.discard(job)
+                if after_round is not None:
+                    after_round(job, boosters[job], rounds[job])
+
+    pool_map(turns, list(range(min(pool_threads(), len(jobs)))))
+    return boosters
 
 
 def kernel_features(features: Sequence[str], summaries: BoostedSummaries | None) -> list[str]:

@@ -142,6 +142,64 @@ def test_a_level_s_boosters_stop_together_when_one_fold_s_loss_stalls():
     assert any(stopped)  # on some level the stop, not the cap, decided the count
 
 
+def test_boosters_trained_in_turns_on_two_threads_are_those_trained_on_one(monkeypatch):
+    """The rounds chosen out of fold and every tree are the same whether the boosters take their rounds
+    in turns on two threads or one after another in this thread, for rounds chosen (early stopping) and
+    given (a split's map). (LightGBM's own threads per booster stay at one: at two its histograms' sums
+    may round differently.)"""
+    import jdlcore.kernels as kernels
+    import pipeline.summaries as summaries
+
+    monkeypatch.setattr(summaries, "_booster_threads", lambda: 1)  # LightGBM's threads per booster held fixed
+    X, y = _table(3_000, seed=1)
+    maps = {}
+    for threads in (1, 2):
+        monkeypatch.setattr(kernels, "_THREADS", threads)
+        chosen = fit_summaries(X, y, [2], folds=5, patience=5)
+        maps[threads] = (chosen.to_bytes(), fit_summaries(X[:2_000], y[:2_000], [2], folds=5, rounds=chosen.rounds,
+                                                          like=chosen).to_bytes())
+    assert maps[1] == maps[2]
+
+
+def test_in_turns_trains_each_booster_to_its_level_s_stop_as_it_is_lowered(monkeypatch):
+    """``_in_turns`` with stand-in boosters: every booster reaches its level's stop, the one lowered on
+    the way (early stopping) too, and at most one round per thread past it; ``after_round`` is never
+    called twice at once."""
+    import threading
+
+    import jdlcore.kernels as kernels
+    from pipeline.summaries import _in_turns
+
+    monkeypatch.setattr(kernels, "_THREADS", 2)
+
+    class Booster:
+        def __init__(self):
+            self.rounds = 1
+
+        def update(self):
+            self.rounds += 1
+
+    inside, overlaps = threading.Lock(), []
+    stop = {0: 40, 1: 12}
+
+    def after_round(job, booster, rounds):
+        if not inside.acquire(blocking=False):
+            overlaps.append(job)
+            return
+        try:
+            assert booster.rounds == rounds
+            if job == (0, 3) and rounds == 9:  # fold 3 of level 0 stalls at round 9
+                stop[0] = 9
+        finally:
+            inside.release()
+
+    jobs = [(level, k) for level in (0, 1) for k in range(5)]
+    boosters = _in_turns(jobs, lambda job: Booster(), stop, after_round)
+    assert overlaps == [] and sorted(boosters) == jobs
+    assert all(9 <= boosters[0, k].rounds <= 9 + 2 for k in range(5))
+    assert all(boosters[1, k].rounds == 12 for k in range(5))
+
+
 def test_cross_fitting_keeps_the_training_rows_noise_out_of_their_summaries():
     """y independent of x: boosters predicting their own training rows follow the noise; the
     cross-fitted summaries of the training rows do not."""
