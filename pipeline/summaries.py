@@ -44,8 +44,8 @@ out of fold instead, from its own fold's booster, gave the outer levels a lower 
 of five tables, but the model's crps_99 went up 1.6% on diamonds and 0.9% on births at 5,000 rows,
 and fold k's y then reaches fold k's spread through the other folds' medians.)
 
-**Rounds chosen out of fold.** A level's boosters, one per fold, train side by side a round at a time
-until one of them has not improved its quantile loss on its own held-out fold for ``PATIENCE`` rounds
+**Rounds chosen out of fold.** A level's boosters, one per fold, train a round at a time, in turns on
+jdl's thread pool (``_in_turns``), until one of them has not improved its quantile loss on its own held-out fold for ``PATIENCE`` rounds
 (at most ``MAX_ROUNDS``); they are then all cut at the one round count whose loss summed over every
 fold's held-out rows is least. More rows support more rounds, so the summaries sharpen as the table
 grows (at a fixed count they stop improving early). That one count per level is the only thing the
@@ -366,7 +366,7 @@ def fit_summaries(X: np.ndarray, y: np.ndarray, categorical: Sequence[int] = (),
 
 
 def _booster_threads() -> int:
-    """LightGBM threads per booster: a map's boosters train side by side on the kernel pool (``pool_map``),
+    """LightGBM threads per booster: a map's boosters train side by side on the kernel pool (``_in_turns``),
     the cores shared among its threads. (On 2 cores two one-thread boosters side by side took 0.66 s
     where one after the other at two threads took 0.97 s: two threads wait on each other every round
     of a small table. The boosters are the same to the bit.)"""
