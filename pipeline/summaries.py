@@ -45,11 +45,11 @@ of five tables, but the model's crps_99 went up 1.6% on diamonds and 0.9% on bir
 and fold k's y then reaches fold k's spread through the other folds' medians.)
 
 **Rounds chosen out of fold.** A level's boosters, one per fold, train a round at a time, in turns on
-jdl's thread pool (``_in_turns``), until one of them has not improved its quantile loss on its own held-out fold for ``PATIENCE`` rounds
-(at most ``MAX_ROUNDS``); they are then all cut at the one round count whose loss summed over every
-fold's held-out rows is least. More rows support more rounds, so the summaries sharpen as the table
-grows (at a fixed count they stop improving early). That one count per level is the only thing the
-held-out rows decide.
+jdl's thread pool (``_in_turns``), until one of them has not improved its quantile loss on its own
+held-out fold for ``PATIENCE`` rounds (at most ``MAX_ROUNDS``); they are then all cut at the one round
+count whose loss summed over every fold's held-out rows is least. More rows support more rounds, so
+the summaries sharpen as the table grows (at a fixed count they stop improving early). That one count
+per level is the only thing the held-out rows decide.
 
 The boosters train on a seeded sample of at most ``MAX_ROWS`` rows; the rest are summarised like new
 rows. The map is stored as JSON bytes (``to_bytes`` / ``from_bytes``): LightGBM's text model format,
