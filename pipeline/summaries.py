@@ -334,9 +334,7 @@ def fit_summaries(X: np.ndarray, y: np.ndarray, categorical: Sequence[int] = (),
             return _early_stopped(lightgbm, {job: params(job) for job in jobs}, lambda job: datasets(job, start),
                                   [rows.size for rows in held], max_rounds, patience)
         fixed = {j: int(rounds[j]) for j in levels}
-        # (kept as trained: ``train`` would otherwise write each booster to text and read it back)
-        trained = _in_turns(jobs, lambda job: lightgbm.train(params(job), datasets(job, start)[0], num_boost_round=1,
-                                                             keep_training_booster=True), fixed)
+        trained = _in_turns(jobs, lambda job: _first_round(lightgbm, params(job), datasets(job, start)[0]), fixed)
         return trained, [fixed[j] for j in levels]
 
     fitted, (median_rounds,) = boosted([MEDIAN], None)
@@ -389,11 +387,6 @@ def _early_stopped(lightgbm: Any, params: dict[tuple[int, int], dict[str, Any]],
     it: on diamonds at 40,000 rows one median booster alone ran to 1,216 rounds where its level's
     count was 547. (Stopping on the sum itself ran that level to 1,851 rounds and the boosters' time
     from 14 s to 31 s, for 0.7% of crps_99.)"""
-    def started(job: tuple[int, int]) -> Any:  # the booster after its first round, its held-out rows attached
-        train, valid = datasets(job)
-        attached = {"valid_sets": [valid], "valid_names": ["held"]} if valid is not None else {}
-        return lightgbm.train(params[job], train, num_boost_round=1, keep_training_booster=True, **attached)
-
     levels = sorted({level for level, _ in params})
     scored = {level: [job for job in params if job[0] == level and held[job[1]]] for level in levels}
     stop = {level: max_rounds if scored[level] else 1 for level in levels}
@@ -408,10 +401,19 @@ def _early_stopped(lightgbm: Any, params: dict[tuple[int, int], dict[str, Any]],
             if trained - least[job][1] >= patience:  # this fold stalls: its level stops here at the latest
                 stop[job[0]] = min(stop[job[0]], trained)
 
-    boosters = _in_turns(list(params), started, stop, scored_round)
+    boosters = _in_turns(list(params), lambda job: _first_round(lightgbm, params[job], *datasets(job)), stop,
+                         scored_round)
     counts = [int(np.argmin(sum(held[k] * np.asarray(losses[level, k][:stop[level]]) for _, k in scored[level]))) + 1
               if scored[level] else 1 for level in levels]
     return boosters, counts
+
+
+def _first_round(lightgbm: Any, params: dict[str, Any], train: Any, valid: Any = None) -> Any:
+    """A booster after its first round on the Dataset ``train``, its held-out Dataset ``valid`` attached
+    (None: none), kept as trained (``train`` would otherwise write it to text and read it back); the
+    rounds after it are ``update`` calls (``_in_turns``), which grow the trees ``train`` would."""
+    attached = {"valid_sets": [valid], "valid_names": ["held"]} if valid is not None else {}
+    return lightgbm.train(params, train, num_boost_round=1, keep_training_booster=True, **attached)
 
 
 def _in_turns(jobs: list[tuple[int, int]], started: Callable[[tuple[int, int]], Any], stop: dict[int, int],
