@@ -109,19 +109,20 @@ def test_a_noise_column_through_its_own_default_grid_changes_the_crps_by_under_o
     assert noisy.table[0]["lengthscale_x"] != clean.table[0]["lengthscale_x"]  # the grids differ
 
 
-def designed_search(score, start_score: float, seed: int, shear: bool = True, max_rows: int | None = None
-                    ) -> list[dict]:
-    """``search_lengthscales`` from x lengthscales (1.0, 1.0) and y's 0.5 (reg 1e-5) on 90 training and
-    30 validation rows of noise, every candidate scored by ``score`` (a designed function of the
-    model's lengthscales) instead of a validation loss. With ``max_rows``, the start is at the rank cap
-    (max_rank 8), so the moves are made on a subsample of ``max_rows`` training rows."""
+def designed_search(score, start_score: float, seed: int, shear: bool = True, max_rows: int | None = None,
+                    start_x: float = 1.0, start_rank: int | None = None) -> list[dict]:
+    """``search_lengthscales`` from x lengthscales (``start_x``, ``start_x``) and y's 0.5 (reg 1e-5) on 90
+    training and 30 validation rows of noise, every candidate scored by ``score`` (a designed function
+    of the model's lengthscales) instead of a validation loss, factorisations capped at rank 8. With
+    ``max_rows``, the start is at that cap (unless ``start_rank`` says its rank), so the moves are made
+    on a subsample of ``max_rows`` training rows."""
     from jdlcore.tuning import search_lengthscales
 
     rng = np.random.default_rng(seed)
     X, Y = rng.normal(size=(120, 2)), rng.normal(size=(120, 1))
     kernel_x, kernel_y = GaussianKernel(1.0).standardised(X[:90]), GaussianKernel(0.5).standardised(Y[:90])
-    rank = 1 if max_rows is None else 8
-    start = {"lengthscale_x": 1.0, "lengthscale_y": 0.5, "reg": 1e-5, "score": start_score, "rank_x": rank,
+    rank = (1 if max_rows is None else 8) if start_rank is None else start_rank
+    start = {"lengthscale_x": start_x, "lengthscale_y": 0.5, "reg": 1e-5, "score": start_score, "rank_x": rank,
              "rank_y": 1}
     return search_lengthscales([(X[:90], Y[:90], X[90:], Y[90:])], JDL(seed=0, max_rank=8), kernel_x, kernel_y,
                                [1e-5], start, score, shear=shear, max_rows=max_rows)
@@ -149,6 +150,37 @@ def test_a_feature_left_out_comes_back_at_its_start_once_the_others_have_moved()
     assert path[back + 1] == ("x:0", (0.5, 0.25))
     assert rows[-1]["lengthscale_x"] == [1.0, 0.25] and rows[-1]["score"] == pytest.approx(0.9)
     assert min(row["score"] for row in rows) == pytest.approx(designed(1.0, 0.25))
+
+
+def test_the_moves_go_on_on_a_subsample_once_they_reach_the_rank_cap_on_all_the_rows():
+    """A designed validation score, best at x lengthscales (1, 16). The search starts at (16, 16), where
+    the x factorisation of the 90 training rows has rank 6, below the cap of 8, so it moves on all of
+    them. Feature 0's move keeps 4, at the cap: from there the moves are made on a subsample of 60 rows
+    (the setting reached scored again there first, then feature 0's move made again; no shears), and
+    the regs at the lengthscales found on all the rows, as where the start is at the cap."""
+    def designed(l0: float, l1: float) -> float:
+        return 1.0 + 0.1 * np.log2(l0) ** 2 + 0.1 * np.log2(l1 / 16) ** 2
+
+    def score(model, X_val, Y_val):
+        return designed(*model.kernel_x.lengthscale)
+
+    rows = designed_search(score, designed(16.0, 16.0), seed=5, max_rows=60, start_x=16.0, start_rank=6)
+    moved = [k for k, row in enumerate(rows) if "subsample" in row]
+    assert moved, "no move was made on the subsample"
+    first = rows[moved[0]]
+    before = rows[:moved[0]]
+    assert all(row["step"] in ("start", "x:0") for row in before)  # feature 0's move, on all the rows
+    assert max(row["rank_x"] for row in before) == 8 and before[-1]["rank_x"] == 8
+    assert first["step"] == "start" and first["lengthscale_x"] == [4.0, 16.0] and first["subsample"] == 60
+    assert rows[moved[0] + 1]["step"] == "x:0"  # the move in progress, made again
+    assert all(rows[k]["subsample"] == 60 for k in moved)
+    after = rows[moved[-1] + 1:]
+    assert after and all(row["step"] == "reg" and "subsample" not in row for row in after)
+    assert moved == list(range(moved[0], moved[-1] + 1))
+    assert not [row for row in rows if "shear" in row["step"]]
+    assert {tuple(row["lengthscale_x"]) for row in after} == {(1.0, 16.0)}
+    from jdlcore.tuning import search_best
+    assert search_best(rows)["lengthscale_x"] == [1.0, 16.0]
 
 
 def test_an_only_y_feature_moves_only_where_that_helps_by_more_than_the_tolerance():

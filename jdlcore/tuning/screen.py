@@ -1,6 +1,7 @@
 """The screen of a tuning: where even the grid's longest x lengthscale needs a factorisation at the
 rank cap, the grid and the per-feature search are scored on a seeded subsample of ``search_rows``
-(default ``SEARCH_ROWS``) of each fold's training rows, and their result on all of them."""
+(default ``SEARCH_ROWS``) of each fold's training rows, and their result on all of them. (A search that
+starts below the cap moves to the same subsample once its moves reach it: ``search_lengthscales``.)"""
 from __future__ import annotations
 
 from dataclasses import dataclass

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import time
 from collections import OrderedDict
+from functools import partial
 from typing import Any, Callable, Sequence
 
 import numpy as np
@@ -56,34 +57,40 @@ class _FactorCache:
 class _FeatureSearch:
     """The state of one ``search_lengthscales`` on ``folds`` (those the moves are scored on): the current
     lengthscales of each side (one per feature), the best score so far, and the rows of every
-    candidate scored (``rows``), each setting scored once. ``subsample``: the training rows of each
-    fold where they are a subsample (recorded on the rows), else None."""
+    candidate scored (``rows``), each setting scored once, with the higher rank of its two
+    factorisations (``ranks``). ``subsample``: the training rows of each fold where they are a
+    subsample (recorded on the rows), else None. ``carried``: the search this one carries on from
+    its current setting (``on_screen``), whose origin it keeps and whose rows hold that setting's."""
 
     def __init__(self, folds: Sequence[Fold], base: JDL, factorisation: Factorisation, kernel_x: Kernel,
                  kernel_y: Kernel, start: dict[str, Any], score: Callable,
-                 progress: Callable[[str], None] | None, subsample: int | None):
+                 progress: Callable[[str], None] | None, subsample: int | None,
+                 carried: "_FeatureSearch | None" = None):
         self.folds, self.base, self.score, self.progress, self.subsample = folds, base, score, progress, subsample
+        self.factorisation, self.kernels = factorisation, {"x": kernel_x, "y": kernel_y}
         self.params = screening_params(base)
         factorisers = {side: _factoriser([fold[k] for fold in folds], factorisation) for k, side in enumerate("xy")}
         self.budgets = factorisers["x"][1]
-        self.factor = _FactorCache({"x": kernel_x, "y": kernel_y},
-                                   {side: factorise for side, (factorise, _) in factorisers.items()})
+        self.factor = _FactorCache(self.kernels, {side: factorise for side, (factorise, _) in factorisers.items()})
         self.widths = {"x": folds[0][0].shape[1], "y": folds[0][1].shape[1]}
         self.current = {side: np.broadcast_to(np.asarray(start[f"lengthscale_{side}"], dtype=np.float64),
                                               (self.widths[side],)).copy() for side in ("x", "y")}
         self.reg = float(start["reg"])
         # where a feature left out comes back
-        self.origin = {side: value.copy() for side, value in self.current.items()}
+        self.origin = ({side: value.copy() for side, value in self.current.items()} if carried is None
+                       else carried.origin)
         self.rows: list[dict[str, Any]] = []
         self.scored: dict[tuple, float] = {}
-        # the start is the grid's best row, already scored (the same kernels, factorisations and solve)
-        self.rows.append({**start, "lengthscale_x": _plain(_one_or_each(self.current["x"])),
-                          "lengthscale_y": _plain(_one_or_each(self.current["y"])), "step": "start"})
+        self.ranks: dict[tuple, int] = {}
+        if carried is None:  # the start is the grid's best row, already scored (the same kernels, factorisations and solve)
+            self.rows.append({**start, "lengthscale_x": _plain(_one_or_each(self.current["x"])),
+                              "lengthscale_y": _plain(_one_or_each(self.current["y"])), "step": "start"})
         if subsample is not None:  # scored again on the subsample, where the moves are compared
             self.best = self.evaluate(self.current["x"], self.current["y"], "start")
         else:
-            self.best = self.scored[self.point(self.current["x"], self.current["y"])] = (
-                start["score"] if np.isfinite(start["score"]) else np.inf)
+            key = self.point(self.current["x"], self.current["y"])
+            self.best = self.scored[key] = start["score"] if np.isfinite(start["score"]) else np.inf
+            self.ranks[key] = max(int(start.get("rank_x", 0)), int(start.get("rank_y", 0)))
 
     def features(self) -> list[tuple[str, int]]:
         """Every feature (side, index), x's then y's: the order of a sweep."""
@@ -112,7 +119,19 @@ class _FeatureSearch:
             on = {} if self.subsample is None else {"subsample": self.subsample}
             self.rows.append({**row, "step": step, **on})
             self.scored[key] = row["score"] if np.isfinite(row["score"]) else np.inf
+            self.ranks[key] = max(int(row["rank_x"]), int(row["rank_y"]))
         return self.scored[key]
+
+    def at_cap(self, cap: int) -> bool:
+        """Whether a factorisation of the current lengthscales reached the rank ``cap`` (either side)."""
+        return self.ranks.get(self.point(self.current["x"], self.current["y"]), 0) >= cap
+
+    def on_screen(self, folds: Sequence[Fold], rows: int) -> "_FeatureSearch":
+        """This search carried on on ``folds``, a screen of ``rows`` training rows of each fold: from the
+        current lengthscales and reg, scored again there, with the same origin."""
+        here = {f"lengthscale_{side}": value for side, value in self.current.items()}
+        return _FeatureSearch(folds, self.base, self.factorisation, self.kernels["x"], self.kernels["y"],
+                              {**here, "reg": self.reg}, self.score, self.progress, rows, carried=self)
 
     def scored_with(self, side: str, value: np.ndarray, step: str) -> float:
         """The score with ``value`` the lengthscales of ``side``, the other side's current."""
@@ -125,14 +144,15 @@ class _FeatureSearch:
         value[k] = min(lengthscale, SEARCH_LONGEST)
         return value, self.scored_with(side, value, f"{side}:{k}")
 
-    def move(self, side: str, k: int, factor_step: float) -> None:
+    def move(self, side: str, k: int, factor_step: float, until: Callable[[], bool] | None = None) -> bool:
         """One move of feature k of ``side`` by ``factor_step``. Longer: the feature left out (the longest),
         else one step; the first within ``SEARCH_TOLERANCE`` of the best score before them is kept (so the
         step is not scored where leaving the feature out is kept). An only feature of its side stays in,
         and moves longer only where that lowers the score by more than the tolerance. A feature that is
         out (here or before) is tried back at its start lengthscale, kept where that lowers the score by
         more than the tolerance. Unless a longer one was kept, the lengthscale is then made shorter as
-        long as that lowers the score by more than the tolerance."""
+        long as that lowers the score by more than the tolerance. Returns True where it stopped early:
+        ``until()`` held once a lengthscale brought back or made shorter was kept (the move unfinished)."""
         current = self.current
         kept = False
         longer, slack = ((np.inf, factor_step), SEARCH_TOLERANCE) if self.widths[side] > 1 else (
@@ -146,24 +166,34 @@ class _FeatureSearch:
             value, result = self.trial(side, k, self.origin[side][k])
             if result < self.best - SEARCH_TOLERANCE * abs(self.best):
                 current[side], self.best = value, result
+                if until is not None and until():
+                    return True
         while not kept:  # shorter, as long as that helps by more than the tolerance
             value, result = self.trial(side, k, current[side][k] / factor_step)
             if not result < self.best - SEARCH_TOLERANCE * abs(self.best):
                 break
             current[side], self.best = value, result
+            if until is not None and until():
+                return True
+        return False
 
-    def sweep(self, factor_step: float, features: list[tuple[str, int]]) -> list[tuple[str, int]]:
-        """The moves of each of ``features`` (side, index) in turn by ``factor_step``; returns those that
-        none of them changed."""
+    def sweep(self, factor_step: float, features: list[tuple[str, int]], until: Callable[[], bool] | None = None
+              ) -> tuple[list[tuple[str, int]], list[tuple[str, int]] | None]:
+        """The moves of each of ``features`` (side, index) in turn by ``factor_step``, stopped as soon as
+        ``until()`` holds after a lengthscale was kept (``move``). Returns (those that none of the moves
+        changed; where it stopped early, the features whose moves are to be made still, the one in
+        progress first where it was stopped within its move, else None)."""
         stalled = []
-        for side, k in features:
+        for position, (side, k) in enumerate(features):
             before = self.current[side][k]
-            self.move(side, k, factor_step)
+            unfinished = self.move(side, k, factor_step, until)
             if self.current[side][k] == before:
                 stalled.append((side, k))
             if self.progress is not None:
                 self.progress(f"searched {side} feature {k}: lengthscale {self.current[side][k]:.4g}")
-        return stalled
+            if unfinished or (until is not None and until()):
+                return stalled, features[position + (0 if unfinished else 1):]
+        return stalled, None
 
     def shear(self, features: list[tuple[str, int]], factor_step: float) -> bool:
         """The shear of each of ``features`` that is in, with m > 0 other features of its side in: it
@@ -213,10 +243,16 @@ def search_lengthscales(
     Last, the regs of ``regs`` (``as_regs``; a walk from the start's reg) are scored at the lengthscales
     found.
 
-    Where the start's factorisation reached its rank cap (the default rank budget, or ``base``'s
-    max_rank) and the folds have more than ``max_rows`` training rows (None: no limit), the moves are
+    Where the folds have more than ``max_rows`` training rows (None: no limit) and a factorisation of
+    the start reached its rank cap (the default rank budget, or ``base``'s max_rank), the moves are
     made on a seeded subsample of ``max_rows`` of each fold's (the start scored again there; those rows
-    carry ``subsample``, their row count), and the regs are scored on all the training rows.
+    carry ``subsample``, their row count), and the regs are scored on all the training rows. Where the
+    start is below the cap and the moves take the current lengthscales' factorisation to it, the moves
+    after that one go on on that subsample in the same way (the setting reached scored again there;
+    no shears): on all the rows each candidate would cost a factorisation at the cap, O(n cap^2), for a
+    model that the cap, not the rows, limits (``jdlcore.tuning.screen``). (On a table of 15,000 rows
+    the search on the boosted summaries alone moved the median's lengthscale to 0.07, where each
+    candidate on the 12,000 training rows took 2-4 s.)
 
     Returns the rows of every candidate scored (``score_grid``'s columns, lengthscales as lists, plus
     ``step``: "x:k" / "y:k" for the feature moved, "x:k:shear" / "y:k:shear", "start", or "reg"); the
@@ -225,23 +261,36 @@ def search_lengthscales(
     regs = as_regs(regs)
     factorisation = Factorisation.of(base)
     train_rows = min(len(fold[0]) for fold in folds)
-    at_cap = max(start.get("rank_x", 0), start.get("rank_y", 0)) >= _rank_cap(train_rows, factorisation)
-    subsample = at_cap and max_rows is not None and train_rows > max_rows
-    moved_on = screened(folds, _fold_subsamples(folds, max_rows, base.seed)) if subsample else folds
-    search = _FeatureSearch(moved_on, base, factorisation, kernel_x, kernel_y, start, score, progress,
-                            max_rows if subsample else None)
+    cap = _rank_cap(train_rows, factorisation)
+    screenable = max_rows is not None and train_rows > max_rows
+    subsample = screenable and max(start.get("rank_x", 0), start.get("rank_y", 0)) >= cap
+
+    def on_subsample() -> list[Fold]:
+        return screened(folds, _fold_subsamples(folds, max_rows, base.seed))
+
+    search = _FeatureSearch(on_subsample() if subsample else folds, base, factorisation, kernel_x, kernel_y, start,
+                            score, progress, max_rows if subsample else None)
+    rows: list[dict[str, Any]] = []
     everyone = search.features()
     for factor_step in SEARCH_STEPS:
-        stalled = search.sweep(factor_step, everyone)
-    if shear and not subsample:
+        watched = screenable and search.subsample is None  # on all the rows, which a subsample may replace
+        stalled, rest = search.sweep(factor_step, everyone, partial(search.at_cap, cap) if watched else None)
+        if rest is not None:  # the cap reached on all the training rows: the moves go on on the subsample
+            if progress is not None:
+                progress(f"the search reached the rank cap on {train_rows:,} training rows: its moves go on on "
+                         f"{max_rows:,} of them")
+            rows, search = search.rows, search.on_screen(on_subsample(), max_rows)
+            stalled, _ = search.sweep(factor_step, rest)
+    if shear and search.subsample is None:
         if len(stalled) < len(everyone):  # their moves again (new candidates only where others moved after them)
-            stalled = search.sweep(SEARCH_STEPS[-1], stalled)
+            stalled, _ = search.sweep(SEARCH_STEPS[-1], stalled)
         if search.shear(stalled, SEARCH_STEPS[-1]):
             search.sweep(SEARCH_STEPS[-1], everyone)  # the single moves again, from where the shears left them
-    if subsample:  # the lengthscales found, on all the training rows
+    rows += search.rows
+    if search.subsample is not None:  # the lengthscales found, on all the training rows
         kernels = kernels_at(kernel_x, kernel_y, {f"lengthscale_{side}": search.current[side] for side in ("x", "y")})
-        return search.rows + score_regs(folds, base, *kernels, regs, score, start=search.reg)
-    return search.rows + search.regs_here(regs)
+        return rows + score_regs(folds, base, *kernels, regs, score, start=search.reg)
+    return rows + search.regs_here(regs)
 
 
 def search_best(rows: list[dict[str, Any]]) -> dict[str, Any]:
