@@ -317,15 +317,16 @@ def fit_summaries(X: np.ndarray, y: np.ndarray, categorical: Sequence[int] = (),
     def params(job: tuple[int, int]) -> dict[str, Any]:
         return {**BOOSTER_PARAMS, "alpha": LEVELS[job[0]], "seed": seed, "num_threads": threads}
 
-    def datasets(job: tuple[int, int], start: list[np.ndarray] | None) -> tuple[Any, Any]:
+    def datasets(job: tuple[int, int], start: list[np.ndarray] | None, held_out: bool = True) -> tuple[Any, Any]:
         """(training, held-out or None) of booster (level, fold): a Dataset each (LightGBM's train writes
-        its parameters), from ``start[fold]`` (scores at every row) where given."""
+        its parameters), from ``start[fold]`` (scores at every row) where given; the held-out one only
+        where ``held_out`` asks for it (the rounds chosen on it)."""
         k = job[1]
         rows = np.flatnonzero(fold != k)
         train = lightgbm.Dataset(X[rows], y[rows], init_score=None if start is None else start[k][rows],
                                  categorical_feature=list(categorical) or "auto", params={"verbosity": -1})
         valid = (lightgbm.Dataset(X[held[k]], y[held[k]], init_score=None if start is None else start[k][held[k]],
-                                  reference=train) if held[k].size else None)
+                                  reference=train) if held_out and held[k].size else None)
         return train, valid
 
     def boosted(levels: list[int], start: list[np.ndarray] | None) -> tuple[dict[tuple[int, int], Any], list[int]]:
@@ -334,7 +335,8 @@ def fit_summaries(X: np.ndarray, y: np.ndarray, categorical: Sequence[int] = (),
             return _early_stopped(lightgbm, {job: params(job) for job in jobs}, lambda job: datasets(job, start),
                                   [rows.size for rows in held], max_rounds, patience)
         fixed = {j: int(rounds[j]) for j in levels}
-        trained = _in_turns(jobs, lambda job: _first_round(lightgbm, params(job), datasets(job, start)[0]), fixed)
+        trained = _in_turns(jobs, lambda job: _first_round(lightgbm, params(job), *datasets(job, start, False)),
+                            fixed)
         return trained, [fixed[j] for j in levels]
 
     fitted, (median_rounds,) = boosted([MEDIAN], None)
