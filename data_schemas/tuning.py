@@ -22,7 +22,9 @@ Per-feature search (version 2, optional): the candidates of ``jdlcore.tuning.sea
 order along ``search_candidate``: ``search_lengthscale_x`` (search_candidate, x_feature),
 ``search_lengthscale_y`` (search_candidate, y_feature), ``search_reg``, ``search_loss``,
 ``search_rank_x``, ``search_rank_y``, ``search_seconds`` and (optional) ``search_rows`` (the training
-rows each candidate was fitted on: the search moves on a subsample of large tuning sets); attribute
+rows each candidate was fitted on: the search moves on a subsample of large tuning sets) and
+``search_folds`` (the folds each candidate was scored on, its loss their mean: fewer than ``folds``
+where it fell behind the best on the first ``jdlcore.tuning.RACE_FOLDS``; absent: every fold); attribute
 ``search_steps`` (JSON: the feature each candidate moved, "x:k" or "y:k"; "x:k:shear" or "y:k:shear"
 where feature k moved shorter and the side's other features in longer; "start"; "reg"). ``best`` is
 then the search's best among the candidates fitted on all the training rows, with a list of

@@ -398,7 +398,7 @@ def _run_dataset(run: _SearchRun, regs: Regs) -> xr.Dataset:
     ds = grid_dataset(run.table, run.grid_x, run.grid_y, regs)
     if run.searched:
         X, Y = run.folds[0][:2]  # a fold's training rows: the columns the kernels read
-        ds = ds.merge(search_dataset(run.searched, X.shape[1], Y.shape[1], len(X)))
+        ds = ds.merge(search_dataset(run.searched, X.shape[1], Y.shape[1], len(X), len(run.folds)))
     add_maps(ds, run.summaries, run.kernel_x, run.kernel_y)
     return ds
 

@@ -92,10 +92,11 @@ def grid_dataset(table: list[dict[str, Any]], grid_x: list[float], grid_y: list[
     )
 
 
-def search_dataset(rows: list[dict[str, Any]], x_width: int, y_width: int, train_rows: int) -> xr.Dataset:
+def search_dataset(rows: list[dict[str, Any]], x_width: int, y_width: int, train_rows: int, folds: int) -> xr.Dataset:
     """The per-feature search's candidates in order (dim search_candidate): lengthscales per feature,
-    reg, validation loss (NaN: failed), ranks, seconds, and the training rows it was fitted on (the
-    search's subsample, or all ``train_rows``)."""
+    reg, validation loss (NaN: failed; the mean over the folds it was scored on), ranks, seconds, the
+    training rows it was fitted on (the search's subsample, or all ``train_rows``) and the folds it
+    was scored on (fewer than ``folds`` where it fell behind on the first: ``folds_scored``)."""
     def column(name: str, width: int | None = None) -> np.ndarray:
         if width is None:
             return np.array([float(row[name]) for row in rows])
@@ -109,6 +110,7 @@ def search_dataset(rows: list[dict[str, Any]], x_width: int, y_width: int, train
         "search_rank_x": (candidate, column("rank_x")), "search_rank_y": (candidate, column("rank_y")),
         "search_seconds": (candidate, column("seconds")),
         "search_rows": (candidate, np.array([int(row.get("subsample", train_rows)) for row in rows])),
+        "search_folds": (candidate, np.array([int(row.get("folds_scored", folds)) for row in rows])),
     })
 
 

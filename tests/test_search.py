@@ -7,7 +7,9 @@ import pytest
 
 from jdlcore import JDL, GaussianKernel
 from jdlcore.conditional.losses import CRPSLoss
-from jdlcore.tuning import SEARCH_LONGEST, SEARCH_TOLERANCE, default_lengthscales, fold_rows, split_rows, tune
+from jdlcore.tuning import (
+    RACE_FOLDS, SEARCH_LONGEST, SEARCH_TOLERANCE, default_lengthscales, fold_rows, split_rows, tune,
+)
 
 
 def relevant_and_noise(n: int, seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -32,20 +34,24 @@ def tuned():
 def test_each_search_score_is_the_mean_of_independent_refits_on_five_folds_scored_by_crps(tuned):
     """1,500 rows: ``folds="auto"`` validates every row, five folds of 300; each score is the mean of the
     five folds' CRPS, each an independent fit on the other 1,200 rows on the candidates' 512 support
-    atoms (``screening_support``)."""
+    atoms (``screening_support``), or of the first ``RACE_FOLDS`` where the candidate fell behind there
+    (``folds_scored``): some did, and some were scored on all five."""
     X, Y, noise, _, result = tuned
     features = np.c_[X, noise]
     assert result.folds == 5
     splits = fold_rows(len(X), 0.2, 5, 0)
     location, scale = result.model.kernel_x.location, result.model.kernel_x.scale
     y_kernel = result.model.kernel_y
-    for row in result.search[::4]:
+    raced = [row for row in result.search if "folds_scored" in row]
+    assert raced and {row["folds_scored"] for row in raced} == {RACE_FOLDS}
+    for row in result.search[::4] + raced[:2]:
         kernel_x = GaussianKernel(np.asarray(row["lengthscale_x"]), location=location, scale=scale)
         folds = []
-        for train, val in splits:
+        for train, val in splits[:row.get("folds_scored", 5)]:
             model = JDL(kernel_x, y_kernel.with_lengthscale(row["lengthscale_y"]), reg=row["reg"], positivity="project",
                         support_size=512)
             folds.append(CRPSLoss()(model.fit(features[train], Y[train]), features[val], Y[val]))
+        assert row["fold_scores"] == pytest.approx(folds, rel=1e-9)
         assert row["score"] == pytest.approx(np.mean(folds), rel=1e-9)
 
 
@@ -181,6 +187,69 @@ def test_the_moves_go_on_on_a_subsample_once_they_reach_the_rank_cap_on_all_the_
     assert {tuple(row["lengthscale_x"]) for row in after} == {(1.0, 16.0)}
     from jdlcore.tuning import search_best
     assert search_best(rows)["lengthscale_x"] == [1.0, 16.0]
+
+
+def test_a_candidate_behind_on_the_first_two_folds_is_not_scored_on_the_others(monkeypatch):
+    """A designed validation score on five folds of 30 rows (noise; the fold told by its validation
+    rows): x's feature 1 and y's lengthscale are best where they start; feature 0 out (100) costs 3% on
+    every fold, and at 4 it costs 0.5% on folds 0 and 1 but gains 2% on the other three, 1% in all. So
+    the search leaves 0 out after two folds (3% behind, past ``RACE_MARGIN``), goes on to score 4 on
+    every fold (0.5% behind there, within the margin) and keeps it: the same path, the same best and
+    the same rows as the search scored on every fold, with fewer folds fitted. (With no margin, 4
+    would be left after two folds and the search would end at 1.)"""
+    from jdlcore.tuning import search_best, search_lengthscales
+
+    rng = np.random.default_rng(9)
+    X, Y = rng.normal(size=(150, 2)), rng.normal(size=(150, 1))
+    splits = fold_rows(150, 0.2, 5, 0)
+    folds = [(X[train], Y[train], X[val], Y[val]) for train, val in splits]
+    fold_of = {float(fold[2][0, 0]): k for k, fold in enumerate(folds)}
+
+    def designed(l0: float, l1: float, ly: float, fold: int) -> float:
+        value = 1.0 + 0.1 * np.log2(l1) ** 2 + 0.1 * np.log2(ly / 0.5) ** 2
+        if l0 >= SEARCH_LONGEST:
+            return value + 0.03
+        if fold < 2:
+            return value + 0.0025 * abs(np.log2(l0)) + 0.0035 * max(np.log2(l0) - 2.0, 0.0)
+        return value - 0.02 * np.exp(-(np.log2(l0) - 2.0) ** 2)
+
+    fitted = []
+
+    def score(model, X_val, Y_val):
+        fold = fold_of[float(X_val[0, 0])]
+        fitted.append(fold)
+        return designed(*model.kernel_x.lengthscale, model.kernel_y.lengthscale, fold)
+
+    def search() -> list[dict]:
+        fitted.clear()
+        kernel_x, kernel_y = GaussianKernel(1.0).standardised(X), GaussianKernel(0.5).standardised(Y)
+        values = [designed(1.0, 1.0, 0.5, k) for k in range(5)]
+        start = {"lengthscale_x": 1.0, "lengthscale_y": 0.5, "reg": 1e-5, "score": float(np.mean(values)),
+                 "fold_scores": values, "rank_x": 1, "rank_y": 1}
+        return search_lengthscales(folds, JDL(seed=0, max_rank=8), kernel_x, kernel_y, [1e-5], start, score)
+
+    raced = search()
+    fits_raced = len(fitted)
+    left = [row for row in raced if "folds_scored" in row]
+    assert left and all(row["folds_scored"] == RACE_FOLDS == 2 and len(row["fold_scores"]) == 2 for row in left)
+    out = next(row for row in raced if row["step"] == "x:0")
+    assert out["lengthscale_x"] == [SEARCH_LONGEST, 1.0] and out["folds_scored"] == 2
+    assert out["score"] == pytest.approx(1.03)  # the mean of the two folds it was scored on
+    four = next(row for row in raced if row["lengthscale_x"] == [4.0, 1.0])
+    assert "folds_scored" not in four and four["score"] == pytest.approx(0.99, abs=1e-12)
+    # 8 is judged against 4, the best once kept (1.1% behind the start on folds 0 and 1, 0.6% behind 4)
+    eight = next(row for row in raced if row["lengthscale_x"] == [8.0, 1.0])
+    assert "folds_scored" not in eight and eight["fold_scores"][0] == pytest.approx(1.011)
+    assert search_best(raced)["lengthscale_x"] == [4.0, 1.0] and raced[-1]["lengthscale_x"] == [4.0, 1.0]
+
+    monkeypatch.setattr("jdlcore.tuning.search.RACE_FOLDS", 5)  # every candidate on every fold
+    every = search()
+    assert not [row for row in every if "folds_scored" in row]
+    assert [(row["step"], row["lengthscale_x"], row["lengthscale_y"]) for row in every] == [
+        (row["step"], row["lengthscale_x"], row["lengthscale_y"]) for row in raced]
+    same = ("lengthscale_x", "lengthscale_y", "reg", "score", "fold_scores", "step")
+    assert [search_best(every)[k] for k in same] == [search_best(raced)[k] for k in same]
+    assert fits_raced + 3 * len(left) == len(fitted)
 
 
 def test_an_only_y_feature_moves_only_where_that_helps_by_more_than_the_tolerance():

@@ -39,7 +39,10 @@ from .grid import (
 )
 from .regs import DEFAULT_REGS, REG_LADDER, REG_START, SEARCH_TOLERANCE, Regs, as_regs, walk_ladder
 from .screen import MIN_SEARCH_ROWS, SEARCH_ROWS, SEARCH_ROWS_PARAM, Screen, check_search_rows, screen_rows, screened
-from .search import SEARCH_KEPT_FACTORS, SEARCH_LONGEST, SEARCH_STEPS, search_best, search_lengthscales
+from .search import (
+    RACE_FOLDS, RACE_MARGIN, SEARCH_KEPT_FACTORS, SEARCH_LONGEST, SEARCH_STEPS, scored_on_every_fold, search_best,
+    search_lengthscales,
+)
 from .tune import TuneResult, refine, search_grid, tune
 
 __all__ = ["TuneResult", "tune", "Fold", "split_rows", "fold_rows", "resolve_folds", "splits_for", "make_folds",
@@ -47,6 +50,7 @@ __all__ = ["TuneResult", "tune", "Fold", "split_rows", "fold_rows", "resolve_fol
            "screening_params",
            "Regs", "as_regs", "walk_ladder", "REG_LADDER", "REG_START",
            "check_grid", "default_lengthscales", "standardised_grid", "search_lengthscales", "search_best",
+           "scored_on_every_fold", "RACE_FOLDS", "RACE_MARGIN",
            "refine", "search_grid", "Screen", "screen_rows", "screened", "score_regs", "kernels_at",
            "LENGTHSCALE_FACTORS", "DEFAULT_REGS", "CRITERIA", "OnYScale", "SEARCH_ROWS", "SEARCH_TOLERANCE", "SEARCH_LONGEST",
            "SEARCH_STEPS", "SEARCH_KEPT_FACTORS", "CACHE_MEMORY_SHARE", "MIN_SEARCH_ROWS", "SEARCH_ROWS_PARAM", "check_search_rows", "VALIDATION_FRACTION"]

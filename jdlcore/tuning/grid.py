@@ -48,24 +48,27 @@ def screening_support(base: JDL) -> int:
 
 
 def _factoriser(Zs: Sequence[np.ndarray], factorisation: Factorisation) -> tuple[Callable, list[int | None]]:
-    """A function (kernel, its factorisations if already made: one per fold, None where not) -> (the
-    ``ProblemSide`` of the pivoted Cholesky of each fold's rows ``Zs`` with that kernel, or the first
-    error one raised; seconds), each under the default rank budget of its rows where max_rank is None,
-    and those budgets. The folds are factorised side by side on the kernel pool (``pool_map``, BLAS at
-    one thread meanwhile): a fold's kernel blocks are too small to keep the pool's threads busy."""
+    """A function (kernel, its factorisations if already made: one per fold, None where not; the folds
+    to factorise, None: every one) -> (the ``ProblemSide`` of the pivoted Cholesky of each of those
+    folds' rows ``Zs`` with that kernel, or the first error one raised; seconds), each under the
+    default rank budget of its rows where max_rank is None, and those budgets. The folds are factorised
+    side by side on the kernel pool (``pool_map``, BLAS at one thread meanwhile): a fold's kernel blocks
+    are too small to keep the pool's threads busy."""
     budgets = [rank_budget(len(Z)) if factorisation.max_rank is None else None for Z in Zs]
     options = [factorisation.cholesky_arguments(max_rank=_rank_cap(len(Z), factorisation)) for Z in Zs]
 
-    def factorise(kernel: Kernel, given: Sequence[PivotedCholesky | None] | None = None
-                  ) -> tuple[tuple[ProblemSide, ...] | Exception, float]:
+    def factorise(kernel: Kernel, given: Sequence[PivotedCholesky | None] | None = None,
+                  which: Sequence[int] | None = None) -> tuple[tuple[ProblemSide, ...] | Exception, float]:
         def side(fold: tuple[np.ndarray, dict[str, Any], PivotedCholesky | None]) -> ProblemSide:
             Z, option, made = fold
             return problem_side(pivoted_cholesky(kernel, Z, **option) if made is None else made, kernel)
 
+        chosen = range(len(Zs)) if which is None else which
         started = time.perf_counter()
         try:
             sides: tuple[ProblemSide, ...] | Exception = tuple(
-                pool_map(side, list(zip(Zs, options, given or [None] * len(Zs))), one_blas_thread=True))
+                pool_map(side, [(Zs[k], options[k], given[k] if given else None) for k in chosen],
+                         one_blas_thread=True))
         except _CANDIDATE_ERRORS as error:
             sides = error
         return sides, time.perf_counter() - started
@@ -203,25 +206,41 @@ class _LeftOut(Exception):
 def _candidate(problems: tuple[Any, ...], params: dict[str, Any], kernel_x: Kernel, kernel_y: Kernel, reg: float,
                folds: Sequence[Fold], score: Callable, shared_seconds: float) -> dict[str, Any]:
     """The table row of one candidate: the estimator fitted on each fold's problem and scored on its
-    validation rows; the score is the mean of the folds' weighted by their validation rows (the
-    criteria being means over rows, the mean over every validated row)."""
+    validation rows (``fold_scores``); the score is the mean of the folds' weighted by their validation
+    rows (``scored_row``)."""
     started = time.perf_counter()
+    try:
+        values = fold_scores(problems, params, kernel_x, kernel_y, reg, folds, score)
+    except _CANDIDATE_ERRORS as error:
+        return _failed(kernel_x, kernel_y, reg, error, shared_seconds + time.perf_counter() - started, problems)
+    return scored_row(kernel_x, kernel_y, reg, values, folds, problems,
+                      shared_seconds + time.perf_counter() - started)
 
+
+def fold_scores(problems: Sequence[Any], params: dict[str, Any], kernel_x: Kernel, kernel_y: Kernel, reg: float,
+                folds: Sequence[Fold], score: Callable) -> list[float]:
+    """The validation score of each of ``folds``: the estimator (``params`` with these kernels and reg)
+    fitted on the fold's problem (one per fold, in order) and scored by ``score`` on its validation rows,
+    the folds side by side. Raises what a fit or a score raised."""
     def scored(pair: tuple[Any, Fold]) -> float:
         problem, (_, Y_train, X_val, Y_val) = pair
         model = JDL(**{**params, "kernel_x": kernel_x, "kernel_y": kernel_y, "reg": float(reg),
                        "support_size": problem.support.requested})  # the problem's support (``screening_support``)
         return float(score(model.fit_problem(problem, Y_train), X_val, Y_val))
 
-    try:
-        values = pool_map(scored, list(zip(problems, folds)), one_blas_thread=True)  # the folds side by side
-        value = values[0] if len(values) == 1 else float(np.average(values, weights=[len(fold[2]) for fold in folds]))
-    except _CANDIDATE_ERRORS as error:
-        return _failed(kernel_x, kernel_y, reg, error, shared_seconds + time.perf_counter() - started, problems)
+    return pool_map(scored, list(zip(problems, folds)), one_blas_thread=True)
+
+
+def scored_row(kernel_x: Kernel, kernel_y: Kernel, reg: float, values: Sequence[float], folds: Sequence[Fold],
+               problems: Sequence[Any], seconds: float) -> dict[str, Any]:
+    """The table row of a candidate scored ``values`` on ``folds`` (its problems ``problems``): its score
+    is their mean weighted by the folds' validation rows (the criteria being means over rows, the mean
+    over every validated row), ``fold_scores`` the folds' own."""
+    value = values[0] if len(values) == 1 else float(np.average(values, weights=[len(fold[2]) for fold in folds]))
     return {
         "lengthscale_x": _plain(kernel_x.lengthscale), "lengthscale_y": _plain(kernel_y.lengthscale),
-        "reg": float(reg), "score": value, **_fold_ranks(problems),
-        "seconds": shared_seconds + time.perf_counter() - started,
+        "reg": float(reg), "score": value, "fold_scores": [float(v) for v in values], **_fold_ranks(problems),
+        "seconds": seconds,
     }
 
 

@@ -16,49 +16,64 @@ from ..lowrank.cholesky import Factorisation
 from ..models.jdl import JDL
 from .folds import Fold
 from .grid import (
-    _candidate, _factoriser, _failed, _one_or_each, _pair_problem, _pair_rows, _plain, _rank_cap, best_row, kernels_at,
-    score_regs, screening_params,
+    _CANDIDATE_ERRORS, _factoriser, _failed, _one_or_each, _pair_problem, _pair_rows, _plain, _rank_cap, best_row,
+    fold_scores, kernels_at, score_regs, scored_row, screening_params,
 )
 from .regs import SEARCH_TOLERANCE, Regs, as_regs
 from .screen import SEARCH_ROWS, _fold_subsamples, screened
 
-__all__ = ["SEARCH_STEPS", "SEARCH_LONGEST", "SEARCH_TOLERANCE", "SEARCH_KEPT_FACTORS", "search_lengthscales",
-           "search_best"]
+__all__ = ["SEARCH_STEPS", "SEARCH_LONGEST", "SEARCH_TOLERANCE", "SEARCH_KEPT_FACTORS", "RACE_FOLDS", "RACE_MARGIN",
+           "search_lengthscales", "search_best", "scored_on_every_fold"]
 
 # the steps (one sweep per step) and the longest lengthscale (standard units: the kernel then hardly
 # varies along the feature, which is left out in effect); the score tolerance is ``SEARCH_TOLERANCE``
 SEARCH_STEPS = (4.0, 2.0)  # one sweep per step
 SEARCH_LONGEST = 100.0
 SEARCH_KEPT_FACTORS = 3  # factorisations kept per side (the current lengthscales' among them: each move pairs them)
+# on more folds than ``RACE_FOLDS``, a move's candidate is scored on that many first, and on the others only
+# where it is not worse there than the best setting by more than ``RACE_MARGIN`` (relative): docs/tuning.md
+RACE_FOLDS = 2
+RACE_MARGIN = 5 * SEARCH_TOLERANCE
 
 
 class _FactorCache:
     """The factorisations of a search, the ``SEARCH_KEPT_FACTORS`` most recently used per side: by side
-    ("x" or "y") and lengthscales (d,), (the kernel, its ``ProblemSide`` per fold or the error raised,
-    seconds)."""
+    ("x" or "y") and lengthscales (d,), the kernel and, fold by fold as they are asked for, the
+    ``ProblemSide`` of each fold (or the error the first failing one raised)."""
 
     def __init__(self, families: dict[str, Kernel], factorisers: dict[str, Callable]):
         self.families = families  # the kernel family and scaling of each side
         self.factorisers = factorisers  # ``_factoriser``'s function of each side's training rows
-        self.kept: OrderedDict[tuple, Any] = OrderedDict()
+        self.kept: OrderedDict[tuple, tuple[Kernel, dict[int, Any], list[Exception]]] = OrderedDict()
 
-    def __call__(self, side: str, lengthscale: np.ndarray) -> tuple[Kernel, Any, float]:
+    def __call__(self, side: str, lengthscale: np.ndarray, which: Sequence[int]
+                 ) -> tuple[Kernel, tuple[Any, ...] | Exception, float]:
+        """(the kernel, the ``ProblemSide`` of each fold of ``which`` or the error raised, the seconds this
+        call factorised for: 0 where every one was made before)."""
         key = (side, *lengthscale.tolist())
         if key not in self.kept:
-            kernel = self.families[side].with_lengthscale(_one_or_each(lengthscale))
-            self.kept[key] = (kernel, *self.factorisers[side](kernel))
+            self.kept[key] = (self.families[side].with_lengthscale(_one_or_each(lengthscale)), {}, [])
             kept = [other for other in self.kept if other[0] == side]
             for other in kept[:-SEARCH_KEPT_FACTORS]:
                 del self.kept[other]
         self.kept.move_to_end(key)
-        return self.kept[key]
+        kernel, sides, failed = self.kept[key]
+        missing = [k for k in which if k not in sides]
+        seconds = 0.0
+        if missing and not failed:
+            made, seconds = self.factorisers[side](kernel, which=missing)
+            if isinstance(made, Exception):
+                failed.append(made)
+            else:
+                sides.update(zip(missing, made))
+        return kernel, failed[0] if failed else tuple(sides[k] for k in which), seconds
 
 
 class _FeatureSearch:
     """The state of one ``search_lengthscales`` on ``folds`` (those the moves are scored on): the current
-    lengthscales of each side (one per feature), the best score so far, and the rows of every
-    candidate scored (``rows``), each setting scored once, with the higher rank of its two
-    factorisations (``ranks``). ``subsample``: the training rows of each fold where they are a
+    lengthscales of each side (one per feature), the best score so far and its folds' scores
+    (``reference``: None where not known), and the rows of every candidate scored (``rows``), each
+    setting scored once, with the higher rank of its two factorisations (``ranks``). ``subsample``: the training rows of each fold where they are a
     subsample (recorded on the rows), else None. ``carried``: the search this one carries on from
     its current setting (``on_screen``), whose origin it keeps and whose rows hold that setting's."""
 
@@ -82,25 +97,34 @@ class _FeatureSearch:
         self.rows: list[dict[str, Any]] = []
         self.scored: dict[tuple, float] = {}
         self.ranks: dict[tuple, int] = {}
+        self.fold_scores: dict[tuple, list[float]] = {}  # of the settings scored on every fold
         if carried is None:  # the start is the grid's best row, already scored (the same kernels, factorisations and solve)
             self.rows.append({**start, "lengthscale_x": _plain(_one_or_each(self.current["x"])),
                               "lengthscale_y": _plain(_one_or_each(self.current["y"])), "step": "start"})
+        key = self.point(self.current["x"], self.current["y"])
+        self.reference: list[float] | None = None
         if subsample is not None:  # scored again on the subsample, where the moves are compared
             self.best = self.evaluate(self.current["x"], self.current["y"], "start")
         else:
-            key = self.point(self.current["x"], self.current["y"])
             self.best = self.scored[key] = start["score"] if np.isfinite(start["score"]) else np.inf
             self.ranks[key] = max(int(start.get("rank_x", 0)), int(start.get("rank_y", 0)))
+            if len(start.get("fold_scores", ())) == len(folds):
+                self.fold_scores[key] = list(start["fold_scores"])
+        self.reference = self.fold_scores.get(key) if np.isfinite(self.best) else None
 
     def features(self) -> list[tuple[str, int]]:
         """Every feature (side, index), x's then y's: the order of a sweep."""
         return [(side, k) for side in ("x", "y") for k in range(self.widths[side])]
 
-    def problem_of(self, lx: np.ndarray, ly: np.ndarray) -> tuple[Any, Exception | None, Kernel, Kernel, float]:
-        """(the problems of each fold at lengthscales lx, ly, or None; why none; the kernels; seconds)."""
-        (kx, fx, tx), (ky, fy, ty) = self.factor("x", lx), self.factor("y", ly)
+    def problem_of(self, lx: np.ndarray, ly: np.ndarray, which: Sequence[int] | None = None
+                   ) -> tuple[Any, Exception | None, Kernel, Kernel, float]:
+        """(the problems at lengthscales lx, ly of each fold of ``which`` (None: every one), or None; why
+        none; the kernels; the seconds spent on them here)."""
+        which = range(len(self.folds)) if which is None else which
+        (kx, fx, tx), (ky, fy, ty) = self.factor("x", lx, which), self.factor("y", ly, which)
         started = time.perf_counter()
-        problem, failed = _pair_problem(fx, fy, kx, ky, self.folds, self.base, self.budgets, None)
+        problem, failed = _pair_problem(fx, fy, kx, ky, [self.folds[k] for k in which], self.base,
+                                        [self.budgets[k] for k in which], None)
         return problem, failed, kx, ky, tx + ty + time.perf_counter() - started
 
     @staticmethod
@@ -113,14 +137,62 @@ class _FeatureSearch:
         with ``step`` the first time it is scored."""
         key = self.point(lx, ly)
         if key not in self.scored:
-            problem, failed, kx, ky, seconds = self.problem_of(lx, ly)
-            row = (_failed(kx, ky, self.reg, failed, seconds) if problem is None else
-                   _candidate(problem, self.params, kx, ky, self.reg, self.folds, self.score, seconds))
+            row = self.raced(lx, ly)
             on = {} if self.subsample is None else {"subsample": self.subsample}
             self.rows.append({**row, "step": step, **on})
-            self.scored[key] = row["score"] if np.isfinite(row["score"]) else np.inf
+            everyone = "folds_scored" not in row and "error" not in row
+            self.scored[key] = row["score"] if everyone and np.isfinite(row["score"]) else np.inf
             self.ranks[key] = max(int(row["rank_x"]), int(row["rank_y"]))
+            if everyone:
+                self.fold_scores[key] = row["fold_scores"]
         return self.scored[key]
+
+    def raced(self, lx: np.ndarray, ly: np.ndarray) -> dict[str, Any]:
+        """The row of lengthscales lx, ly: scored on every fold, or, where the best setting's fold scores
+        are known and there are more than ``RACE_FOLDS`` folds, on the first ``RACE_FOLDS`` of them and
+        on the others only where it is not ``behind`` there; else its row is that of those folds, with
+        ``folds_scored`` (their number), and it is not kept (``evaluate``). Every move keeps a candidate
+        only where it scores within ``SEARCH_TOLERANCE`` of the best or better, so one more than
+        ``RACE_MARGIN`` behind on two folds is rejected all but always (docs/tuning.md)."""
+        everyone = list(range(len(self.folds)))
+        stages = ([everyone[:RACE_FOLDS], everyone[RACE_FOLDS:]]
+                  if self.reference is not None and len(everyone) > RACE_FOLDS else [everyone])
+        values: list[float] = []
+        problems: list[Any] = []
+        seconds = 0.0
+        for stage in stages:
+            problem, failed, kx, ky, spent = self.problem_of(lx, ly, stage)
+            seconds += spent
+            if problem is None:
+                return _failed(kx, ky, self.reg, failed, seconds, problems)
+            problems += problem
+            started = time.perf_counter()
+            try:
+                values += fold_scores(problem, self.params, kx, ky, self.reg, [self.folds[k] for k in stage],
+                                      self.score)
+            except _CANDIDATE_ERRORS as error:
+                return _failed(kx, ky, self.reg, error, seconds + time.perf_counter() - started, problems)
+            seconds += time.perf_counter() - started
+            if len(values) < len(everyone) and self.behind(values):
+                row = scored_row(kx, ky, self.reg, values, self.folds[:len(values)], problems, seconds)
+                return {**row, "folds_scored": len(values)}
+        return scored_row(kx, ky, self.reg, values, self.folds, problems, seconds)
+
+    def behind(self, values: Sequence[float]) -> bool:
+        """Whether fold scores ``values`` of the first folds are, in their mean weighted by the folds'
+        validation rows, above the best setting's on the same folds (``reference``) by more than
+        ``RACE_MARGIN`` of it."""
+        weights = np.array([len(fold[2]) for fold in self.folds[:len(values)]], dtype=np.float64)
+        best = float(weights @ np.asarray(self.reference[:len(values)]))
+        return best != 0 and float(weights @ np.asarray(values)) - best > RACE_MARGIN * abs(best)
+
+    def keep(self, side: str, value: np.ndarray, result: float) -> None:
+        """``value`` the side's lengthscales, scored ``result``: the best (and its fold scores the
+        reference) where it is below the best."""
+        self.current[side] = value
+        if result < self.best:
+            self.best = result
+            self.reference = self.fold_scores.get(self.point(self.current["x"], self.current["y"]))
 
     def at_cap(self, cap: int) -> bool:
         """Whether a factorisation of the current lengthscales reached the rank ``cap`` (either side)."""
@@ -160,19 +232,20 @@ class _FeatureSearch:
         for multiplier in longer if current[side][k] < SEARCH_LONGEST else ():
             value, result = self.trial(side, k, current[side][k] * multiplier)
             if result <= self.best + slack * abs(self.best):
-                current[side], self.best, kept = value, min(self.best, result), True
+                self.keep(side, value, result)
+                kept = True
                 break
         if current[side][k] >= SEARCH_LONGEST > self.origin[side][k]:  # left out (so not kept): back at its start
             value, result = self.trial(side, k, self.origin[side][k])
             if result < self.best - SEARCH_TOLERANCE * abs(self.best):
-                current[side], self.best = value, result
+                self.keep(side, value, result)
                 if until is not None and until():
                     return True
         while not kept:  # shorter, as long as that helps by more than the tolerance
             value, result = self.trial(side, k, current[side][k] / factor_step)
             if not result < self.best - SEARCH_TOLERANCE * abs(self.best):
                 break
-            current[side], self.best = value, result
+            self.keep(side, value, result)
             if until is not None and until():
                 return True
         return False
@@ -212,7 +285,8 @@ class _FeatureSearch:
             value[others] = np.minimum(value[others] * factor_step ** (1 / len(others)), SEARCH_LONGEST)
             result = self.scored_with(side, value, f"{side}:{k}:shear")
             if result < self.best - SEARCH_TOLERANCE * abs(self.best):
-                current[side], self.best, kept = value, result, True
+                self.keep(side, value, result)
+                kept = True
         return kept
 
     def regs_here(self, regs: Regs) -> list[dict[str, Any]]:
@@ -294,6 +368,12 @@ def search_lengthscales(
 
 
 def search_best(rows: list[dict[str, Any]]) -> dict[str, Any]:
-    """The best row of ``search_lengthscales`` among those scored on all the training rows (the grid's
-    best, the start, among them)."""
-    return best_row([row for row in rows if "subsample" not in row])
+    """The best row of ``search_lengthscales`` among those scored on all the training rows of every fold
+    (the grid's best, the start, among them)."""
+    return best_row([row for row in scored_on_every_fold(rows) if "subsample" not in row])
+
+
+def scored_on_every_fold(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The rows of ``search_lengthscales`` scored on every fold: not those left after ``RACE_FOLDS``
+    (``folds_scored``), whose score is the mean of those folds'."""
+    return [row for row in rows if "folds_scored" not in row]

@@ -16,7 +16,7 @@ from .folds import VALIDATION_FRACTION, Fold, make_folds, splits_for
 from .grid import best_row, kernels_at, score_grid, score_regs
 from .regs import Regs, as_regs
 from .screen import SEARCH_ROWS, Screen, check_search_rows, screen_rows, screened
-from .search import search_best, search_lengthscales
+from .search import scored_on_every_fold, search_best, search_lengthscales
 
 __all__ = ["TuneResult", "tune", "refine", "search_grid"]
 
@@ -69,7 +69,7 @@ def refine(folds: Sequence[Fold], base: JDL, kernel_x: Kernel, kernel_y: Kernel,
     searched = [{**row, "subsample": screen.size} for row in
                 search_lengthscales(screened(folds, screen.rows), base, kernel_x, kernel_y, regs, best, score,
                                     progress, shear=False)]
-    result = best_row(searched)
+    result = best_row(scored_on_every_fold(searched))
     final = score_regs(folds, base, *kernels_at(kernel_x, kernel_y, result), regs, score, start=result["reg"])
     return searched + final, best_row(final)
 
