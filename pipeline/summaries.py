@@ -341,7 +341,7 @@ def fit_summaries(X: np.ndarray, y: np.ndarray, categorical: Sequence[int] = (),
 
     fitted, (median_rounds,) = boosted([MEDIAN], None)
     # each fold's median booster at every row: the start of its fold's outer levels
-    start = pool_map(lambda k: fitted[MEDIAN, k].predict(X, num_iteration=median_rounds, num_threads=threads),
+    start = pool_map(lambda k: _at_every_row(fitted[MEDIAN, k], X, fold != k, median_rounds, threads),
                      list(range(folds)))
     outer, outer_rounds = boosted(OUTER, start)
     fitted.update(outer)
@@ -408,6 +408,34 @@ def _early_stopped(lightgbm: Any, params: dict[tuple[int, int], dict[str, Any]],
     counts = [int(np.argmin(sum(held[k] * np.asarray(losses[level, k][:stop[level]]) for _, k in scored[level]))) + 1
               if scored[level] else 1 for level in levels]
     return boosters, counts
+
+
+def _at_every_row(booster: Any, X: np.ndarray, training: np.ndarray, rounds: int, threads: int) -> np.ndarray:
+    """The booster's scores at every row of X (n, d) after ``rounds`` rounds, to the bit as its ``predict``
+    gives them. Where it has trained exactly that many, at the rows it trained on (``training``: a mask
+    of n) they are those LightGBM kept as it trained (``_training_scores``), and only the others are
+    predicted: at 40,000 rows a fold's median booster of 547 rounds took about 0.4 s to predict them all."""
+    if booster.current_iteration() != rounds:
+        return booster.predict(X, num_iteration=rounds, num_threads=threads)
+    out = np.empty(X.shape[0])
+    out[training] = _training_scores(booster)
+    others = ~training
+    if others.any():
+        out[others] = booster.predict(X[others], num_iteration=rounds, num_threads=threads)
+    return out
+
+
+def _training_scores(booster: Any) -> np.ndarray:
+    """The booster's scores at the rows of its training Dataset, in their order, as LightGBM keeps them
+    while it trains (handed to an evaluation function: LightGBM's public way to them)."""
+    scores: list[np.ndarray] = []
+
+    def kept(predicted: np.ndarray, data: Any) -> tuple[str, float, bool]:
+        scores.append(np.array(predicted, dtype=np.float64, copy=True))
+        return "scores", 0.0, False
+
+    booster.eval_train(feval=kept)
+    return scores[0]
 
 
 def _first_round(lightgbm: Any, params: dict[str, Any], train: Any, valid: Any = None) -> Any:

@@ -541,6 +541,24 @@ def test_fixed_rounds_train_each_level_that_long():
         assert [booster.num_trees() for booster in fold] == [7, 11, 5]
 
 
+def test_a_booster_s_scores_at_every_row_are_its_predictions_to_the_bit():
+    """``_at_every_row``: a booster trained exactly the rounds asked for gives the scores LightGBM kept
+    of its training rows (in the Dataset's order, scattered back to theirs) and predicts the others;
+    asked for fewer rounds than it trained, it predicts every row. Both equal ``predict`` at every row,
+    to the bit."""
+    from pipeline.summaries import _at_every_row, _first_round
+
+    X, y = _table(600, seed=4)
+    training = np.random.default_rng(5).random(600) < 0.8
+    train = lightgbm.Dataset(X[training], y[training], categorical_feature=[2], params={"verbosity": -1})
+    booster = _first_round(lightgbm, {**BOOSTER_PARAMS, "alpha": 0.5, "seed": 0, "num_threads": 1}, train)
+    for _ in range(29):
+        booster.update()
+    for rounds in (30, 20):
+        np.testing.assert_array_equal(_at_every_row(booster, X, training, rounds, 1),
+                                      booster.predict(X, num_iteration=rounds))
+
+
 def test_each_tuning_split_is_summarised_by_a_map_blind_to_its_validation_rows(staged):
     """The tuning's map of a split is the map refitted, at its rounds, without the split's validation
     rows (brute force); changing those rows' y leaves it as it is, and changes the tuning's own map."""
