@@ -21,7 +21,9 @@ lengthscales are in standard units and the store holds the scaling: ``x_location
 Per-feature search (version 2, optional): the candidates of ``jdlcore.tuning.search_lengthscales`` in
 order along ``search_candidate``: ``search_lengthscale_x`` (search_candidate, x_feature),
 ``search_lengthscale_y`` (search_candidate, y_feature), ``search_reg``, ``search_loss``,
-``search_rank_x``, ``search_rank_y``, ``search_seconds`` and (optional) ``search_rows`` (the training
+``search_rank_x``, ``search_rank_y``, ``search_seconds`` (what the candidate cost: the factorisations
+it made, not those it shared with an earlier one, its problems, solves and scores) and (optional)
+``search_rows`` (the training
 rows each candidate was fitted on: the search moves on a subsample of large tuning sets) and
 ``search_folds`` (the folds each candidate was scored on, its loss their mean: fewer than ``folds``
 where it fell behind the best on the first ``jdlcore.tuning.RACE_FOLDS``; absent: every fold); attribute

@@ -98,9 +98,10 @@ def score_grid(
     a walk, each pair scores the regs its walk visits, the first pair's walk starting at ``reg_start``
     (None: ``REG_START``) and each later one at the best reg of the pair before it.
 
-    Returns one row per candidate: lengthscale_x, lengthscale_y, reg, score, rank_x, rank_y, stop_x,
-    stop_y (the factorisations' stop reasons; the highest rank of the folds), seconds (its share of the
-    factorisations and of its pair's problem, plus its own solves and scoring), and ``error`` (the
+    Returns one row per candidate: lengthscale_x, lengthscale_y, reg, score, fold_scores (each fold's),
+    rank_x, rank_y, stop_x, stop_y (the factorisations' stop reasons; the highest rank of the folds),
+    seconds (its share of the factorisations and of its pair's problem, plus its own solves and
+    scoring), and ``error`` (the
     message) for a candidate that failed, whose score is NaN: the search goes on. ``progress`` is called
     with a line per finished pair. ``usable``: a test of each factorisation; the candidates of a pair
     with a factorisation that fails it are left out unscored (score NaN, ``error`` says why).
@@ -236,12 +237,17 @@ def scored_row(kernel_x: Kernel, kernel_y: Kernel, reg: float, values: Sequence[
     """The table row of a candidate scored ``values`` on ``folds`` (its problems ``problems``): its score
     is their mean weighted by the folds' validation rows (the criteria being means over rows, the mean
     over every validated row), ``fold_scores`` the folds' own."""
-    value = values[0] if len(values) == 1 else float(np.average(values, weights=[len(fold[2]) for fold in folds]))
+    value = values[0] if len(values) == 1 else float(np.average(values, weights=validation_weights(folds)))
     return {
         "lengthscale_x": _plain(kernel_x.lengthscale), "lengthscale_y": _plain(kernel_y.lengthscale),
         "reg": float(reg), "score": value, "fold_scores": [float(v) for v in values], **_fold_ranks(problems),
         "seconds": seconds,
     }
+
+
+def validation_weights(folds: Sequence[Fold]) -> np.ndarray:
+    """Each fold's weight in a candidate's score: its validation rows, shape (len(folds),)."""
+    return np.array([len(fold[2]) for fold in folds], dtype=np.float64)
 
 
 def _fold_ranks(problems: Sequence[Any]) -> dict[str, Any]:

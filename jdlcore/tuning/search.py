@@ -17,7 +17,7 @@ from ..models.jdl import JDL
 from .folds import Fold
 from .grid import (
     _CANDIDATE_ERRORS, _factoriser, _failed, _one_or_each, _pair_problem, _pair_rows, _plain, _rank_cap, best_row,
-    fold_scores, kernels_at, score_regs, scored_row, screening_params,
+    fold_scores, kernels_at, score_regs, scored_row, screening_params, validation_weights,
 )
 from .regs import SEARCH_TOLERANCE, Regs, as_regs
 from .screen import SEARCH_ROWS, _fold_subsamples, screened
@@ -73,9 +73,10 @@ class _FeatureSearch:
     """The state of one ``search_lengthscales`` on ``folds`` (those the moves are scored on): the current
     lengthscales of each side (one per feature), the best score so far and its folds' scores
     (``reference``: None where not known), and the rows of every candidate scored (``rows``), each
-    setting scored once, with the higher rank of its two factorisations (``ranks``). ``subsample``: the training rows of each fold where they are a
-    subsample (recorded on the rows), else None. ``carried``: the search this one carries on from
-    its current setting (``on_screen``), whose origin it keeps and whose rows hold that setting's."""
+    setting scored once, with the higher rank of its two factorisations (``ranks``). ``subsample``:
+    the training rows of each fold where they are a subsample (recorded on the rows), else None.
+    ``carried``: the search this one carries on from its current setting (``on_screen``), whose origin
+    it keeps and whose rows hold that setting's."""
 
     def __init__(self, folds: Sequence[Fold], base: JDL, factorisation: Factorisation, kernel_x: Kernel,
                  kernel_y: Kernel, start: dict[str, Any], score: Callable,
@@ -133,17 +134,18 @@ class _FeatureSearch:
         return (*lx.tolist(), "|", *ly.tolist())
 
     def evaluate(self, lx: np.ndarray, ly: np.ndarray, step: str) -> float:
-        """The score of lengthscales lx, ly at the start's reg (+inf where not finite), its row recorded
-        with ``step`` the first time it is scored."""
+        """The score of lengthscales lx, ly at the start's reg (+inf where not finite, and where left
+        after the first ``RACE_FOLDS`` folds: ``raced``), its row recorded with ``step`` the first time
+        it is scored."""
         key = self.point(lx, ly)
         if key not in self.scored:
             row = self.raced(lx, ly)
             on = {} if self.subsample is None else {"subsample": self.subsample}
             self.rows.append({**row, "step": step, **on})
-            everyone = "folds_scored" not in row and "error" not in row
-            self.scored[key] = row["score"] if everyone and np.isfinite(row["score"]) else np.inf
+            on_every_fold = "folds_scored" not in row and "error" not in row
+            self.scored[key] = row["score"] if on_every_fold and np.isfinite(row["score"]) else np.inf
             self.ranks[key] = max(int(row["rank_x"]), int(row["rank_y"]))
-            if everyone:
+            if on_every_fold:
                 self.fold_scores[key] = row["fold_scores"]
         return self.scored[key]
 
@@ -154,9 +156,9 @@ class _FeatureSearch:
         ``folds_scored`` (their number), and it is not kept (``evaluate``). Every move keeps a candidate
         only where it scores within ``SEARCH_TOLERANCE`` of the best or better, so one more than
         ``RACE_MARGIN`` behind on two folds is rejected all but always (docs/tuning.md)."""
-        everyone = list(range(len(self.folds)))
-        stages = ([everyone[:RACE_FOLDS], everyone[RACE_FOLDS:]]
-                  if self.reference is not None and len(everyone) > RACE_FOLDS else [everyone])
+        every_fold = list(range(len(self.folds)))
+        stages = ([every_fold[:RACE_FOLDS], every_fold[RACE_FOLDS:]]
+                  if self.reference is not None and len(every_fold) > RACE_FOLDS else [every_fold])
         values: list[float] = []
         problems: list[Any] = []
         seconds = 0.0
@@ -173,7 +175,7 @@ class _FeatureSearch:
             except _CANDIDATE_ERRORS as error:
                 return _failed(kx, ky, self.reg, error, seconds + time.perf_counter() - started, problems)
             seconds += time.perf_counter() - started
-            if len(values) < len(everyone) and self.behind(values):
+            if len(values) < len(every_fold) and self.behind(values):
                 row = scored_row(kx, ky, self.reg, values, self.folds[:len(values)], problems, seconds)
                 return {**row, "folds_scored": len(values)}
         return scored_row(kx, ky, self.reg, values, self.folds, problems, seconds)
@@ -182,7 +184,7 @@ class _FeatureSearch:
         """Whether fold scores ``values`` of the first folds are, in their mean weighted by the folds'
         validation rows, above the best setting's on the same folds (``reference``) by more than
         ``RACE_MARGIN`` of it."""
-        weights = np.array([len(fold[2]) for fold in self.folds[:len(values)]], dtype=np.float64)
+        weights = validation_weights(self.folds[:len(values)])
         best = float(weights @ np.asarray(self.reference[:len(values)]))
         return best != 0 and float(weights @ np.asarray(values)) - best > RACE_MARGIN * abs(best)
 
@@ -328,9 +330,14 @@ def search_lengthscales(
     the search on the boosted summaries alone moved the median's lengthscale to 0.07, where each
     candidate on the 12,000 training rows took 2-4 s.)
 
+    With cross-validation, a candidate more than ``RACE_MARGIN`` behind the best setting on the first
+    ``RACE_FOLDS`` folds is not scored on the others (``_FeatureSearch.raced``; docs/tuning.md).
+
     Returns the rows of every candidate scored (``score_grid``'s columns, lengthscales as lists, plus
-    ``step``: "x:k" / "y:k" for the feature moved, "x:k:shear" / "y:k:shear", "start", or "reg"); the
-    best is ``search_best`` of them (the start is among them).
+    ``step``: "x:k" / "y:k" for the feature moved, "x:k:shear" / "y:k:shear", "start", or "reg"; and
+    ``folds_scored`` where a candidate was left after the first folds: its score and ``fold_scores``
+    are those folds'); the best is ``search_best`` of them (the start is among them), which reads
+    only the rows scored on every fold (``scored_on_every_fold``).
     """
     regs = as_regs(regs)
     factorisation = Factorisation.of(base)

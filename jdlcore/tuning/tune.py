@@ -24,7 +24,8 @@ __all__ = ["TuneResult", "tune", "refine", "search_grid"]
 @dataclass
 class TuneResult:
     """table: one dict per candidate of the grid (``score_grid``'s rows); search: the rows of the
-    per-feature search that followed it (``search_lengthscales``; empty without one); best: the
+    per-feature search that followed it (``search_lengthscales``; empty without one; a row with
+    ``folds_scored`` was scored on the first folds only, ``scored_on_every_fold``); best: the
     winning row; model: the best setting refitted on all data; folds: how many train/validation
     splits each candidate was scored on (``fold_rows``)."""
 
