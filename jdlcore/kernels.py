@@ -358,10 +358,7 @@ class Kernel:
         sq = (_squared_distances(As[:, continuous], Bs[:, continuous]) if continuous.size
               else np.zeros((As.shape[0], Bs.shape[0])))
         weights = 1.0 / np.square(np.broadcast_to(np.asarray(self.lengthscale, dtype=np.float64), (As.shape[1],))[codes])
-        mismatch = np.empty(sq.shape, dtype=bool)
-        for column, weight in zip(codes, weights):  # in place: the block is the kernel's largest array
-            np.not_equal(As[:, column, None], Bs[None, :, column], out=mismatch)
-            np.add(sq, weight, out=sq, where=mismatch)
+        _add_mismatches(sq, [As[:, column] for column in codes], [Bs[:, column] for column in codes], weights)
         return sq
 
     def _block(self, As: np.ndarray, Bs: np.ndarray) -> np.ndarray:
@@ -411,6 +408,28 @@ def _over_slabs(p: int, q: int, work) -> None:
     """Call ``work(rows)`` for slices of range(p) of about _SLAB_ELEMENTS / q rows, on the pool."""
     rows = max(1, _SLAB_ELEMENTS // max(q, 1))
     pool_map(work, [slice(start, min(start + rows, p)) for start in range(0, p, rows)])
+
+
+def _add_mismatches(sq: np.ndarray, mine: list[np.ndarray], theirs: list[np.ndarray], weights: np.ndarray) -> None:
+    """sq (p, q) += weights[c] where mine[c] (p,) and theirs[c] (q,) differ, column c after column c - 1, in
+    place: each sum exactly as a masked add gives it (weight * 1 is the weight, and adding weight * 0 leaves
+    sq as it is), about twice as fast. The codes are made contiguous first (a strided column broadcast
+    against another compared ten times slower), and the mismatches are weighed in slabs of rows of at
+    most ``_SLAB_ELEMENTS`` entries, so the buffers stay small beside sq. A weight that is not finite (a
+    lengthscale so short that its square's inverse overflows) takes the masked add (inf * 0 is NaN)."""
+    p, q = sq.shape
+    step = max(1, min(p, _SLAB_ELEMENTS // max(q, 1)))
+    mismatch, weighed = np.empty((step, q), dtype=bool), np.empty((step, q))
+    for a, b, weight in zip(mine, theirs, weights):
+        a, b = np.ascontiguousarray(a)[:, None], np.ascontiguousarray(b)[None, :]
+        for start in range(0, p, step):
+            rows = slice(start, min(start + step, p))
+            unequal = mismatch[: rows.stop - start]
+            np.not_equal(a[rows], b, out=unequal)
+            if np.isfinite(weight):
+                sq[rows] += np.multiply(unequal, weight, out=weighed[: rows.stop - start])
+            else:
+                np.add(sq[rows], weight, out=sq[rows], where=unequal)
 
 
 def _squared_distances(As: np.ndarray, Bs: np.ndarray) -> np.ndarray:

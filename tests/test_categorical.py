@@ -75,6 +75,37 @@ def test_a_categorical_column_is_the_kernel_of_its_one_hot_codes(family, of_dist
     np.testing.assert_allclose(kernel(other, Z), brute_other, rtol=0, atol=tolerance)
 
 
+def test_each_category_mismatch_adds_its_weight_in_column_order_to_the_bit(monkeypatch):
+    """The mismatches are weighed in slabs of rows, column after column: every squared distance is the
+    continuous part plus 1 / l_j^2 for each categorical column j whose codes differ, added in column order,
+    to the bit (a missing code differs from every code, itself included); a weight that overflows (a
+    lengthscale of 1e-170) adds inf where the codes differ and nothing where they agree."""
+    import jdlcore.kernels as kernels
+
+    rng = np.random.default_rng(3)
+    Z = np.c_[rng.standard_normal(70), rng.integers(-1, 4, 70), rng.uniform(size=70), rng.integers(0, 3, 70),
+              rng.integers(0, 2, 70)].astype(float)
+    Z[rng.random(70) < 0.1, 3] = np.nan
+    codes = [1, 3, 4]
+    for lengthscale in (np.array([0.9, 0.4, 1.3, 0.7, 2.0]), np.array([0.9, 1e-170, 1.3, 0.7, 2.0])):
+        kernel = GaussianKernel(lengthscale, categorical=codes)
+        A, B = kernel._scale(Z[:23]), kernel._scale(Z[23:])
+        expected = kernels._squared_distances(A[:, [0, 2]], B[:, [0, 2]])
+        with np.errstate(over="ignore", divide="ignore"):
+            weights = 1.0 / lengthscale[codes] ** 2
+        for i in range(A.shape[0]):
+            for j in range(B.shape[0]):
+                for column, weight in zip(codes, weights):
+                    if not A[i, column] == B[j, column]:
+                        expected[i, j] = expected[i, j] + weight
+        for slab in (kernels._SLAB_ELEMENTS, 47, 1):  # one slab; rows 1 at a time of 47 columns; row by row
+            monkeypatch.setattr(kernels, "_SLAB_ELEMENTS", slab)
+            with np.errstate(over="ignore", divide="ignore"):
+                found = kernel._sqdist(A, B)
+            assert np.array_equal(found, expected)
+    assert np.isinf(expected).any() and np.isfinite(expected).any()
+
+
 def test_a_short_categorical_lengthscale_is_a_delta_kernel_in_the_product_and_a_long_one_leaves_it_out():
     Z = codes_and_numbers(40, 1)
     continuous = GaussianKernel(np.array([0.9, 1.2]))(Z[:, [0, 2]])
