@@ -48,6 +48,7 @@ _THREADS = max(1, int(os.environ.get("JDL_KERNEL_THREADS", 0)) or min(4, os.cpu_
 _POOL_PREFIX = "jdl-kernel"
 _POOL: ThreadPoolExecutor | None = None
 _BLAS: dict[str, Any] = {"lock": threading.Lock(), "holders": 0, "limits": None, "controller": None, "modules": None}
+_HELD = threading.local()  # a pool thread's ``modules``: the module count when its OpenMP libraries were held
 
 
 def _pool() -> ThreadPoolExecutor:
@@ -76,7 +77,7 @@ def pool_map(work: Callable[[Any], Any], items: list, *, one_blas_thread: bool =
     if len(items) <= 1 or _runs_inline():
         return [work(item) for item in items]
     with _one_blas_thread() if one_blas_thread else nullcontext():
-        return list(_pool().map(work, items))
+        return list(_pool().map(_one_openmp_thread(work), items))
 
 
 @contextmanager
@@ -98,11 +99,28 @@ def alongside(work: Callable[[], Any]) -> Iterator[Future]:
         yield done
         return
     with _one_blas_thread():
-        future = _pool().submit(work)
+        future = _pool().submit(_one_openmp_thread(work))
         try:
             yield future
         finally:
             future.exception()  # waits: nothing of ``work`` runs on after the block
+
+
+def _one_openmp_thread(work: Callable) -> Callable:
+    """``work`` as a pool thread runs it: with the OpenMP libraries loaded so far held at one thread in that
+    thread (``omp_set_num_threads`` sets the calling thread's count only), looked at again after an
+    import. The pool's threads share the cores already, and an OpenMP runtime keeps a team of threads for
+    every thread that runs a parallel region at several: with more of them than cores, libgomp makes
+    every wait of every team sleep for the rest of the process. (After a pool thread had read one
+    LightGBM model from its text at the default thread count, a 2-thread LightGBM fit in the main thread
+    took 6 times as long as before.)"""
+    def held(*args: Any) -> Any:
+        if getattr(_HELD, "modules", None) != len(sys.modules):
+            _blas_controller().limit(limits=1, user_api="openmp")
+            _HELD.modules = len(sys.modules)
+        return work(*args)
+
+    return held
 
 
 def _blas_controller() -> ThreadpoolController:

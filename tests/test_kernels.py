@@ -167,6 +167,35 @@ def test_work_alongside_runs_on_the_pool_beside_the_body_with_single_threaded_bl
     assert finished == [True] and _blas_threads() == before
 
 
+def test_a_pool_thread_runs_openmp_at_one_thread_and_the_calling_thread_keeps_its_count(monkeypatch):
+    """Work on the pool (``pool_map``, ``alongside``) finds every OpenMP library loaded held at one thread in
+    its thread, also one loaded after the pool's threads started; the calling thread keeps its count. An
+    OpenMP runtime keeps a team of threads per thread that runs a parallel region at several, and with
+    more of them than cores every wait of every team sleeps."""
+    import threading
+
+    import jdlcore.kernels as kernels
+    from threadpoolctl import threadpool_info
+
+    def openmp_threads(_: object = None) -> tuple[str, list[int]]:
+        return threading.current_thread().name, [lib["num_threads"] for lib in threadpool_info()
+                                                 if lib["user_api"] == "openmp"]
+
+    monkeypatch.setattr(kernels, "_THREADS", 2)
+    kernels.pool_map(openmp_threads, [0, 1])  # the pool's threads started before an OpenMP library loads
+    pytest.importorskip("lightgbm")  # links an OpenMP runtime
+    _, here = openmp_threads()
+    if not here or max(here) < 2:
+        pytest.skip("no OpenMP library at more than one thread on this machine")
+    seen = kernels.pool_map(openmp_threads, list(range(8)))
+    with kernels.alongside(openmp_threads) as beside:
+        pass
+    seen.append(beside.result())
+    assert {name for name, _ in seen} <= {f"jdl-kernel_{k}" for k in range(2)}
+    assert all(counts and max(counts) == 1 for _, counts in seen), seen
+    assert openmp_threads()[1] == here
+
+
 def test_work_alongside_runs_first_without_a_second_thread(monkeypatch):
     """With a pool of one thread the work runs first, in the calling thread, BLAS left as it is; its
     error is raised where its result is read."""
