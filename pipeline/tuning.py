@@ -237,8 +237,12 @@ class _SearchJob:
 
     def columns_alone(self) -> "_SearchRun":
         """``run`` on the columns alone, its progress lines marked as such (it may run beside the boosters)."""
+        return self.marked("columns alone").run(None)
+
+    def marked(self, label: str) -> "_SearchJob":
+        """This job, its progress lines marked with ``label`` (for a run beside another)."""
         progress = self.progress
-        return replace(self, progress=progress and (lambda line: progress(f"columns alone: {line}"))).run(None)
+        return replace(self, progress=progress and (lambda line: progress(f"{label}: {line}")))
 
     def left_out(self, run: "_SearchRun") -> float:
         """The validation score of ``run``'s best setting (a run that reads the summaries beside the
@@ -288,15 +292,16 @@ def _decided(job: _SearchJob, data: str | os.PathLike, rule: str,
     summaries the ``rule`` asks for fitted on the store ``data`` (``_fitted_summaries``; ``rows``: the
     subsample's), and the boosters' seconds. Where the columns alone are searched whatever the boosters
     give (``_standardises``), they are searched beside the boosters, and beside the searches with the
-    summaries as long as that lasts: those then run with BLAS at one thread (``alongside``), the last bits
-    of their scores as they fall."""
+    summaries as long as that lasts: those then run one after the other with BLAS at one thread
+    (``alongside``), the last bits of their scores as they fall; otherwise they run side by side
+    (``_beside_and_alone``)."""
     with alongside(job.columns_alone) if _standardises(job, rule) else nullcontext() as columns_alone:
         fitted, fold_maps, seconds = _fitted_summaries(data, job.group, rule, job.seed, rows, job.splits,
                                                        job.progress, job.missing)
         job = replace(job, fold_maps=fold_maps)
         if columns_alone is not None and not columns_alone.done():
             return (*_with_or_without(job, fitted, rule, columns_alone.result), seconds)
-    return (*_with_or_without(job, fitted, rule, columns_alone and columns_alone.result), seconds)
+    return (*_with_or_without(job, fitted, rule, columns_alone and columns_alone.result, side_by_side=True), seconds)
 
 
 def _standardises(job: _SearchJob, rule: str) -> bool:
@@ -314,11 +319,13 @@ def _large(job: _SearchJob) -> bool:
 
 def _with_or_without(job: _SearchJob, summaries: BoostedSummaries | None, rule: str,
                      columns_alone: Callable[[], _SearchRun] | None = None,
-                     standardise: bool | None = None) -> tuple[_SearchRun, float | None]:
+                     standardise: bool | None = None, side_by_side: bool = False) -> tuple[_SearchRun, float | None]:
     """The search that decides the tuning, and the summaries' gain (None where not compared).
     ``columns_alone``: the result of ``job.columns_alone`` where it was searched already (``alongside``
     the boosters, where ``_standardises``), else None; ``standardise``: False to read y as it is whatever
-    the rule (None: as ``_standardises`` decides).
+    the rule (None: as ``_standardises`` decides); ``side_by_side``: the runs with the summaries beside
+    the columns and alone side by side (``_beside_and_alone``; not while the columns alone still run
+    beside them), else one after the other.
 
     With the rule "standardised" (or "auto" on a table of ``STANDARDISE_ROWS`` rows or more), the median
     and the spread kept and a criterion read on y's scale by a factor per row (crps, pinball:
@@ -348,7 +355,7 @@ def _with_or_without(job: _SearchJob, summaries: BoostedSummaries | None, rule: 
         return columns_alone(), None
     standardise = (_standardises(job, rule) if standardise is None else standardise) and summaries.can_standardise
     read = summaries.standardised(skew=_large(job)) if standardise else summaries
-    beside, alone = job.run(read), job.run(read.alone())
+    beside, alone = _beside_and_alone(job, read, side_by_side)
     summarised = (_cheapest_near_best(beside, alone) if standardise
                   else alone if _gain(beside.best["score"], alone.best["score"]) > SEARCH_TOLERANCE else beside)
     if job.progress is not None:
@@ -370,8 +377,21 @@ def _with_or_without(job: _SearchJob, summaries: BoostedSummaries | None, rule: 
         job.progress(f"summaries: validation {plain.best['score']:.6g} without, {summarised.best['score']:.6g} "
                      f"with ({100 * gain:+.2f}%)")
     if standardise and rule == "auto" and gain <= needed:
-        return _with_or_without(job, summaries, rule, lambda: plain, standardise=False)
+        return _with_or_without(job, summaries, rule, lambda: plain, standardise=False, side_by_side=side_by_side)
     return (summarised if gain > needed else plain), gain
+
+
+def _beside_and_alone(job: _SearchJob, read: BoostedSummaries, side_by_side: bool) -> tuple[_SearchRun, _SearchRun]:
+    """(the run with the summaries ``read`` beside x's columns, the run on them alone). ``side_by_side``:
+    the run alone on a thread of the kernel pool while the other runs in this one, with BLAS at one
+    thread (``alongside``: the last bits of their scores as they fall); its progress lines marked
+    "summaries alone". Each run alone keeps the two cores busy only part of the time (one fold, or
+    five on two threads)."""
+    if not side_by_side:
+        return job.run(read), job.run(read.alone())
+    with alongside(lambda: job.marked("summaries alone").run(read.alone())) as alone:
+        beside = job.run(read)
+    return beside, alone.result()
 
 
 def _cheapest_near_best(*runs: "_SearchRun") -> "_SearchRun":

@@ -400,11 +400,12 @@ def test_the_columns_alone_search_runs_beside_the_summaries_searches_where_it_ou
                                                                                                   monkeypatch,
                                                                                                   dask_client):
     """Where y is standardised the columns alone are searched beside the boosters; where that search is
-    still running when the boosters are done, the searches with the summaries start beside it, BLAS at one
-    thread, and otherwise after it, BLAS as it was. Either way the tuning is the same, also with the grids
-    of both searches on a real Dask scheduler at once. The two orders are forced by events: the boosters
-    wait for the columns' search to finish, or that search waits for the searches with the summaries to
-    start."""
+    still running when the boosters are done, the searches with the summaries start beside it, one after
+    the other in this thread, BLAS at one thread; otherwise after it, side by side: the summaries alone on
+    a thread of the pool, BLAS at one thread until both are done, as it was after. Either way the tuning
+    is the same, also with the grids of both searches on a real Dask scheduler at once. The two orders are
+    forced by events: the boosters wait for the columns' search to finish, or that search waits for the
+    searches with the summaries to start."""
     import threading
     from contextlib import contextmanager
 
@@ -438,11 +439,17 @@ def test_the_columns_alone_search_runs_beside_the_summaries_searches_where_it_ou
         order.append("columns alone done")
         return result
 
+    first = threading.Lock()
+    threads: dict[str, str] = {}
+
     def searched(job, summaries):
-        if summaries is not None and not summarised.is_set():
-            order.append("summaries searched, BLAS at "
-                         f"{[lib['num_threads'] for lib in threadpool_info() if lib['user_api'] == 'blas']}")
-            summarised.set()
+        if summaries is not None:
+            threads["beside" if summaries.columns else "alone"] = threading.current_thread().name
+            with first:
+                if not summarised.is_set():
+                    order.append("summaries searched, BLAS at "
+                                 f"{[lib['num_threads'] for lib in threadpool_info() if lib['user_api'] == 'blas']}")
+                    summarised.set()
         return run(job, summaries)
 
     def boosters(*args):
@@ -461,10 +468,11 @@ def test_the_columns_alone_search_runs_beside_the_summaries_searches_where_it_ou
         summarised.clear()
         tunings.append(load_tuning(tune_store(tmp_path / "d.zarr", tmp_path / f"{len(tunings)}.zarr", folds=1,
                                               summaries="standardised", scheduler=scheduler)))
-        if late:
-            assert order == [f"summaries searched, BLAS at {[1] * len(blas_before)}", "columns alone done"]
-        else:
-            assert order == ["columns alone done", f"summaries searched, BLAS at {blas_before}"]
+        held = f"summaries searched, BLAS at {[1] * len(blas_before)}"
+        assert order == ([held, "columns alone done"] if late else ["columns alone done", held])
+        assert threads["beside"] == "MainThread"
+        assert threads["alone"] == "MainThread" if late else threads["alone"].startswith("jdl-kernel")
+        assert [lib["num_threads"] for lib in threadpool_info() if lib["user_api"] == "blas"] == blas_before
     after, *beside = (json.loads(store.attrs["best"]) for store in tunings)
     for other, store in zip(beside, tunings[1:]):
         assert other["lengthscale_x"] == after["lengthscale_x"] and other["reg"] == after["reg"]
