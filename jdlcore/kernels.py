@@ -10,23 +10,16 @@ none): a pair of rows that differ in such a column j is at squared distance 1 / 
 codes at 0. That is the distance of the codes' one-hot vectors scaled by 1 / (sqrt(2) l_j), so every
 kernel stays positive definite; a short l_j makes the column a delta kernel in the product, a long
 one leaves it out.
-Large blocks are evaluated in row slabs on a small thread pool (NumPy releases the GIL in BLAS
-and in ufuncs), which is where kernel-heavy work spends its time. The pool has JDL_KERNEL_THREADS
-threads, else one per core up to 4 (Dask workers of the embedded cluster use 1); work handed to
-the pool from one of its own threads runs in that thread.
+Large blocks are evaluated in row slabs on jdl's thread pool (``jdlcore.pool``; NumPy releases the
+GIL in BLAS and in ufuncs), which is where kernel-heavy work spends its time.
 """
 from __future__ import annotations
 
-import os
-import sys
-import threading
-from concurrent.futures import Future, ThreadPoolExecutor
-from contextlib import contextmanager, nullcontext
-from typing import Any, Callable, ClassVar, Iterator, Sequence
+from typing import Any, ClassVar, Sequence
 
 import numpy as np
-from threadpoolctl import ThreadpoolController
 
+from .pool import pool_map
 from .scaling import check_scaling, check_scaling_choice, robust_scaling
 from .validation import as_samples, check_positive
 
@@ -44,117 +37,6 @@ __all__ = [
 ]
 
 _SLAB_ELEMENTS = 1 << 19  # entries per slab: about 4 MB of float64, cache-friendly
-_THREADS = max(1, int(os.environ.get("JDL_KERNEL_THREADS", 0)) or min(4, os.cpu_count() or 1))
-_POOL_PREFIX = "jdl-kernel"
-_POOL: ThreadPoolExecutor | None = None
-_BLAS: dict[str, Any] = {"lock": threading.Lock(), "holders": 0, "limits": None, "controller": None, "modules": None}
-_HELD = threading.local()  # a pool thread's ``modules``: the module count when its OpenMP libraries were held
-
-
-def _pool() -> ThreadPoolExecutor:
-    global _POOL
-    if _POOL is None:
-        _POOL = ThreadPoolExecutor(max_workers=_THREADS, thread_name_prefix=_POOL_PREFIX)
-    return _POOL
-
-
-def pool_threads() -> int:
-    """The kernel pool's thread count (JDL_KERNEL_THREADS, else one per core up to 4)."""
-    return _THREADS
-
-
-def _runs_inline() -> bool:
-    """Whether work handed to the pool from this thread runs in it: a pool of one thread, or this thread
-    one of the pool's (a pool thread waiting on the pool could wait forever)."""
-    return _THREADS == 1 or threading.current_thread().name.startswith(_POOL_PREFIX)
-
-
-def pool_map(work: Callable[[Any], Any], items: list, *, one_blas_thread: bool = False) -> list:
-    """``work(item)`` for each item, results in order: on the kernel thread pool when there are several
-    items and threads, else in this thread (also when this thread is one of the pool's: a pool
-    thread waiting on the pool could wait forever). ``one_blas_thread``: hold BLAS to one thread
-    while the pool runs, for work that runs BLAS inside the pool's threads (``_one_blas_thread``)."""
-    if len(items) <= 1 or _runs_inline():
-        return [work(item) for item in items]
-    with _one_blas_thread() if one_blas_thread else nullcontext():
-        return list(_pool().map(_one_openmp_thread(work), items))
-
-
-@contextmanager
-def alongside(work: Callable[[], Any]) -> Iterator[Future]:
-    """``work()`` on a thread of the kernel pool while the body of the ``with`` runs in this one; yields
-    its ``Future``: ``result()`` waits for it and returns its result, or raises its error (an error of a
-    result never read is not raised), ``done()`` says whether it has finished. BLAS is held at one thread
-    until both are done (``_one_blas_thread``), so that each keeps about a core busy and computes every
-    BLAS product the same way whatever the other is doing; pool work handed out inside ``work`` runs in
-    its thread, and the body's on the pool's other threads. Leaving the block waits for ``work`` (also
-    where the body raised). With a pool of one thread, or from a thread of the pool, ``work`` runs first,
-    in this thread, and the body after it."""
-    if _runs_inline():
-        done: Future = Future()
-        try:
-            done.set_result(work())
-        except Exception as error:  # raised where the result is read, as from the pool
-            done.set_exception(error)
-        yield done
-        return
-    with _one_blas_thread():
-        future = _pool().submit(_one_openmp_thread(work))
-        try:
-            yield future
-        finally:
-            future.exception()  # waits: nothing of ``work`` runs on after the block
-
-
-def _one_openmp_thread(work: Callable) -> Callable:
-    """``work`` as a pool thread runs it: with the OpenMP libraries loaded so far held at one thread in that
-    thread (``omp_set_num_threads`` sets the calling thread's count only), looked at again after an
-    import. The pool's threads share the cores already, and an OpenMP runtime keeps a team of threads for
-    every thread that runs a parallel region at several: with more of them than cores, libgomp makes
-    every wait of every team sleep for the rest of the process. (After a pool thread had read one
-    LightGBM model from its text at the default thread count, a 2-thread LightGBM fit in the main thread
-    took 6 times as long as before.)"""
-    def held(*args: Any) -> Any:
-        if getattr(_HELD, "modules", None) != len(sys.modules):
-            _blas_controller().limit(limits=1, user_api="openmp")
-            _HELD.modules = len(sys.modules)
-        return work(*args)
-
-    return held
-
-
-def _blas_controller() -> ThreadpoolController:
-    """The process's thread-pool libraries, looked up again only where a module has been imported since
-    the last look (a library is loaded by an import: an extension module, or ctypes at a package's
-    import, as LightGBM's); a look reads every loaded library's path and took about 5 ms, 2 s of a
-    5,000-row tuning that held BLAS 415 times."""
-    if _BLAS.get("modules") != len(sys.modules):
-        _BLAS["controller"], _BLAS["modules"] = ThreadpoolController(), len(sys.modules)
-    return _BLAS["controller"]
-
-
-@contextmanager
-def _one_blas_thread() -> Iterator[None]:
-    """BLAS at one thread for the duration, process-wide. (Idle BLAS threads spin for a while after
-    each call; beside the pool's threads they took a core: measured 65k against 110k query rows per
-    second on 2 cores.) The BLAS libraries are looked up again after an import (``_blas_controller``:
-    one loaded since, such as SciPy's, is held too). Overlapping uses share one limit; the last to
-    leave restores BLAS's own thread count. BLAS products of other threads that overlap one of these
-    maps also run at one thread, and their last bits may differ from a run without the overlap."""
-    with _BLAS["lock"]:
-        if _BLAS["holders"] == 0:
-            _BLAS["limits"] = _blas_controller().limit(limits=1, user_api="blas")
-        _BLAS["holders"] += 1
-    try:
-        yield
-    finally:
-        with _BLAS["lock"]:
-            _BLAS["holders"] -= 1
-            if _BLAS["holders"] == 0:
-                _BLAS["limits"].restore_original_limits()
-                _BLAS["limits"] = None
-
-
 class Kernel:
     """Base class: subclasses implement ``_from_sqdist`` (a function of squared scaled distance)
     or override ``_block`` entirely.

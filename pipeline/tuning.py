@@ -26,7 +26,7 @@ import zarr
 
 from data_schemas.tuning import SCHEMA_NAME, SCHEMA_VERSION, validate_tuning_dataset
 from jdlcore import JDL, GaussianKernel
-from jdlcore.kernels import alongside
+from jdlcore.pool import alongside
 from jdlcore.scaling import DEFAULT_SCALING, check_scaling_choice
 from jdlcore.missing import MissingValues
 from jdlcore.tuning import (

@@ -105,13 +105,13 @@ def test_the_blas_libraries_are_looked_up_again_only_after_an_import(monkeypatch
     import sys
     import types
 
-    import jdlcore.kernels as kernels
+    import jdlcore.pool as pool
 
-    first = kernels._blas_controller()
-    assert kernels._blas_controller() is first
+    first = pool._blas_controller()
+    assert pool._blas_controller() is first
     monkeypatch.setitem(sys.modules, "jdl_test_fresh_module", types.ModuleType("jdl_test_fresh_module"))
-    again = kernels._blas_controller()
-    assert again is not first and kernels._blas_controller() is again
+    again = pool._blas_controller()
+    assert again is not first and pool._blas_controller() is again
     assert {lib["user_api"] for lib in again.info()} >= {lib["user_api"] for lib in first.info()}
 
 
@@ -129,9 +129,9 @@ def test_work_alongside_runs_on_the_pool_beside_the_body_with_single_threaded_bl
     import threading
     import time
 
-    import jdlcore.kernels as kernels
+    import jdlcore.pool as pool
 
-    monkeypatch.setattr(kernels, "_THREADS", 2)
+    monkeypatch.setattr(pool, "_THREADS", 2)
     before = _blas_threads()
     started, release, seen = threading.Event(), threading.Event(), {}
 
@@ -140,7 +140,7 @@ def test_work_alongside_runs_on_the_pool_beside_the_body_with_single_threaded_bl
         seen["work"] = (threading.current_thread().name, _blas_threads(), release.wait(timeout=60))
         return 42
 
-    with kernels.alongside(work) as result:
+    with pool.alongside(work) as result:
         seen["body"] = (started.wait(timeout=60), _blas_threads(), result.done())
         release.set()
         assert result.result() == 42 and result.done()
@@ -152,7 +152,7 @@ def test_work_alongside_runs_on_the_pool_beside_the_body_with_single_threaded_bl
     def failing():
         raise RuntimeError("from the work")
 
-    with kernels.alongside(failing) as result:
+    with pool.alongside(failing) as result:
         with pytest.raises(RuntimeError, match="from the work"):
             result.result()
     finished = []
@@ -162,7 +162,7 @@ def test_work_alongside_runs_on_the_pool_beside_the_body_with_single_threaded_bl
         finished.append(True)
 
     with pytest.raises(ValueError, match="from the body"):
-        with kernels.alongside(slow):
+        with pool.alongside(slow):
             raise ValueError("from the body")
     assert finished == [True] and _blas_threads() == before
 
@@ -174,21 +174,21 @@ def test_a_pool_thread_runs_openmp_at_one_thread_and_the_calling_thread_keeps_it
     more of them than cores every wait of every team sleeps."""
     import threading
 
-    import jdlcore.kernels as kernels
+    import jdlcore.pool as pool
     from threadpoolctl import threadpool_info
 
     def openmp_threads(_: object = None) -> tuple[str, list[int]]:
         return threading.current_thread().name, [lib["num_threads"] for lib in threadpool_info()
                                                  if lib["user_api"] == "openmp"]
 
-    monkeypatch.setattr(kernels, "_THREADS", 2)
-    kernels.pool_map(openmp_threads, [0, 1])  # the pool's threads started before an OpenMP library loads
+    monkeypatch.setattr(pool, "_THREADS", 2)
+    pool.pool_map(openmp_threads, [0, 1])  # the pool's threads started before an OpenMP library loads
     pytest.importorskip("lightgbm")  # links an OpenMP runtime
     _, here = openmp_threads()
     if not here or max(here) < 2:
         pytest.skip("no OpenMP library at more than one thread on this machine")
-    seen = kernels.pool_map(openmp_threads, list(range(8)))
-    with kernels.alongside(openmp_threads) as beside:
+    seen = pool.pool_map(openmp_threads, list(range(8)))
+    with pool.alongside(openmp_threads) as beside:
         pass
     seen.append(beside.result())
     assert {name for name, _ in seen} <= {f"jdl-kernel_{k}" for k in range(2)}
@@ -201,11 +201,11 @@ def test_work_alongside_runs_first_without_a_second_thread(monkeypatch):
     error is raised where its result is read."""
     import threading
 
-    import jdlcore.kernels as kernels
+    import jdlcore.pool as pool
 
-    monkeypatch.setattr(kernels, "_THREADS", 1)
+    monkeypatch.setattr(pool, "_THREADS", 1)
     before, order = _blas_threads(), []
-    with kernels.alongside(lambda: order.append(("work", threading.current_thread().name)) or 7) as result:
+    with pool.alongside(lambda: order.append(("work", threading.current_thread().name)) or 7) as result:
         order.append(("body", threading.current_thread().name))
         assert _blas_threads() == before and result.done() and result.result() == 7
     here = threading.current_thread().name
@@ -214,6 +214,6 @@ def test_work_alongside_runs_first_without_a_second_thread(monkeypatch):
     def failing():
         raise RuntimeError("from the work")
 
-    with kernels.alongside(failing) as result:
+    with pool.alongside(failing) as result:
         with pytest.raises(RuntimeError, match="from the work"):
             result.result()

@@ -210,19 +210,19 @@ def test_map_rows_covers_every_row_once_on_the_pool_with_single_threaded_blas(mo
 
     from threadpoolctl import threadpool_info
 
-    import jdlcore.kernels as kernels
+    import jdlcore.pool as pool
     import jdlcore.conditional.laws as laws
 
     def blas_threads() -> list[int]:
         return [lib["num_threads"] for lib in threadpool_info() if lib["user_api"] == "blas"]
 
-    monkeypatch.setattr(kernels, "_THREADS", 2)  # a pool of two threads on any machine
+    monkeypatch.setattr(pool, "_THREADS", 2)  # a pool of two threads on any machine
     monkeypatch.setattr(laws, "ROW_ELEMENTS", 40)  # 4 rows per block at width 10: many blocks
     before = blas_threads()
     seen = []
 
     def work(rows):
-        inner = kernels.pool_map(lambda item: threading.current_thread().name, [0, 1, 2])
+        inner = pool.pool_map(lambda item: threading.current_thread().name, [0, 1, 2])
         seen.append((threading.current_thread().name, blas_threads(), inner))
         return rows
 

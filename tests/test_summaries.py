@@ -147,14 +147,14 @@ def test_boosters_trained_in_turns_on_two_threads_are_those_trained_on_one(monke
     in turns on two threads or one after another in this thread, for rounds chosen (early stopping) and
     given (a split's map). (LightGBM's own threads per booster stay at one: at two its histograms' sums
     may round differently.)"""
-    import jdlcore.kernels as kernels
+    import jdlcore.pool as pool
     import pipeline.summaries as summaries
 
     monkeypatch.setattr(summaries, "_booster_threads", lambda: 1)  # LightGBM's threads per booster held fixed
     X, y = _table(3_000, seed=1)
     maps = {}
     for threads in (1, 2):
-        monkeypatch.setattr(kernels, "_THREADS", threads)
+        monkeypatch.setattr(pool, "_THREADS", threads)
         chosen = fit_summaries(X, y, [2], folds=5, patience=5)
         maps[threads] = (chosen.to_bytes(), fit_summaries(X[:2_000], y[:2_000], [2], folds=5, rounds=chosen.rounds,
                                                           like=chosen).to_bytes())
@@ -167,10 +167,10 @@ def test_in_turns_trains_each_booster_to_its_level_s_stop_as_it_is_lowered(monke
     called twice at once."""
     import threading
 
-    import jdlcore.kernels as kernels
+    import jdlcore.pool as pool
     from pipeline.summaries import _in_turns
 
-    monkeypatch.setattr(kernels, "_THREADS", 2)
+    monkeypatch.setattr(pool, "_THREADS", 2)
 
     class Booster:
         def __init__(self):
@@ -233,6 +233,32 @@ def test_the_skewness_at_crossed_and_degenerate_quantiles(monkeypatch):
     np.testing.assert_allclose(every[:, 2], [0.5, 0.0, 1.0, -1.0, -1.0, 0.0, 1.0], rtol=0, atol=1e-15)
     np.testing.assert_allclose(every[:, 1], np.log([4, 4, 4, 4, 4, 0.5, 0.5]))
     np.testing.assert_array_equal(summaries.features(np.zeros((len(Q), 1))), every)  # all three in use
+
+
+def test_the_map_decides_its_summaries_and_scale_floor_from_its_own_predictions_to_the_bit(monkeypatch):
+    """The quantiles a new map reads at its own rows to decide the summaries it keeps and its scale floor
+    (the median from the scores its outer levels started from, not predicted again) are the map's
+    ``predictions`` there, read back from its text, to the bit; so are the kept summaries and the floor,
+    also where the median booster trained past its count (early stopping)."""
+    import pipeline.summaries as module
+
+    used = []
+    of_quantiles = BoostedSummaries.of_quantiles
+    monkeypatch.setattr(BoostedSummaries, "of_quantiles",
+                        lambda self, Q: used.append(Q.copy()) or of_quantiles(self, Q))
+    trained = []
+    first_round = module._first_round
+    monkeypatch.setattr(module, "_first_round", lambda *a: trained.append(first_round(*a)) or trained[-1])
+    X, y = _table(2_000)
+    summaries = fit_summaries(X, y, [2], patience=5)
+    again = BoostedSummaries.from_bytes(summaries.to_bytes())
+    assert len(used) == 1 and np.array_equal(used[0], again.predictions(X))
+    every = again.every_summary(X)
+    assert summaries.kept == tuple(name for name, column in zip(NAMES, every.T) if np.ptp(column) > 0)
+    spreads = np.exp(every[:, NAMES.index("summary_log_spread")])
+    assert summaries.scale_floor == np.quantile(spreads, module.SCALE_QUANTILE)
+    medians = [booster for booster in trained if booster.params["alpha"] == LEVELS[1]]
+    assert any(booster.current_iteration() > summaries.rounds[1] for booster in medians)
 
 
 def test_the_record_round_trips_and_refuses_another_format():
@@ -361,10 +387,10 @@ def test_auto_leaves_the_summaries_out_where_the_columns_alone_do_as_well(tmp_pa
     and that search's result is the one kept."""
     import threading
 
-    import jdlcore.kernels as kernels
+    import jdlcore.pool as pool
     from pipeline.tuning import _SearchJob
 
-    monkeypatch.setattr(kernels, "_THREADS", 2)  # a pool of two threads on any machine
+    monkeypatch.setattr(pool, "_THREADS", 2)  # a pool of two threads on any machine
     searched_on, search = [], _SearchJob.columns_alone
 
     def columns_alone(job):
@@ -411,10 +437,10 @@ def test_the_columns_alone_search_runs_beside_the_summaries_searches_where_it_ou
 
     from threadpoolctl import threadpool_info
 
-    import jdlcore.kernels as kernels
+    import jdlcore.pool as pool
     import pipeline.tuning as tuning
 
-    monkeypatch.setattr(kernels, "_THREADS", 2)  # a pool of two threads on any machine
+    monkeypatch.setattr(pool, "_THREADS", 2)  # a pool of two threads on any machine
     rng = np.random.default_rng(2)
     x = rng.uniform(-3, 3, 3_000)
     np.savez(tmp_path / "s.npz", x=x, y=np.sin(x) + x / 3 + (0.15 + 0.25 * np.abs(x)) * rng.standard_normal(3_000))

@@ -29,7 +29,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from ..kernels import pool_map, pool_threads
+from ..pool import pool_map, pool_threads
 from .support import Support
 
 __all__ = ["RULES", "LEVELS", "FAILED", "BUDGETS", "project", "MomentBasis", "apply_rule", "quantiles", "crps", "energy_score",

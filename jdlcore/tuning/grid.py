@@ -12,7 +12,8 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from ..conditional.support import MIN_DEFAULT_SIZE
-from ..kernels import Kernel, pool_map
+from ..kernels import Kernel
+from ..pool import pool_map
 from ..lowrank.cholesky import Factorisation, PivotedCholesky, pivoted_cholesky
 from ..models.degeneracy import physical_memory, rank_budget
 from ..models.jdl import JDL
