@@ -373,8 +373,8 @@ def _own_fold_quantiles(fitted: dict[tuple[int, int], Any], counts: list[int], s
     """The quantiles (n, len(LEVELS)) of the map at the rows of X (n, d), each row by its own fold's
     boosters (``held[k]``: fold k's rows) cut at ``counts``, as ``BoostedSummaries.predictions`` gives them
     to the bit: the median is its booster's score that the outer levels started from (``start[k]``:
-    fold k's median booster at every row), not predicted again (on diamonds at 40,000 rows, 547 trees
-    at 40,000 rows)."""
+    fold k's median booster at every row), not predicted again (on diamonds at 40,000 rows that was 547
+    trees at each of 40,000 rows, 0.6 s)."""
     Q = np.empty((X.shape[0], len(LEVELS)))
     for k, rows in enumerate(held):
         Q[rows, MEDIAN] = start[k][rows]

@@ -385,8 +385,8 @@ def _beside_and_alone(job: _SearchJob, read: BoostedSummaries, side_by_side: boo
     """(the run with the summaries ``read`` beside x's columns, the run on them alone). ``side_by_side``:
     the run alone on a thread of the kernel pool while the other runs in this one, with BLAS at one
     thread (``alongside``: the last bits of their scores as they fall); its progress lines marked
-    "summaries alone". Each run alone keeps the two cores busy only part of the time (one fold, or
-    five on two threads)."""
+    "summaries alone". Either run by itself keeps the two cores busy only part of the time (one fold,
+    or five folds on two threads)."""
     if not side_by_side:
         return job.run(read), job.run(read.alone())
     with alongside(lambda: job.marked("summaries alone").run(read.alone())) as alone:
