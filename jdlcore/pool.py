@@ -90,18 +90,18 @@ def _one_openmp_thread(work: Callable) -> Callable:
     took 6 times as long as before.)"""
     def held(*args: Any) -> Any:
         if getattr(_HELD, "modules", None) != len(sys.modules):
-            _blas_controller().limit(limits=1, user_api="openmp")
+            _thread_libraries().limit(limits=1, user_api="openmp")
             _HELD.modules = len(sys.modules)
         return work(*args)
 
     return held
 
 
-def _blas_controller() -> ThreadpoolController:
-    """The process's thread-pool libraries, looked up again only where a module has been imported since
-    the last look (a library is loaded by an import: an extension module, or ctypes at a package's
-    import, as LightGBM's); a look reads every loaded library's path and took about 5 ms, 2 s of a
-    5,000-row tuning that held BLAS 415 times."""
+def _thread_libraries() -> ThreadpoolController:
+    """The process's thread-pool libraries (BLAS and OpenMP), looked up again only where a module has
+    been imported since the last look (a library is loaded by an import: an extension module, or ctypes
+    at a package's import, as LightGBM's); a look reads every loaded library's path and took about 5 ms,
+    2 s of a 5,000-row tuning that held BLAS 415 times."""
     if _BLAS.get("modules") != len(sys.modules):
         _BLAS["controller"], _BLAS["modules"] = ThreadpoolController(), len(sys.modules)
     return _BLAS["controller"]
@@ -111,13 +111,13 @@ def _blas_controller() -> ThreadpoolController:
 def _one_blas_thread() -> Iterator[None]:
     """BLAS at one thread for the duration, process-wide. (Idle BLAS threads spin for a while after
     each call; beside the pool's threads they took a core: measured 65k against 110k query rows per
-    second on 2 cores.) The BLAS libraries are looked up again after an import (``_blas_controller``:
+    second on 2 cores.) The BLAS libraries are looked up again after an import (``_thread_libraries``:
     one loaded since, such as SciPy's, is held too). Overlapping uses share one limit; the last to
     leave restores BLAS's own thread count. BLAS products of other threads that overlap one of these
     maps also run at one thread, and their last bits may differ from a run without the overlap."""
     with _BLAS["lock"]:
         if _BLAS["holders"] == 0:
-            _BLAS["limits"] = _blas_controller().limit(limits=1, user_api="blas")
+            _BLAS["limits"] = _thread_libraries().limit(limits=1, user_api="blas")
         _BLAS["holders"] += 1
     try:
         yield

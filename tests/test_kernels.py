@@ -107,11 +107,11 @@ def test_the_blas_libraries_are_looked_up_again_only_after_an_import(monkeypatch
 
     import jdlcore.pool as pool
 
-    first = pool._blas_controller()
-    assert pool._blas_controller() is first
+    first = pool._thread_libraries()
+    assert pool._thread_libraries() is first
     monkeypatch.setitem(sys.modules, "jdl_test_fresh_module", types.ModuleType("jdl_test_fresh_module"))
-    again = pool._blas_controller()
-    assert again is not first and pool._blas_controller() is again
+    again = pool._thread_libraries()
+    assert again is not first and pool._thread_libraries() is again
     assert {lib["user_api"] for lib in again.info()} >= {lib["user_api"] for lib in first.info()}
 
 
