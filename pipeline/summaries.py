@@ -45,8 +45,8 @@ of five tables, but the model's crps_99 went up 1.6% on diamonds and 0.9% on bir
 and fold k's y then reaches fold k's spread through the other folds' medians.)
 
 **Rounds chosen out of fold.** A level's boosters, one per fold, train a round at a time, in turns on
-jdl's thread pool (``_in_turns``), until one of them has not improved its quantile loss on its own
-held-out fold for ``PATIENCE`` rounds (at most ``MAX_ROUNDS``); they are then all cut at the one round
+jdl's thread pool (``pipeline.boosting``), until one of them has not improved its quantile loss on its
+own held-out fold for ``PATIENCE`` rounds (at most ``MAX_ROUNDS``); they are then all cut at the one round
 count whose loss summed over every fold's held-out rows is least. More rows support more rounds, so
 the summaries sharpen as the table grows (at a fixed count they stop improving early). That one count
 per level is the only thing the held-out rows decide.
@@ -59,7 +59,6 @@ from __future__ import annotations
 
 import json
 import os
-import threading
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Sequence
 
@@ -69,6 +68,7 @@ import xarray as xr
 from data_schemas.tuning import SUMMARIES_DIM, SUMMARIES_VARIABLE
 from jdlcore.conditional.location_scale import LocationScale
 from jdlcore.pool import pool_map, pool_threads
+from pipeline.boosting import KeptScores, at_every_row, early_stopped, first_round, in_turns
 
 __all__ = ["BoostedSummaries", "fit_summaries", "row_folds", "summary_rule", "with_summaries", "kernel_features", "summaries_variable",
            "read_summaries", "kernel_categorical", "DEFAULT_SUMMARIES", "LEVELS", "FOLDS", "MAX_ROWS", "NAMES", "SUMMARY_RULES",
@@ -326,20 +326,24 @@ def fit_summaries(X: np.ndarray, y: np.ndarray, categorical: Sequence[int] = (),
                                   reference=train) if held_out and held[k].size else None)
         return train, valid
 
-    def boosted(levels: list[int], start: list[np.ndarray] | None) -> tuple[dict[tuple[int, int], Any], list[int]]:
+    def boosted(levels: list[int], start: list[np.ndarray] | None,
+                kept: KeptScores | None = None) -> tuple[dict[tuple[int, int], Any], list[int]]:
         jobs = [(j, k) for j in levels for k in range(folds)]  # (level, fold): one booster each
         if rounds is None:
-            return _early_stopped(lightgbm, {job: params(job) for job in jobs}, lambda job: datasets(job, start),
-                                  [rows.size for rows in held], max_rounds, patience)
+            return early_stopped(lightgbm, {job: params(job) for job in jobs}, lambda job: datasets(job, start),
+                                 [rows.size for rows in held], max_rounds, patience, kept)
         fixed = {j: int(rounds[j]) for j in levels}
-        trained = _in_turns(jobs, lambda job: _first_round(lightgbm, params(job), *datasets(job, start, False)),
-                            fixed)
+        trained = in_turns(jobs, lambda job: first_round(lightgbm, params(job), *datasets(job, start, False)),
+                           fixed)
         return trained, [fixed[j] for j in levels]
 
-    fitted, (median_rounds,) = boosted([MEDIAN], None)
+    kept = KeptScores()  # the median boosters' scores at their training rows, read as they train
+    fitted, (median_rounds,) = boosted([MEDIAN], None, kept)
     # each fold's median booster at every row: the start of its fold's outer levels
-    start = pool_map(lambda k: _at_every_row(fitted[MEDIAN, k], X, fold != k, median_rounds, threads),
-                     list(range(folds)))
+    start = pool_map(lambda fold_kept: at_every_row(fitted[MEDIAN, fold_kept[0]], X, fold != fold_kept[0],
+                                                    median_rounds, threads, fold_kept[1]),
+                     [(k, kept.latest((MEDIAN, k), median_rounds)) for k in range(folds)])
+    del kept
     outer, outer_rounds = boosted(OUTER, start)
     fitted.update(outer)
     rounds_of = {MEDIAN: median_rounds, **dict(zip(OUTER, outer_rounds))}
@@ -388,120 +392,11 @@ def _own_fold_quantiles(fitted: dict[tuple[int, int], Any], counts: list[int], s
 
 
 def _booster_threads() -> int:
-    """LightGBM threads per booster: a map's boosters train side by side on the kernel pool (``_in_turns``),
-    the cores shared among its threads. (On 2 cores two one-thread boosters side by side took 0.66 s
+    """LightGBM threads per booster: a map's boosters train side by side on the kernel pool
+    (``pipeline.boosting.in_turns``), the cores shared among its threads. (On 2 cores two one-thread boosters side by side took 0.66 s
     where one after the other at two threads took 0.97 s: two threads wait on each other every round
     of a small table. The boosters are the same to the bit.)"""
     return max(1, (os.cpu_count() or 1) // pool_threads())
-
-
-def _early_stopped(lightgbm: Any, params: dict[tuple[int, int], dict[str, Any]],
-                   datasets: Callable[[tuple[int, int]], tuple[Any, Any]], held: Sequence[int], max_rounds: int,
-                   patience: int) -> tuple[dict[tuple[int, int], Any], list[int]]:
-    """The boosters ``params`` names, by (level, fold), each trained on the first of ``datasets(job)``
-    (training, held-out or None), and the round count of each level, in ascending order. A level's
-    boosters train a round at a time (``_in_turns``) until the first of them whose mean quantile loss on
-    its fold's held-out rows has not improved for ``patience`` rounds, or ``max_rounds``; the count is the
-    round, of those trained, where that loss weighted by the held-out rows (``held``: their number per
-    fold) and summed over the folds is least. A fold without held-out rows trains alongside and takes no
-    part; a level none of whose folds has any stops at one round.
-
-    This is the count that boosters each stopped on their own fold's loss give where the sum is read
-    up to the shortest of their curves (all have trained that far), without training the others past
-    it: on diamonds at 40,000 rows one median booster alone ran to 1,216 rounds where its level's
-    count was 547. (Stopping on the sum itself ran that level to 1,851 rounds and the boosters' time
-    from 14 s to 31 s, for 0.7% of crps_99.)"""
-    levels = sorted({level for level, _ in params})
-    scored = {level: [job for job in params if job[0] == level and held[job[1]]] for level in levels}
-    stop = {level: max_rounds if scored[level] else 1 for level in levels}
-    losses: dict[tuple[int, int], list[float]] = {job: [] for job in params}  # each round's held-out loss
-    least = {job: (np.inf, 0) for job in params}  # each booster's least held-out loss and its round
-
-    def scored_round(job: tuple[int, int], booster: Any, trained: int) -> None:
-        if held[job[1]]:
-            losses[job].append(booster.eval_valid()[0][2])
-            if losses[job][-1] < least[job][0]:
-                least[job] = (losses[job][-1], trained)
-            if trained - least[job][1] >= patience:  # this fold stalls: its level stops here at the latest
-                stop[job[0]] = min(stop[job[0]], trained)
-
-    boosters = _in_turns(list(params), lambda job: _first_round(lightgbm, params[job], *datasets(job)), stop,
-                         scored_round)
-    counts = [int(np.argmin(sum(held[k] * np.asarray(losses[level, k][:stop[level]]) for _, k in scored[level]))) + 1
-              if scored[level] else 1 for level in levels]
-    return boosters, counts
-
-
-def _at_every_row(booster: Any, X: np.ndarray, training: np.ndarray, rounds: int, threads: int) -> np.ndarray:
-    """The booster's scores at every row of X (n, d) after ``rounds`` rounds, to the bit as its ``predict``
-    gives them. Where it has trained exactly that many, at the rows it trained on (``training``: a mask
-    of n) they are those LightGBM kept as it trained (``_training_scores``), and only the others are
-    predicted: at 40,000 rows a fold's median booster of 547 rounds took about 0.4 s to predict them all."""
-    if booster.current_iteration() != rounds:
-        return booster.predict(X, num_iteration=rounds, num_threads=threads)
-    out = np.empty(X.shape[0])
-    out[training] = _training_scores(booster)
-    others = ~training
-    if others.any():
-        out[others] = booster.predict(X[others], num_iteration=rounds, num_threads=threads)
-    return out
-
-
-def _training_scores(booster: Any) -> np.ndarray:
-    """The booster's scores at the rows of its training Dataset, in their order, as LightGBM keeps them
-    while it trains (handed to an evaluation function: LightGBM's public way to them)."""
-    scores: list[np.ndarray] = []
-
-    def kept(predicted: np.ndarray, data: Any) -> tuple[str, float, bool]:
-        scores.append(np.array(predicted, dtype=np.float64, copy=True))
-        return "scores", 0.0, False
-
-    booster.eval_train(feval=kept)
-    return scores[0]
-
-
-def _first_round(lightgbm: Any, params: dict[str, Any], train: Any, valid: Any = None) -> Any:
-    """A booster after its first round on the Dataset ``train``, its held-out Dataset ``valid`` attached
-    (None: none), kept as trained (``train`` would otherwise write it to text and read it back); the
-    rounds after it are ``update`` calls (``_in_turns``), which grow the trees ``train`` would."""
-    attached = {"valid_sets": [valid], "valid_names": ["held"]} if valid is not None else {}
-    return lightgbm.train(params, train, num_boost_round=1, keep_training_booster=True, **attached)
-
-
-def _in_turns(jobs: list[tuple[int, int]], started: Callable[[tuple[int, int]], Any], stop: dict[int, int],
-              after_round: Callable[[tuple[int, int], Any, int], None] | None = None) -> dict[tuple[int, int], Any]:
-    """The boosters of ``jobs`` (level, fold), each ``started(job)`` (its first round) and then trained a
-    round at a time until its level has ``stop[level]`` rounds; ``after_round(job, booster, rounds)``,
-    called after each round with no other call of it running, may lower a level's ``stop`` (early
-    stopping). The rounds run on the kernel pool's threads, each taking the booster with the fewest rounds
-    that none is training: no thread waits at the end of a round for the others (five boosters a round
-    on two threads left one idle a sixth of the time), and a level's boosters stay within a round or two
-    of each other. Each booster's trees depend on its own rounds alone, so they are those of training it
-    by itself; a booster may take a round or two more than its level's count, which the caller cuts."""
-    lock = threading.Lock()
-    boosters: dict[tuple[int, int], Any] = {}
-    rounds, busy = dict.fromkeys(jobs, 0), set()
-
-    def turns(_: int) -> None:
-        while True:
-            with lock:
-                ready = [job for job in jobs if job not in busy and rounds[job] < stop[job[0]]]
-                if not ready:  # what is left is being trained by the other threads
-                    return
-                job = min(ready, key=rounds.__getitem__)
-                busy.add(job)
-            if rounds[job]:
-                boosters[job].update()
-            else:
-                boosters[job] = started(job)
-            with lock:
-                rounds[job] += 1
-                busy.discard(job)
-                if after_round is not None:
-                    after_round(job, boosters[job], rounds[job])
-
-    pool_map(turns, list(range(min(pool_threads(), len(jobs)))))
-    return boosters
 
 
 def kernel_features(features: Sequence[str], summaries: BoostedSummaries | None) -> list[str]:

@@ -162,13 +162,13 @@ def test_boosters_trained_in_turns_on_two_threads_are_those_trained_on_one(monke
 
 
 def test_in_turns_trains_each_booster_to_its_level_s_stop_as_it_is_lowered(monkeypatch):
-    """``_in_turns`` with stand-in boosters: every booster reaches its level's stop, the one lowered on
+    """``in_turns`` with stand-in boosters: every booster reaches its level's stop, the one lowered on
     the way (early stopping) too, and at most one round per thread past it; ``after_round`` is never
     called twice at once."""
     import threading
 
     import jdlcore.pool as pool
-    from pipeline.summaries import _in_turns
+    from pipeline.boosting import in_turns
 
     monkeypatch.setattr(pool, "_THREADS", 2)
 
@@ -194,7 +194,7 @@ def test_in_turns_trains_each_booster_to_its_level_s_stop_as_it_is_lowered(monke
             inside.release()
 
     jobs = [(level, k) for level in (0, 1) for k in range(5)]
-    boosters = _in_turns(jobs, lambda job: Booster(), stop, after_round)
+    boosters = in_turns(jobs, lambda job: Booster(), stop, after_round)
     assert overlaps == [] and sorted(boosters) == jobs
     assert all(9 <= boosters[0, k].rounds <= 9 + 2 for k in range(5))
     assert all(boosters[1, k].rounds == 12 for k in range(5))
@@ -240,6 +240,7 @@ def test_the_map_decides_its_summaries_and_scale_floor_from_its_own_predictions_
     (the median from the scores its outer levels started from, not predicted again) are the map's
     ``predictions`` there, read back from its text, to the bit; so are the kept summaries and the floor,
     also where the median booster trained past its count (early stopping)."""
+    import pipeline.boosting as boosting
     import pipeline.summaries as module
 
     used = []
@@ -247,8 +248,8 @@ def test_the_map_decides_its_summaries_and_scale_floor_from_its_own_predictions_
     monkeypatch.setattr(BoostedSummaries, "of_quantiles",
                         lambda self, Q: used.append(Q.copy()) or of_quantiles(self, Q))
     trained = []
-    first_round = module._first_round
-    monkeypatch.setattr(module, "_first_round", lambda *a: trained.append(first_round(*a)) or trained[-1])
+    first_round = boosting.first_round
+    monkeypatch.setattr(boosting, "first_round", lambda *a: trained.append(first_round(*a)) or trained[-1])
     X, y = _table(2_000)
     summaries = fit_summaries(X, y, [2], patience=5)
     again = BoostedSummaries.from_bytes(summaries.to_bytes())
@@ -259,6 +260,41 @@ def test_the_map_decides_its_summaries_and_scale_floor_from_its_own_predictions_
     assert summaries.scale_floor == np.quantile(spreads, module.SCALE_QUANTILE)
     medians = [booster for booster in trained if booster.params["alpha"] == LEVELS[1]]
     assert any(booster.current_iteration() > summaries.rounds[1] for booster in medians)
+
+
+def test_a_median_trained_past_its_count_starts_the_outer_levels_from_the_same_scores_read_or_predicted(monkeypatch):
+    """Where the median boosters trained past their count, each fold's scores at every row (the start
+    of its outer levels) are the same to the bit, and so is the map, whether they come from the scores
+    read as the boosters trained (every round, every third, every 16th) plus the trees after the last
+    reading, or from predicting every row again (never read)."""
+    import pipeline.boosting as boosting
+    import pipeline.summaries as module
+
+    at_every_row = boosting.at_every_row
+    calls: dict[bytes, tuple[int, int, int | None, np.ndarray]] = {}  # by fold (its training rows)
+
+    def recorded(booster, X, training, rounds, threads, kept=None):
+        start = at_every_row(booster, X, training, rounds, threads, kept)
+        calls[training.tobytes()] = (booster.current_iteration(), rounds, None if kept is None else kept[0], start)
+        return start
+
+    monkeypatch.setattr(module, "at_every_row", recorded)
+    X, y = _table(4_000, seed=2)
+    runs = {}
+    for every in (10**9, 1, 3, 16):
+        monkeypatch.setattr(boosting, "KEPT_SCORES_EVERY", every)
+        calls.clear()
+        runs[every] = (fit_summaries(X, y, [2], patience=5).to_bytes(), dict(calls))
+    never_map, never = runs[10**9]
+    assert len(never) == 5 and all(since is None for _, _, since, _ in never.values())
+    for every in (1, 3, 16):
+        chosen, read = runs[every]
+        assert chosen == never_map and read.keys() == never.keys()
+        for fold, (trained, rounds, since, start) in read.items():
+            np.testing.assert_array_equal(start, never[fold][-1])
+            if trained > rounds:  # read at the last round at or before the count
+                assert since == rounds - rounds % every
+    assert any(trained > rounds for trained, rounds, _, _ in never.values())  # the case this is about
 
 
 def test_the_record_round_trips_and_refuses_another_format():
@@ -576,21 +612,27 @@ def test_fixed_rounds_train_each_level_that_long():
 
 
 def test_a_booster_s_scores_at_every_row_are_its_predictions_to_the_bit():
-    """``_at_every_row``: a booster trained exactly the rounds asked for gives the scores LightGBM kept
+    """``at_every_row``: a booster trained exactly the rounds asked for gives the scores LightGBM kept
     of its training rows (in the Dataset's order, scattered back to theirs) and predicts the others;
-    asked for fewer rounds than it trained, it predicts every row. Both equal ``predict`` at every row,
-    to the bit."""
-    from pipeline.summaries import _at_every_row, _first_round
+    asked for fewer rounds than it trained, it adds the trees after the last of its scores read as it
+    trained (``KeptScores``), one at a time, or predicts every row where none was read that early. Each
+    equals ``predict`` at every row, to the bit."""
+    from pipeline.boosting import KeptScores, at_every_row, first_round
 
-    X, y = _table(600, seed=4)
+    X, y = _table(2_000, seed=4)
     X[::7, 1] = np.nan  # missing values: LightGBM's default direction, by bin and by value alike
-    training = np.random.default_rng(5).random(600) < 0.8
+    training = np.random.default_rng(5).random(2_000) < 0.8
     train = lightgbm.Dataset(X[training], y[training], categorical_feature=[2], params={"verbosity": -1})
-    booster = _first_round(lightgbm, {**BOOSTER_PARAMS, "alpha": 0.5, "seed": 0, "num_threads": 1}, train)
-    for _ in range(29):
+    booster = first_round(lightgbm, {**BOOSTER_PARAMS, "alpha": 0.5, "seed": 0, "num_threads": 1}, train)
+    kept = KeptScores(every=8)
+    kept.read((1, 0), booster, 1)
+    for trained in range(2, 61):
         booster.update()
-    for rounds in (30, 20):
-        np.testing.assert_array_equal(_at_every_row(booster, X, training, rounds, 1),
+        kept.read((1, 0), booster, trained)
+    for rounds in (60, 59, 50, 47, 40, 33, 20, 7):
+        since = kept.latest((1, 0), rounds)
+        assert since is None if rounds < 8 else since[0] == rounds - rounds % 8
+        np.testing.assert_array_equal(at_every_row(booster, X, training, rounds, 1, since),
                                       booster.predict(X, num_iteration=rounds))
 
 
