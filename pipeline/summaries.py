@@ -184,9 +184,11 @@ class BoostedSummaries:
         y is not read standardised by the map."""
         return self.kept if self.standardises else self._kept_beside_y()
 
-    def features(self, X: np.ndarray) -> np.ndarray:
-        """The summaries in use of the rows of X (n, width), shape (n, len(in_use)), in ``NAMES`` order."""
-        return self.every_summary(X)[:, [NAMES.index(name) for name in self.in_use]]
+    def features(self, X: np.ndarray, quantiles: np.ndarray | None = None) -> np.ndarray:
+        """The summaries in use of the rows of X (n, width), shape (n, len(in_use)), in ``NAMES`` order;
+        from ``quantiles``, the boosters' ``predictions`` at X, where they are given."""
+        values = self.every_summary(X) if quantiles is None else self.of_quantiles(quantiles)
+        return values[:, [NAMES.index(name) for name in self.in_use]]
 
     def every_summary(self, X: np.ndarray) -> np.ndarray:
         """Every summary of ``NAMES`` at the rows of X (n, width), in use or not, shape (n, len(NAMES));
@@ -200,12 +202,17 @@ class BoostedSummaries:
         skew = np.clip((Q[:, 2] + Q[:, 0] - 2 * Q[:, 1]) / spread, -1.0, 1.0)
         return np.column_stack([Q[:, 1], np.log(spread), skew])
 
-    def augment(self, X: np.ndarray) -> np.ndarray:
+    def augment(self, X: np.ndarray, quantiles: np.ndarray | None = None) -> np.ndarray:
         """The rows of X (n, width) as the x kernel reads them, float64: X with its summaries in use
         appended, shape (n, width + len(in_use)), or the summaries alone, (n, len(in_use)), where
-        ``columns`` is False."""
+        ``columns`` is False. ``quantiles``: the boosters' ``predictions`` at X (n, len(LEVELS)), where
+        already made (by this map, or a copy of it that reads them another way: the same boosters)."""
         X = self._check(X)
-        return np.hstack([X, self.features(X)]) if self.columns else self.features(X)
+        if quantiles is not None and quantiles.shape != (X.shape[0], len(LEVELS)):
+            raise ValueError(f"quantiles: expected shape {(X.shape[0], len(LEVELS))} for x's rows, "
+                             f"got {quantiles.shape}")
+        features = self.features(X, quantiles)
+        return np.hstack([X, features]) if self.columns else features
 
     def alone(self) -> "BoostedSummaries":
         """The same map, read by an x kernel without x's columns (``columns`` False)."""

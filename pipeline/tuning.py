@@ -16,7 +16,7 @@ import itertools
 import os
 import time
 from contextlib import nullcontext
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -39,7 +39,7 @@ from .atomic import atomic_store, refuse_existing
 from .cluster import broadcast, dask_client, resolve_scheduler
 from .staging import categorical_indices, categorical_levels, data_fingerprint, level_recoding, open_staged, read_sample, recode
 from .summaries import (
-    DEFAULT_SUMMARIES, MAX_ROWS as SUMMARY_ROWS, BoostedSummaries, fit_summaries, summary_rule, with_summaries,
+    DEFAULT_SUMMARIES, MAX_ROWS as SUMMARY_ROWS, BoostedSummaries, fit_summaries, summary_rule,
 )
 from .tuning_record import (
     add_maps, grid_dataset, load_tuning, scored_candidates, search_dataset, search_record, summaries_record,
@@ -203,12 +203,28 @@ class _SearchJob:
     progress: Callable[[str], None] | None
     missing: MissingValues | None = None
     fold_maps: list[BoostedSummaries] | None = None
+    quantiles: dict[int, tuple[BoostedSummaries, np.ndarray]] = field(default_factory=dict)
+
+    def summarised(self, maps: Sequence[BoostedSummaries]) -> "_SearchJob":
+        """This job, with each of ``maps``' boosters' quantiles at the subsample's rows X made once here
+        (``predictions``), for every run that reads them (beside the columns, alone, y standardised or
+        not: copies of a map that read its boosters another way) and every split."""
+        return replace(self, quantiles={**self.quantiles,
+                                        **{id(m.boosters): (m, m.predictions(self.X)) for m in maps}})
+
+    def augmented(self, summaries: BoostedSummaries | None) -> np.ndarray:
+        """The subsample's rows X as ``summaries`` has the x kernel read them (``with_summaries``), from the
+        quantiles ``summarised`` made where they are of its boosters."""
+        if summaries is None:
+            return self.X
+        made = self.quantiles.get(id(summaries.boosters))
+        return summaries.augment(self.X, made[1] if made and made[0].boosters is summaries.boosters else None)
 
     def run(self, summaries: BoostedSummaries | None) -> "_SearchRun":
         """The grid and the search on the columns as ``summaries`` has the x kernel read them (the columns
         alone where None); each split's rows summarised by its own map where there are ``fold_maps``."""
         view = XView(self.missing, summaries)
-        X = with_summaries(summaries, self.X)
+        X = self.augmented(summaries)
         (kernel_x, grid_x), (kernel_y, grid_y) = _kernels(X, view.y(X, self.Y), self.group, view, self.scaling,
                                                           self.lengthscales_x, self.lengthscales_y, self.seed)
         if self.splits is None:
@@ -221,8 +237,8 @@ class _SearchJob:
             reads = [XView(None, replace(m, columns=summaries.columns, standardises=summaries.standardises,
                                          kept=summaries.kept))
                      for m in self.fold_maps]
-            folds = [(read.summaries.augment(self.X[train]), self.Y[train], read.summaries.augment(self.X[val]),
-                      self.Y[val]) for read, (train, val) in zip(reads, self.splits)]
+            rows = [(self.augmented(read.summaries), train, val) for read, (train, val) in zip(reads, self.splits)]
+            folds = [(Z[train], self.Y[train], Z[val], self.Y[val]) for Z, train, val in rows]
         score = self.score
         # y standardised: each split's y by its own map, scored on y's scale; the grid is flat where x
         # adds little to the law of r, so the search starts from its simplest pair within the tolerance
@@ -298,7 +314,8 @@ def _decided(job: _SearchJob, data: str | os.PathLike, rule: str,
     with alongside(job.columns_alone) if _standardises(job, rule) else nullcontext() as columns_alone:
         fitted, fold_maps, seconds = _fitted_summaries(data, job.group, rule, job.seed, rows, job.splits,
                                                        job.progress, job.missing)
-        job = replace(job, fold_maps=fold_maps)
+        maps = [m for m in [fitted, *(fold_maps or [])] if m is not None]
+        job = replace(job, fold_maps=fold_maps).summarised(maps)
         if columns_alone is not None and not columns_alone.done():
             return (*_with_or_without(job, fitted, rule, columns_alone.result), seconds)
     return (*_with_or_without(job, fitted, rule, columns_alone and columns_alone.result, side_by_side=True), seconds)

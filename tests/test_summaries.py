@@ -685,6 +685,51 @@ def test_each_split_reads_its_map_as_the_run_reads_the_tunings(staged):
                                           replace(own, standardises=read.standardises, kept=read.kept).features(X[val]))
 
 
+def test_a_job_s_runs_read_the_quantiles_made_once_to_the_bit(staged, monkeypatch):
+    """``_SearchJob.summarised`` predicts each map's quantiles at the subsample's rows once; every run then
+    reads them (beside the columns or alone, y standardised or not, each split by its own map) without
+    predicting again, and its rows and scores are those of a job that predicts them in each run."""
+    from jdlcore import JDL
+    from jdlcore.tuning import as_regs, resolve_criterion, splits_for
+    from pipeline.tuning import _fitted_summaries, _SearchJob, subsample_rows
+
+    group = open_staged(staged / "src.zarr")
+    X, Y = group["x"][:], group["y"][:]
+    rows = subsample_rows(2_000, 2_000, 0)
+    splits = splits_for(rows.size, 0.2, 2, 0)
+    fitted, maps, _ = _fitted_summaries(staged / "src.zarr", group, "standardised", 0, rows, splits, None)
+    job = replace(_SearchJob(group, X, Y, splits, JDL(), as_regs([1e-4]), resolve_criterion("crps", None, 1), "robust",
+                             [1.0], [1.0], 0, False, 4_000, None, None, None, 2_000, None), fold_maps=maps)
+    predicted = []
+    predictions = BoostedSummaries.predictions
+    monkeypatch.setattr(BoostedSummaries, "predictions", lambda self, Z: predicted.append(self) or predictions(self, Z))
+    summarised = job.summarised([fitted, *maps])
+    assert len(predicted) == 1 + len(maps)
+    for read in (fitted.standardised(), fitted.standardised().alone(), fitted, fitted.alone()):
+        predicted.clear()
+        once = summarised.marked("alone").run(read)
+        assert predicted == []
+        each = job.run(read)
+        assert len(predicted) == 1 + len(maps)
+        np.testing.assert_array_equal(summarised.augmented(read), job.augmented(read))
+        for fold_once, fold_each in zip(once.folds, each.folds):
+            for a, b in zip(fold_once, fold_each):
+                np.testing.assert_array_equal(a, b)
+        assert once.best["score"] == each.best["score"]
+
+
+def test_a_map_reads_its_rows_from_its_quantiles_as_from_its_boosters():
+    """``augment`` from the quantiles ``predictions`` gives (made by the map or a copy reading it another
+    way) equals ``augment`` predicting them, to the bit; quantiles of other rows are refused."""
+    X, y = _table(1_500)
+    summaries = fit_summaries(X, y, [2], patience=5)
+    quantiles = summaries.predictions(X)
+    for read in (summaries, summaries.alone(), summaries.standardised(), summaries.standardised(skew=False).alone()):
+        np.testing.assert_array_equal(read.augment(X, quantiles), read.augment(X))
+    with pytest.raises(ValueError, match="quantiles: expected shape"):
+        summaries.augment(X, quantiles[:-1])
+
+
 def test_one_split_with_few_validation_rows_has_one_map_that_never_saw_them(staged, monkeypatch):
     """One split whose validation rows are at most ``MAP_HOLDOUT_SHARE`` of the sample: no map per split;
     the tuning's map (the one the fit uses) is fitted on the store's rows less the split's validation
