@@ -196,6 +196,62 @@ def test_a_pool_thread_runs_openmp_at_one_thread_and_the_calling_thread_keeps_it
     assert openmp_threads()[1] == here
 
 
+def test_a_pool_thread_s_nested_map_is_shared_with_a_free_pool_thread(monkeypatch):
+    """From one of the pool's threads, ``pool_map`` runs its items in that thread and on a pool thread
+    that is free meanwhile: two nested items that each wait for the other to have started both run (one
+    after the other they would time out), on two of the pool's threads, results in order."""
+    import threading
+
+    import jdlcore.pool as pool
+
+    monkeypatch.setattr(pool, "_THREADS", 2)
+    both = threading.Barrier(2, timeout=60)
+
+    def nested(k):
+        both.wait()
+        return k, threading.current_thread().name
+
+    inner = pool.pool_map(lambda item: pool.pool_map(nested, [0, 1]) if item == 0 else None, [0, 1])[0]
+    assert [k for k, _ in inner] == [0, 1]
+    names = {name for _, name in inner}
+    assert len(names) == 2 and all(name.startswith("jdl-kernel") for name in names)
+
+
+def test_nested_maps_on_every_pool_thread_finish_and_raise_an_item_s_error_once_the_others_stopped(monkeypatch):
+    """Every pool thread running a nested map (their helpers queued behind busy threads) still finishes,
+    each result in its place; a nested item's error is raised after every item taken has finished, and
+    no item is taken after it where one thread runs them all."""
+    import threading
+
+    import jdlcore.pool as pool
+
+    monkeypatch.setattr(pool, "_THREADS", 2)
+    done = []
+    runner = threading.Thread(target=lambda: done.append(
+        pool.pool_map(lambda i: pool.pool_map(lambda k: (i, k), list(range(5))), list(range(6)))))
+    runner.start()
+    runner.join(timeout=120)
+    assert not runner.is_alive() and done == [[[(i, k) for k in range(5)] for i in range(6)]]
+    started, finished, hold = [], [], threading.Event()
+
+    def failing(k):
+        started.append(k)
+        if k == 1:
+            hold.wait(timeout=0.2)  # the other thread, where it took item 0, finishes meanwhile
+            raise ValueError("item 1")
+        finished.append(k)
+        return k
+
+    with pytest.raises(ValueError, match="item 1"):
+        pool.pool_map(lambda item: pool.pool_map(failing, [0, 1, 2, 3]) if item == 0 else None, [0, 1])
+    assert sorted(finished) == sorted(k for k in started if k != 1) and 1 in started
+    monkeypatch.setattr(pool, "_THREADS", 1)  # no helper: the calling thread takes every item
+    started.clear()
+    with pytest.raises(ValueError, match="item 1"):
+        pool._shared(failing, [0, 1, 2, 3])
+    assert started == [0, 1]
+
+
 def test_work_alongside_runs_first_without_a_second_thread(monkeypatch):
     """With a pool of one thread the work runs first, in the calling thread, BLAS left as it is; its
     error is raised where its result is read."""

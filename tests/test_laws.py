@@ -205,7 +205,7 @@ def test_crps_equals_the_exact_integral_of_the_step_cdf():
 
 def test_map_rows_covers_every_row_once_on_the_pool_with_single_threaded_blas(monkeypatch):
     """Each block runs whole in a pool thread (when the pool has several), with BLAS at one thread
-    there; BLAS's own thread count is back afterwards. Nested pool work runs in the calling thread."""
+    there; BLAS's own thread count is back afterwards. Nested pool work runs on the pool's threads."""
     import threading
 
     from threadpoolctl import threadpool_info
@@ -231,7 +231,7 @@ def test_map_rows_covers_every_row_once_on_the_pool_with_single_threaded_blas(mo
     assert [r.stop - r.start for r in out[:-1]] == [4] * (len(out) - 1)
     assert len(seen) == len(out) == -(-103 // 4)
     for name, threads, inner in seen:
-        assert name.startswith("jdl-kernel") and inner == [name] * 3
+        assert name.startswith("jdl-kernel") and len(inner) == 3 and all(n.startswith("jdl-kernel") for n in inner)
         assert all(t == 1 for t in threads)
     assert blas_threads() == before
     # fewer rows than a block: split evenly over the pool's threads, not left to one of them
