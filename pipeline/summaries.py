@@ -400,9 +400,9 @@ def _own_fold_quantiles(fitted: dict[tuple[int, int], Any], counts: list[int], s
 
 def _booster_threads() -> int:
     """LightGBM threads per booster: a map's boosters train side by side on the kernel pool
-    (``pipeline.boosting.in_turns``), the cores shared among its threads. (On 2 cores two one-thread boosters side by side took 0.66 s
-    where one after the other at two threads took 0.97 s: two threads wait on each other every round
-    of a small table. The boosters are the same to the bit.)"""
+    (``pipeline.boosting.in_turns``), the cores shared among its threads. (On 2 cores two one-thread
+    boosters side by side took 0.66 s where one after the other at two threads took 0.97 s: two threads
+    wait on each other every round of a small table. The boosters are the same to the bit.)"""
     return max(1, (os.cpu_count() or 1) // pool_threads())
 
 

@@ -262,6 +262,32 @@ def test_the_map_decides_its_summaries_and_scale_floor_from_its_own_predictions_
     assert any(booster.current_iteration() > summaries.rounds[1] for booster in medians)
 
 
+def test_kept_scores_are_read_every_few_rounds_and_dropped_before_the_least_summed_loss():
+    """``KeptScores`` with stand-in boosters: a booster's scores are read at every ``every``-th round; once a
+    level's summed loss is least at a round, its readings before the last one at or before that round
+    are dropped (the count is never earlier), another level's kept."""
+    from pipeline.boosting import KeptScores
+
+    class Booster:
+        rounds = 0
+
+        def eval_train(self, feval):
+            feval(np.full(3, float(self.rounds)), None)
+
+    kept, boosters = KeptScores(every=4), {job: Booster() for job in ((0, 0), (0, 1), (1, 0))}
+    for r in range(1, 21):
+        for job, booster in boosters.items():
+            booster.rounds = r
+            kept.read(job, booster, r)
+        kept.summed_loss(0, r, abs(r - 10.5))  # least at round 10 (11 ties it, and comes later)
+        kept.summed_loss(1, r, float(r))  # least at round 1
+    assert kept.latest((0, 0), 20)[0] == 20 and kept.latest((0, 1), 11)[0] == 8
+    np.testing.assert_array_equal(kept.latest((0, 0), 10)[1], np.full(3, 8.0))
+    assert kept.latest((0, 0), 7) is None  # read at round 4, dropped
+    assert [kept.latest((1, 0), r)[0] for r in (4, 9, 20)] == [4, 8, 20]  # level 1: nothing dropped
+    assert kept.latest((2, 0), 20) is None
+
+
 def test_a_median_trained_past_its_count_starts_the_outer_levels_from_the_same_scores_read_or_predicted(monkeypatch):
     """Where the median boosters trained past their count, each fold's scores at every row (the start
     of its outer levels) are the same to the bit, and so is the map, whether they come from the scores
