@@ -687,10 +687,9 @@ def test_each_tuning_split_is_summarised_by_a_map_blind_to_its_validation_rows(s
     assert not np.array_equal(fit_summaries(X, moved, [2], rounds=fitted.rounds).features(X), fitted.features(X))
 
 
-def test_each_split_reads_its_map_as_the_run_reads_the_tunings(staged):
-    """A run's splits read their own maps beside the columns or alone, y standardised or not, and the
-    summaries in use of the run's map: with y standardised on few rows the median and spread alone,
-    else the skewness too."""
+def _two_split_job(staged):
+    """(a tuning's search job on the staged table's 2,000 rows, two splits each with its own map and
+    lengthscales fixed, its map, the splits' maps, the splits, x's rows)."""
     from jdlcore import JDL
     from jdlcore.tuning import as_regs, resolve_criterion, splits_for
     from pipeline.tuning import _fitted_summaries, _SearchJob, subsample_rows
@@ -702,6 +701,14 @@ def test_each_split_reads_its_map_as_the_run_reads_the_tunings(staged):
     fitted, maps, _ = _fitted_summaries(staged / "src.zarr", group, "standardised", 0, rows, splits, None)
     job = replace(_SearchJob(group, X, Y, splits, JDL(), as_regs([1e-4]), resolve_criterion("crps", None, 1), "robust",
                              [1.0], [1.0], 0, False, 4_000, None, None, None, 2_000, None), fold_maps=maps)
+    return job, fitted, maps, splits, X
+
+
+def test_each_split_reads_its_map_as_the_run_reads_the_tunings(staged):
+    """A run's splits read their own maps beside the columns or alone, y standardised or not, and the
+    summaries in use of the run's map: with y standardised on few rows the median and spread alone,
+    else the skewness too."""
+    job, fitted, maps, splits, X = _two_split_job(staged)
     for read, width in ((fitted.standardised(skew=False), 3 + 2), (fitted.standardised(), 3 + 3),
                         (fitted.standardised().alone(), 3), (fitted, 3 + 2)):
         run = job.run(read)
@@ -715,17 +722,7 @@ def test_a_job_s_runs_read_the_quantiles_made_once_to_the_bit(staged, monkeypatc
     """``_SearchJob.summarised`` predicts each map's quantiles at the subsample's rows once; every run then
     reads them (beside the columns or alone, y standardised or not, each split by its own map) without
     predicting again, and its rows and scores are those of a job that predicts them in each run."""
-    from jdlcore import JDL
-    from jdlcore.tuning import as_regs, resolve_criterion, splits_for
-    from pipeline.tuning import _fitted_summaries, _SearchJob, subsample_rows
-
-    group = open_staged(staged / "src.zarr")
-    X, Y = group["x"][:], group["y"][:]
-    rows = subsample_rows(2_000, 2_000, 0)
-    splits = splits_for(rows.size, 0.2, 2, 0)
-    fitted, maps, _ = _fitted_summaries(staged / "src.zarr", group, "standardised", 0, rows, splits, None)
-    job = replace(_SearchJob(group, X, Y, splits, JDL(), as_regs([1e-4]), resolve_criterion("crps", None, 1), "robust",
-                             [1.0], [1.0], 0, False, 4_000, None, None, None, 2_000, None), fold_maps=maps)
+    job, fitted, maps, splits, X = _two_split_job(staged)
     predicted = []
     predictions = BoostedSummaries.predictions
     monkeypatch.setattr(BoostedSummaries, "predictions", lambda self, Z: predicted.append(self) or predictions(self, Z))
