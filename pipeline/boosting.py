@@ -46,28 +46,27 @@ def early_stopped(lightgbm: Any, params: dict[tuple[int, int], dict[str, Any]],
     stop = {level: max_rounds if scored[level] else 1 for level in levels}
     losses: dict[tuple[int, int], list[float]] = {job: [] for job in params}  # each round's held-out loss
     least = {job: (np.inf, 0) for job in params}  # each booster's least held-out loss and its round
-    summed = dict.fromkeys(levels, 0)  # the rounds whose summed loss is known (every fold has read them)
+    summed: dict[int, list[float]] = {level: [] for level in levels}  # each round's loss summed over the folds
 
     def scored_round(job: tuple[int, int], booster: Any, trained: int) -> None:
         if kept is not None:
             kept.read(job, booster, trained)
         if held[job[1]]:
+            level = job[0]
             losses[job].append(booster.eval_valid()[0][2])
             if losses[job][-1] < least[job][0]:
                 least[job] = (losses[job][-1], trained)
             if trained - least[job][1] >= patience:  # this fold stalls: its level stops here at the latest
-                stop[job[0]] = min(stop[job[0]], trained)
-            if kept is not None:
-                level = job[0]
-                read = min(stop[level], *(len(losses[other]) for other in scored[level]))
-                for r in range(summed[level] + 1, read + 1):
-                    kept.summed_loss(level, r, sum(held[k] * losses[level, k][r - 1] for _, k in scored[level]))
-                summed[level] = max(summed[level], read)
+                stop[level] = min(stop[level], trained)
+            read = min(stop[level], *(len(losses[other]) for other in scored[level]))
+            for r in range(len(summed[level]) + 1, read + 1):  # every fold has read round r: its sum is known
+                summed[level].append(sum(held[k] * losses[level, k][r - 1] for _, k in scored[level]))
+                if kept is not None:
+                    kept.summed_loss(level, r, summed[level][-1])
 
     boosters = in_turns(list(params), lambda job: first_round(lightgbm, params[job], *datasets(job)), stop,
                         scored_round)
-    counts = [int(np.argmin(sum(held[k] * np.asarray(losses[level, k][:stop[level]]) for _, k in scored[level]))) + 1
-              if scored[level] else 1 for level in levels]
+    counts = [int(np.argmin(summed[level][:stop[level]])) + 1 if scored[level] else 1 for level in levels]
     return boosters, counts
 
 

@@ -346,11 +346,11 @@ def fit_summaries(X: np.ndarray, y: np.ndarray, categorical: Sequence[int] = (),
 
     kept = KeptScores()  # the median boosters' scores at their training rows, read as they train
     fitted, (median_rounds,) = boosted([MEDIAN], None, kept)
+    since = [kept.latest((MEDIAN, k), median_rounds) for k in range(folds)]
+    del kept  # the readings other than those
     # each fold's median booster at every row: the start of its fold's outer levels
-    start = pool_map(lambda fold_kept: at_every_row(fitted[MEDIAN, fold_kept[0]], X, fold != fold_kept[0],
-                                                    median_rounds, threads, fold_kept[1]),
-                     [(k, kept.latest((MEDIAN, k), median_rounds)) for k in range(folds)])
-    del kept
+    start = pool_map(lambda k: at_every_row(fitted[MEDIAN, k], X, fold != k, median_rounds, threads, since[k]),
+                     list(range(folds)))
     outer, outer_rounds = boosted(OUTER, start)
     fitted.update(outer)
     rounds_of = {MEDIAN: median_rounds, **dict(zip(OUTER, outer_rounds))}

@@ -16,7 +16,7 @@ import itertools
 import os
 import time
 from contextlib import nullcontext
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -203,22 +203,21 @@ class _SearchJob:
     progress: Callable[[str], None] | None
     missing: MissingValues | None = None
     fold_maps: list[BoostedSummaries] | None = None
-    quantiles: dict[int, tuple[BoostedSummaries, np.ndarray]] = field(default_factory=dict)
+    quantiles: tuple[tuple[BoostedSummaries, np.ndarray], ...] = ()
 
     def summarised(self, maps: Sequence[BoostedSummaries]) -> "_SearchJob":
         """This job, with each of ``maps``' boosters' quantiles at the subsample's rows X made once here
         (``predictions``), for every run that reads them (beside the columns, alone, y standardised or
         not: copies of a map that read its boosters another way) and every split."""
-        return replace(self, quantiles={**self.quantiles,
-                                        **{id(m.boosters): (m, m.predictions(self.X)) for m in maps}})
+        return replace(self, quantiles=self.quantiles + tuple((m, m.predictions(self.X)) for m in maps))
 
     def augmented(self, summaries: BoostedSummaries | None) -> np.ndarray:
         """The subsample's rows X as ``summaries`` has the x kernel read them (``with_summaries``), from the
         quantiles ``summarised`` made where they are of its boosters."""
         if summaries is None:
             return self.X
-        made = self.quantiles.get(id(summaries.boosters))
-        return summaries.augment(self.X, made[1] if made and made[0].boosters is summaries.boosters else None)
+        made = next((Q for m, Q in self.quantiles if m.boosters is summaries.boosters), None)
+        return summaries.augment(self.X, made)
 
     def run(self, summaries: BoostedSummaries | None) -> "_SearchRun":
         """The grid and the search on the columns as ``summaries`` has the x kernel read them (the columns
