@@ -918,10 +918,14 @@ def test_auto_tries_the_summaries_beside_y_as_it_is_where_standardised_they_lose
     """Under "auto" on ``STANDARDISE_ROWS`` rows or more, where the summaries with y standardised do not
     beat the columns alone by more than ``CLEAR_GAIN``, they are searched beside y as it is and kept
     where they beat the columns alone (searched once, their result read again; no left-out shortcut) by
-    more than ``SEARCH_TOLERANCE``; where y standardised wins, or under "standardised", nothing more runs."""
+    more than ``SEARCH_TOLERANCE``; where y standardised wins, or under "standardised", nothing more runs.
+    The columns alone are done by then, so the two runs beside y as it is run side by side: the one on
+    the summaries alone on a thread of the pool (on a pool of several)."""
+    import threading
     from types import SimpleNamespace
 
     from jdlcore.conditional.losses import CRPSLoss
+    from jdlcore.pool import pool_threads
     from pipeline.tuning import CLEAR_GAIN, _with_or_without
 
     X, y = _table(600)
@@ -937,12 +941,17 @@ def test_auto_tries_the_summaries_beside_y_as_it_is_where_standardised_they_lose
             self.scores = {("beside", True): standardised, ("alone", True): 11.0, ("plain", False): 10.0,
                            ("beside", False): as_it_is, ("alone", False): 11.0}
             self.runs: list[tuple[str, bool]] = []
+            self.threads: dict[tuple[str, bool], str] = {}
 
         def run(self, read):
             key = ("plain" if read is None else "beside" if read.columns else "alone",
                    read is not None and read.standardises)
             self.runs.append(key)
+            self.threads[key] = threading.current_thread().name
             return SimpleNamespace(key=key, best={"score": self.scores[key], "rank_x": 100}, summaries=read)
+
+        def marked(self, label):
+            return self
 
         def columns_alone(self):
             return self.run(None)
@@ -961,7 +970,12 @@ def test_auto_tries_the_summaries_beside_y_as_it_is_where_standardised_they_lose
             ((short, 9.0), "standardised", ("plain", False), standardised, CLEAR_GAIN / 2)]:
         job = Job(*scores)
         run, found = _with_or_without(job, summaries, rule)
-        assert run.key == kept and job.runs == runs and np.isclose(found, gain), (scores, rule)
+        assert run.key == kept and np.isclose(found, gain), (scores, rule)
+        assert job.runs[:3] == runs[:3] and sorted(job.runs[3:]) == sorted(runs[3:]), (scores, rule)
+        main = threading.current_thread().name
+        assert all(job.threads[key] == main for key in standardised)  # one after the other, as called
+        if len(runs) > 3 and pool_threads() > 1:
+            assert job.threads[("beside", False)] == main and job.threads[("alone", False)] != main
         if kept == ("beside", True):
             assert run.summaries.in_use == NAMES  # with y standardised on that many rows, the skewness too
         if kept == ("beside", False):
