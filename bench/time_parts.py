@@ -35,10 +35,12 @@ import numpy as np
 import xarray as xr
 
 from _common import write_json
+from jdlcore.tuning import MIN_VALIDATED_ROWS, VALIDATION_FRACTION
 from peers import ALL_TABLES, crps_99, jdl_pipeline_laws, run_lightgbm, split
 
 TEST_ROWS = 10_000
-ONE_SPLIT_BELOW = 10_000  # the default cross-validates below this many rows (``jdlcore.tuning.MIN_VALIDATED_ROWS``)
+# below this many rows one split would validate fewer than MIN_VALIDATED_ROWS, and the default cross-validates
+ONE_SPLIT_BELOW = round(MIN_VALIDATED_ROWS / VALIDATION_FRACTION)
 
 
 def _never_wins(job: Any) -> SimpleNamespace:
