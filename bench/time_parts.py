@@ -25,6 +25,7 @@ import argparse
 import statistics
 import tempfile
 import time
+from contextlib import ExitStack
 from functools import partial
 from pathlib import Path
 from types import SimpleNamespace
@@ -54,18 +55,12 @@ def jdl_variant(train, test, target: str, work: Path, *, folds: int | None = Non
     ``columns_alone``, the stand-in for the search on the columns alone; its seconds and crps_99."""
     import pipeline.tuning as tuning
 
-    patches = []
-    if folds is not None:
-        patches.append(mock.patch.object(tuning, "tune_store", partial(tuning.tune_store, folds=folds)))
-    if not columns_alone:
-        patches.append(mock.patch.object(tuning._SearchJob, "columns_alone", _never_wins))
-    for patch in patches:
-        patch.start()
-    try:
+    with ExitStack() as patches:
+        if folds is not None:
+            patches.enter_context(mock.patch.object(tuning, "tune_store", partial(tuning.tune_store, folds=folds)))
+        if not columns_alone:
+            patches.enter_context(mock.patch.object(tuning._SearchJob, "columns_alone", _never_wins))
         run = jdl_pipeline_laws(train, test, target, work)
-    finally:
-        for patch in patches:
-            patch.stop()
     attrs = xr.open_zarr(work / "tuning.zarr", consolidated=False).attrs
     times = run["times"]
     return {"seconds": times["tune_seconds"] + times["fit_seconds"], "tune_seconds": times["tune_seconds"],
