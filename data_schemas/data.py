@@ -28,6 +28,8 @@ SCHEMA_VERSION = 4  # 2: categorical x columns; 3: the feature names as coordina
 UNSEEN_RULES = ("refuse", "other")
 OTHER_CODE = -1.0
 MISSING_LEVEL = "<missing>"  # the level of a categorical x cell that holds no value (NaN, None, empty text)
+# most distinct values in the first rows of a column of numbers and text for it to be read as categories
+MIXED_LEVELS = 50
 
 
 class ColumnStats:
@@ -114,9 +116,14 @@ class LevelEncoder:
 
 
 def is_categorical(values: Any) -> bool:
-    """Whether a column of a first block looks categorical: it has values and none is a number (text)."""
+    """Whether a column of a first block looks categorical: it holds text, and either no number or at
+    most ``MIXED_LEVELS`` distinct values (codes such as "K", 1, 2, 3). A column of many distinct numbers
+    with a stray text cell is not: it is refused where that cell is read, naming the ways out."""
     present = [v for v in np.asarray(values, dtype=object) if level_name(v) is not None]
-    return bool(present) and not any(_is_number(v) for v in present)
+    numbers = sum(_is_number(v) for v in present)
+    if numbers == len(present):
+        return False
+    return numbers == 0 or len({level_name(v) for v in present}) <= MIXED_LEVELS
 
 
 def row_number(first_row: int | np.ndarray, i: int) -> int:
@@ -155,8 +162,10 @@ def _numeric_column(values: np.ndarray, name: str, role: str, first_row: int | n
         values = np.array([np.nan if level_name(v) is None else v for v in values], dtype=object)
     bad = [i for i, v in enumerate(values) if not _is_number(v)]
     if bad:
+        hint = (f"; name it in --categorical {name} (categorical=[{name!r}]) to read the column as categories, or "
+                "leave the cell empty to read it as missing") if role == "x" else ""
         raise ValueError(f"{role} column {name!r}: non-numeric value {values[bad[0]]!r} at row "
-                         f"{row_number(first_row, bad[0])}")
+                         f"{row_number(first_row, bad[0])}{hint}")
     return np.asarray(values, dtype=np.float64)
 
 

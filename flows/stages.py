@@ -162,8 +162,8 @@ def evaluate(s: EvaluateSettings) -> StageResult:
         key = run_key("evaluate", model=_model_identity(lease.path), data=data_fingerprint(open_staged(s.data)),
                       levels=s.levels, coverage=s.coverage, **_unless_default(s, "unseen"))
         return _run("evaluate", s.out, EVALUATION_SCHEMA, key, open_evaluation, lambda overwrite: evaluate_store(
-            lease.path, s.data, s.out, levels=s.levels, coverage=s.coverage, unseen=s.unseen, overwrite=overwrite,
-            run_key=key, progress=report))
+            lease.path, s.data, s.out, levels=s.levels, coverage=s.coverage, unseen=s.unseen, scheduler=s.scheduler,
+            overwrite=overwrite, run_key=key, progress=report))
     finally:
         lease.release()
 

@@ -11,14 +11,13 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import logging
 import os
 import sys
 import typing
-import warnings
 from typing import Callable
 
 from . import reports
+from .console import console_logging, progress_bar
 
 _SCHEDULER_HELP = ("where to run: auto (default: an embedded Dask cluster above 200,000 rows), memory, local "
                    "(embedded Dask cluster) or tcp://HOST:PORT; environment variable JDL_SCHEDULER")
@@ -27,59 +26,6 @@ _PREFECT_HELP = ("record the run in Prefect: on PREFECT_API_URL, or a temporary 
                  "API is configured (PREFECT_API_URL in the environment or the active Prefect profile)")
 _REUSE_NOTE = ("If OUT already holds the result of the same inputs it is reused; a store of the same kind made "
                "from other inputs is replaced; anything else at OUT is refused.")
-
-
-class _DropErrors(logging.Filter):
-    """Keep Prefect's progress lines on the console; the CLI prints a failure itself, in one line."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        return record.levelno < logging.ERROR
-
-
-def _console_logging(verbose: bool, prefect: bool) -> None:
-    """Console lines: in-process, the ``jdl`` logger's lines only if ``verbose`` (the progress bar
-    shows the progress); under Prefect, its warnings only unless ``verbose``, never errors (the CLI
-    prints them in one line; what reaches the API is unchanged)."""
-    from jdlcore.models.degeneracy import DegeneracyWarning
-
-    warnings.filterwarnings("ignore", category=DegeneracyWarning)  # printed from the stored diagnostics instead
-    if not prefect:
-        if verbose:
-            logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(message)s")
-            logging.getLogger("jdl").setLevel(logging.INFO)
-        return
-    if not verbose:  # read by Prefect's logging configuration when it is first imported
-        os.environ.setdefault("PREFECT_LOGGING_HANDLERS_CONSOLE_LEVEL", "WARNING")
-    import prefect  # noqa: F401  (configures its logging)
-
-    for logger in [logging.getLogger()] + [logging.getLogger(name) for name in logging.root.manager.loggerDict]:
-        for handler in getattr(logger, "handlers", []):
-            if isinstance(handler, logging.StreamHandler) and not isinstance(handler, logging.FileHandler):
-                handler.addFilter(_DropErrors())
-
-
-@contextlib.contextmanager
-def _progress_bar(title: str):
-    """A rich progress bar on stderr fed by the lines the tasks report (``flows.progress``)."""
-    from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
-
-    from flows.progress import displayed, parse_fraction
-
-    columns = (SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-               TimeElapsedColumn())
-    with Progress(*columns, console=Console(stderr=True), transient=True) as bar:
-        task = bar.add_task(title, total=None)
-
-        def show(line: str) -> None:
-            fraction = parse_fraction(line)
-            if fraction is None:
-                bar.update(task, description=f"{title}: {line}", total=None, completed=0)
-            else:
-                bar.update(task, description=f"{title}: {line}", completed=fraction[0], total=fraction[1])
-
-        with displayed(show):
-            yield
 
 
 def _columns(text: str) -> list[str]:
@@ -110,8 +56,8 @@ def _session(args: argparse.Namespace, title: str):
     from flows.runner import prefect_requested
 
     prefect = prefect_requested(args.prefect)
-    _console_logging(verbose=args.verbose, prefect=prefect)
-    with _progress_bar(title):
+    console_logging(verbose=args.verbose, prefect=prefect)
+    with progress_bar(title):
         yield prefect
 
 
@@ -368,8 +314,8 @@ def _add_stage(commands) -> None:
     stage.add_argument("--y", type=_columns, required=True, help="comma-separated output columns")
     stage.add_argument("--out", required=True, help="the zarr store to write")
     setting("--categorical", type=_columns,
-            help="comma-separated x columns holding categories (integer-coded ones, say); text x columns "
-                 "are categorical anyway. They are stored as codes with their levels, and the x kernel "
+            help="comma-separated x columns holding categories (integer-coded ones, say); text x columns, and "
+                 "those mixing text with a few distinct numbers (K, 1, 2, 3), are categorical anyway. They are stored as codes with their levels, and the x kernel "
                  "compares them as equal or not")
     setting("--chunk-size", type=int, help="rows per chunk (default {default})")
     setting("--drop-missing-y", action="store_true",
@@ -468,7 +414,7 @@ def _add_evaluate(commands) -> None:
     setting("--coverage", type=_floats, help="comma-separated nominal coverages of the central intervals "
                                              "(default {default})")
     evaluate.deferred.append(_add_unseen)
-    _add_prefect(evaluate)
+    _add_scheduler(evaluate)
     evaluate.set_defaults(run=_evaluate)
 
 

@@ -8,6 +8,7 @@ scheduler address "tcp://HOST:PORT". The environment variable ``JDL_SCHEDULER`` 
 from __future__ import annotations
 
 import contextlib
+import threading
 from typing import Any, Iterator
 
 __all__ = ["AUTO_ROWS", "WORKER_ENVIRONMENT", "resolve_scheduler", "dask_client", "local_cluster", "shared_scheduler",
@@ -36,27 +37,40 @@ def resolve_scheduler(scheduler: str | None, n_rows: int) -> str | None:
     raise ValueError(f"scheduler: {scheduler!r} is not auto, memory, local or an address like tcp://HOST:PORT")
 
 
+# dask.config.set restores, on exit, the values it found on entry: two threads whose settings overlap
+# would restore each other's. The nanny reads its environment once, as it is made.
+_CONFIG_LOCK = threading.Lock()
+
+
 @contextlib.contextmanager
 def local_cluster() -> Iterator[str]:
     """An embedded LocalCluster (two single-threaded workers, 6 GB each, ``WORKER_ENVIRONMENT``);
-    yields its scheduler address and shuts it down on exit."""
+    yields its scheduler address and shuts it down on exit. Dask's configuration is set only while
+    the nannies are made, and left as it was found."""
     import dask
     from distributed import LocalCluster
 
-    environment = dask.config.set({"distributed.nanny.pre-spawn-environ": WORKER_ENVIRONMENT})
-    with environment, LocalCluster(n_workers=2, threads_per_worker=1, memory_limit="6GB",
-                                   dashboard_address=":0") as cluster:
+    with _CONFIG_LOCK, dask.config.set({"distributed.nanny.pre-spawn-environ": WORKER_ENVIRONMENT}):
+        cluster = LocalCluster(n_workers=2, threads_per_worker=1, memory_limit="6GB", dashboard_address=":0")
+    with cluster:
         yield cluster.scheduler_address
 
 
 @contextlib.contextmanager
 def dask_client(scheduler: str) -> Iterator:
-    """A ``distributed.Client`` for an address, or for an embedded LocalCluster with "local"."""
+    """A ``distributed.Client`` for an address, or for an embedded LocalCluster with "local".
+
+    The client is never made the process's default (``set_as_default=False``): every task is sent
+    through it explicitly, and a default client sets ``scheduler="dask.distributed"`` in dask's
+    configuration, which is restored only when the last of the clients open at once closes, to the
+    value the last-opened one found. Clients of one run overlap (the tuning's grids run side by side),
+    so that value can be the setting itself, and every later ``.compute()`` of the process (xarray
+    loading a store) would ask for a client that is gone."""
     from distributed import Client
 
     with contextlib.ExitStack() as stack:
         address = stack.enter_context(local_cluster()) if scheduler == "local" else scheduler
-        yield stack.enter_context(Client(address, timeout=30))
+        yield stack.enter_context(Client(address, timeout=30, set_as_default=False))
 
 
 @contextlib.contextmanager

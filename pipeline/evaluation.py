@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 import numpy as np
+import zarr
 
 from data_schemas.evaluation import SCHEMA_NAME, SCHEMA_VERSION, validate_evaluation_dataset
 from jdlcore.conditional.laws import crps as law_crps, quantiles as law_quantiles, randomised_pit
@@ -25,11 +26,12 @@ from jdlcore.conditional.queries import check_levels
 from jdlcore.models.protocol import SCORE_ROWS
 
 from .atomic import atomic_store, refuse_existing
+from .cluster import broadcast, dask_client, resolve_scheduler
 from .model_store import load_model
 from .staging import open_staged, recode
 from .x_view import XView, model_recoding
 
-__all__ = ["evaluate_store", "open_evaluation", "figure_path", "DEFAULT_LEVELS", "DEFAULT_COVERAGE", "PIT_BINS"]
+__all__ = ["evaluate_store", "evaluate_chunk", "open_evaluation", "figure_path", "DEFAULT_LEVELS", "DEFAULT_COVERAGE", "PIT_BINS"]
 
 DEFAULT_LEVELS = tuple(round(0.05 * k, 2) for k in range(1, 20))  # 0.05, 0.10, ..., 0.95
 DEFAULT_COVERAGE = (0.5, 0.8, 0.9, 0.95)  # central intervals
@@ -37,27 +39,28 @@ PIT_BINS = 20
 
 
 class _Totals:
-    """The running sums over the rows of the figures that are means: pinball per level, rows covered per
-    nominal coverage, squared error of the mean; and the per-row CRPS and PIT."""
+    """The figures of a run of consecutive rows: the per-row CRPS and PIT, and the sums over the rows of
+    the figures that are means (pinball per level, rows covered per nominal coverage, squared error of
+    the mean). Runs of rows add up (``combined``), so chunks can be judged anywhere."""
 
-    def __init__(self, n: int, levels: np.ndarray, coverage: np.ndarray, atoms: np.ndarray):
-        self.levels, self.coverage, self.atoms = levels, coverage, atoms  # atoms: (M,), the law's support
-        self.order = np.argsort(atoms, kind="stable")
-        self.asked = np.unique(np.concatenate([levels, (1 - coverage) / 2, (1 + coverage) / 2]))
+    def __init__(self, n: int, levels: np.ndarray, coverage: np.ndarray):
+        self.levels, self.coverage = levels, coverage
         self.crps, self.pit = np.empty(n), np.empty(n)
         self.pinball, self.covered, self.squared = np.zeros(levels.size), np.zeros(coverage.size), 0.0
 
-    def add(self, model: Any, X: np.ndarray, y: np.ndarray, rows: slice, rng: np.random.Generator,
+    def add(self, model: Any, X: np.ndarray, y: np.ndarray, rows: slice, uniform: np.ndarray,
             on: LocationScale | None = None) -> None:
-        """The rows ``rows`` (x (b, d), y (b,)) read from the model's law at each x. ``on``: for a model of a
-        standardised y, each row's location and scale, which move its law to y's scale, clipped to y's range
-        (``LocationScale``)."""
-        weights, atoms = model.conditional_weights(X), self.atoms  # (b, M): the law every figure is read from
+        """The rows ``rows`` (x (b, d), y (b,)) read from the model's law at each x; ``uniform`` (b,): the
+        PIT's randomisation. ``on``: for a model of a standardised y, each row's location and scale, which
+        move its law to y's scale, clipped to y's range (``LocationScale``)."""
+        atoms = np.asarray(model.law_atoms_, dtype=np.float64)[:, 0]  # (M,): the law's support
+        asked = np.unique(np.concatenate([self.levels, (1 - self.coverage) / 2, (1 + self.coverage) / 2]))
+        weights = model.conditional_weights(X)  # (b, M): the law every figure is read from
         self.crps[rows] = (law_crps(weights, atoms, y) if on is None
-                           else on.crps(weights, atoms, self.order, y))
-        quantiles = law_quantiles(weights, atoms, self.asked)  # what conditional_quantile reads from the law
+                           else on.crps(weights, atoms, np.argsort(atoms, kind="stable"), y))
+        quantiles = law_quantiles(weights, atoms, asked)  # what conditional_quantile reads from the law
         quantiles = quantiles if on is None else on.quantiles(quantiles)
-        at = {float(level): k for k, level in enumerate(self.asked)}
+        at = {float(level): k for k, level in enumerate(asked)}
         picked = quantiles[:, [at[float(level)] for level in self.levels]]
         self.pinball += pinball_losses(picked, y, self.levels).sum(axis=0)
         low = quantiles[:, [at[float(level)] for level in (1 - self.coverage) / 2]]
@@ -65,15 +68,42 @@ class _Totals:
         self.covered += ((y[:, None] >= low) & (y[:, None] <= high)).sum(axis=0)
         mean = weights @ atoms if on is None else on.moments(weights, atoms)[0]
         self.squared += float(np.sum((y - mean) ** 2))
-        uniform = rng.uniform(size=y.size)
         self.pit[rows] = (randomised_pit(weights, atoms, y, uniform) if on is None
                           else on.pit(weights, atoms, y, uniform))
+
+    @classmethod
+    def combined(cls, parts: list["_Totals"]) -> "_Totals":
+        """The totals of consecutive runs of rows, in their order."""
+        whole = cls(0, parts[0].levels, parts[0].coverage)
+        whole.crps = np.concatenate([part.crps for part in parts])
+        whole.pit = np.concatenate([part.pit for part in parts])
+        whole.pinball = sum(part.pinball for part in parts)
+        whole.covered = sum(part.covered for part in parts)
+        whole.squared = sum(part.squared for part in parts)
+        return whole
+
+
+def evaluate_chunk(model: Any, data: str, tables: dict[int, np.ndarray], levels: np.ndarray, coverage: np.ndarray,
+                   seed: int, start: int, stop: int) -> _Totals:
+    """The figures of rows [start, stop) of the staged store ``data``, read in blocks of ``SCORE_ROWS``
+    (x read as the model reads it, ``pipeline.x_view``; ``tables``: the recoding of its category codes to
+    the model's). The PIT's uniforms are seeded by (``seed``, ``start``), so a chunk's figures do not
+    depend on where, or after which other chunk, it runs."""
+    group = zarr.open_group(data, mode="r", zarr_format=3)
+    view, totals = XView.of(model), _Totals(stop - start, levels, coverage)
+    rng = np.random.default_rng([seed, start])
+    for a in range(start, stop, SCORE_ROWS):
+        b = min(a + SCORE_ROWS, stop)
+        X = view.rows(recode(group["x"][a:b], tables))
+        y = np.asarray(group["y"][a:b][:, 0], dtype=np.float64)
+        totals.add(model, X, y, slice(a - start, b - start), rng.uniform(size=b - a), view.location_scale(X))
+    return totals
 
 
 def evaluate_store(model_path: str | os.PathLike, data: str | os.PathLike, out: str | os.PathLike, *,
                    levels: Sequence[float] = DEFAULT_LEVELS, coverage: Sequence[float] = DEFAULT_COVERAGE,
-                   unseen: str = "refuse", seed: int = 0, overwrite: bool = False, run_key: str | None = None,
-                   progress: Callable[[str], None] | None = None) -> Path:
+                   unseen: str = "refuse", seed: int = 0, scheduler: str | None = None, overwrite: bool = False,
+                   run_key: str | None = None, progress: Callable[[str], None] | None = None) -> Path:
     """Judge the model store ``model_path`` on every row of the staged store ``data`` (a scalar y) and
     write the evaluation store ``out`` atomically, with its calibration figure (the PIT histogram, and
     the coverage of the central intervals against nominal) beside it (``figure_path``: report.zarr ->
@@ -81,8 +111,9 @@ def evaluate_store(model_path: str | os.PathLike, data: str | os.PathLike, out: 
 
     ``levels``: the pinball loss's levels, in (0, 1); ``coverage``: the central intervals' nominal
     coverages, in (0, 1); ``unseen``: a categorical level the model was not fitted on, as in ``jdl score``;
-    ``seed``: the PIT's randomisation. ``ValueError`` naming the rule for a model without a law on atoms
-    (KLR), a vector y, or x features other than the model's.
+    ``seed``: the PIT's randomisation; ``scheduler``: where the store's chunks are judged, as for
+    ``jdl score`` (``pipeline.cluster``). ``ValueError`` naming the rule for a model without a law on
+    atoms (KLR), a vector y, or x features other than the model's.
     """
     levels, nominal = check_levels(levels), _check_coverage(coverage)
     target = Path(out)
@@ -96,17 +127,26 @@ def evaluate_store(model_path: str | os.PathLike, data: str | os.PathLike, out: 
     if len(y_features) != 1 or model.y_width_ != 1:
         raise ValueError(f"data: evaluate needs a scalar y; the data have y {y_features}, the model "
                          f"{model.y_width_} y feature(s)")
-    tables, view = model_recoding(model, group, data, unseen), XView.of(model)
-    n = int(group.attrs["n_samples"])
-    totals = _Totals(n, levels, nominal, np.asarray(model.law_atoms_, dtype=np.float64)[:, 0])
-    rng = np.random.default_rng(seed)
-    for start in range(0, n, SCORE_ROWS):
-        rows = slice(start, min(start + SCORE_ROWS, n))
-        X = view.rows(recode(group["x"][rows], tables))
-        totals.add(model, X, np.asarray(group["y"][rows][:, 0], dtype=np.float64), rows, rng, view.location_scale(X))
-        if progress is not None and (rows.stop == n or (start // SCORE_ROWS) % 10 == 9):
-            progress(f"evaluated {rows.stop:,}/{n:,} rows")
-    dataset = _dataset(totals, n, {
+    tables = model_recoding(model, group, data, unseen)
+    n, step = int(group.attrs["n_samples"]), group["x"].chunks[0]
+    bounds = [(start, min(start + step, n)) for start in range(0, n, step)]
+    job = (str(Path(data).resolve()), tables, levels, nominal, seed)
+    where = resolve_scheduler(scheduler, n)
+    if where is None:
+        parts = []
+        for done, (a, b) in enumerate(bounds, 1):
+            parts.append(evaluate_chunk(model, *job, a, b))
+            _report(progress, done, len(bounds))
+    else:
+        from distributed import as_completed
+
+        with dask_client(where) as client:
+            shared = broadcast(client, model)
+            futures = [client.submit(evaluate_chunk, shared, *job, a, b, pure=False) for a, b in bounds]
+            for done, _ in enumerate(as_completed(futures, loop=client.loop), 1):
+                _report(progress, done, len(bounds))
+            parts = client.gather(futures)  # in the chunks' order; raises the first failure, if any
+    dataset = _dataset(_Totals.combined(parts), n, {
         "schema": SCHEMA_NAME, "schema_version": SCHEMA_VERSION, "model": str(Path(model.store_path_).resolve()),
         "model_version": model.store_version_ or "", "data": str(Path(data).resolve()), "n_samples": n,
         "y_feature": y_features[0], "figure": figure_path(target).name, **({"run_key": run_key} if run_key else {})})
@@ -120,6 +160,11 @@ def evaluate_store(model_path: str | os.PathLike, data: str | os.PathLike, out: 
     finally:
         drawn.unlink(missing_ok=True)
     return target
+
+
+def _report(progress: Callable[[str], None] | None, done: int, total: int) -> None:
+    if progress is not None:
+        progress(f"evaluated {done}/{total} chunks")
 
 
 def figure_path(store: str | os.PathLike) -> Path:

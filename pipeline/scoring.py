@@ -129,7 +129,7 @@ def score_store(model_path: str | os.PathLike, data: str | os.PathLike, out: str
             with dask_client(where) as client:
                 shared = broadcast(client, model)
                 futures = [client.submit(score_chunk, shared, *job, a, b, pure=False) for a, b in bounds]
-                for done, _ in enumerate(as_completed(futures), 1):
+                for done, _ in enumerate(as_completed(futures, loop=client.loop), 1):
                     _report(progress, done, len(bounds))
                 counts = client.gather(futures)  # raises the first failure, if any
         if getattr(model, "law_rule", None) == "project":

@@ -277,6 +277,7 @@ class EvaluateSettings(_Settings):
     levels: list[float] = Field(list(DEFAULT_LEVELS), min_length=1)  # of the pinball loss
     coverage: list[float] = Field(list(DEFAULT_COVERAGE), min_length=1)  # nominal, of central intervals
     unseen: Literal[UNSEEN_RULES] = "refuse"  # type: ignore[valid-type] - data_schemas.data's rules
+    scheduler: Scheduler = Field(None, validate_default=True)
 
     @field_validator("levels", "coverage")
     @classmethod

@@ -6,9 +6,10 @@ in constant memory. Every block is validated (``data_schemas.data``); the store 
 temporary sibling and renamed into place only when the whole source passed, so bad input leaves
 nothing behind.
 
-Categorical x columns, declared (``categorical``) or detected (a text column: none of its first
-``DETECT_ROWS`` values is a number), are stored as codes 0, 1, ... with their levels in the store's
-``categorical`` attribute (order of first appearance).
+Categorical x columns, declared (``categorical``) or detected (``data_schemas.data.is_categorical`` on
+the first ``DETECT_ROWS`` values: text, alone or mixed with numbers in a few distinct codes), are
+stored as codes 0, 1, ... with their levels in the store's ``categorical`` attribute (order of first
+appearance).
 """
 from __future__ import annotations
 
@@ -119,8 +120,8 @@ def stage(
 ) -> Path:
     """Stage columns ``x`` and ``y`` of ``source`` into a zarr v3 store at ``out``; returns its path.
 
-    ``categorical``: x columns to store as category codes (integer-coded ones, say); text x columns
-    are detected as categorical anyway. A row with a missing y (NaN or empty) is refused, with one
+    ``categorical``: x columns to store as category codes (integer-coded ones, say); text x columns,
+    and those mixing text with a few distinct numbers ("K", 1, 2, 3), are detected as categorical anyway. A row with a missing y (NaN or empty) is refused, with one
     error naming how many rows miss one and the first of them, unless ``drop_missing_y``: those rows
     are then left out, and the store's ``dropped_missing_y`` attribute counts them. A missing x value is
     kept: NaN in a continuous column (the ``missing_x`` attribute counts them per column), the level
@@ -133,6 +134,10 @@ def stage(
         raise ValueError(f"source: {source} does not exist")
     if not x or not y:
         raise ValueError("x, y: name at least one column for each")
+    for role, names in (("x", x), ("y", y), ("categorical", categorical or [])):
+        twice = sorted({name for name in names if list(names).count(name) > 1})
+        if twice:
+            raise ValueError(f"{role}: column {twice[0]!r} is named twice")
     overlap = set(x) & set(y)
     if overlap:
         raise ValueError(f"column {sorted(overlap)[0]!r}: is named for both x and y")
@@ -365,7 +370,7 @@ def level_recoding(levels: dict[str, list[str]], reference: dict[str, list[str]]
             level = levels[name][int(np.argmax(table == OTHER_CODE))]
             known = ", ".join(map(repr, reference[name][:10])) + (", ..." if len(reference[name]) > 10 else "")
             raise ValueError(f"x column {name!r}: level {level!r} in {where} was not seen when the model was fitted "
-                             f"(levels {known}); use unseen 'other' to let it match no level")
+                             f"(levels {known}); pass --unseen other (unseen='other' in Python) to let it match no level")
         if not np.array_equal(table, np.arange(table.size)):
             tables[j] = table
     return tables

@@ -524,7 +524,7 @@ def _fan_out(where: str, base: JDL, regs: Regs, progress: Callable[[str], None] 
         with dask_client(where) as client:
             shared = [[broadcast(client, part) for part in fold] for fold in folds]
             futures = [client.submit(score_grid, shared, base, [kx], [ky], regs, score, pure=False) for kx, ky in pairs]
-            for k, _ in enumerate(as_completed(futures), 1):
+            for k, _ in enumerate(as_completed(futures, loop=client.loop), 1):
                 if progress is not None:
                     progress(f"tuned {k}/{len(pairs)} lengthscale pairs")
             return [row for rows_of_pair in client.gather(futures) for row in rows_of_pair]

@@ -86,7 +86,9 @@ def dask_cluster(workers: int = 2):
         deadline = time.monotonic() + 60
         while client is None:
             try:
-                client = distributed.Client(address, timeout=5)
+                # not the process's default client: jdl sends its work through the clients it opens, and
+                # a default one here would hide a step that leaves dask asking for a client that is gone
+                client = distributed.Client(address, timeout=5, set_as_default=False)
             except OSError:
                 if time.monotonic() > deadline:
                     raise

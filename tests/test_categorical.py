@@ -185,6 +185,37 @@ def test_staging_detects_text_columns_and_stores_declared_codes_with_their_level
     np.testing.assert_array_equal(group["x"][:, 1], x[:, 1])
 
 
+def test_a_column_of_codes_mixing_text_and_numbers_is_read_as_categories(tmp_path, capsys):
+    """A school grade ("K", 1, 2, 3) is categorical without a flag; a column of many numbers with one
+    stray text cell is refused at that cell, naming the flag that reads it as categories."""
+    from jdl.cli import main
+    from pipeline.staging import categorical_levels, open_staged, stage
+
+    frame = table(300, 3)
+    grade = np.resize(np.array([1, 2, 3, "K"], dtype=object), 300)
+    frame.assign(grade=grade).to_csv(tmp_path / "t.csv", index=False)
+    group = open_staged(stage(tmp_path / "t.csv", tmp_path / "t.zarr", ["u", "grade"], ["y"], chunk_size=64))
+    levels = categorical_levels(group)["grade"]
+    assert levels == ["1", "2", "3", "K"]
+    assert [levels[int(c)] for c in group["x"][:, 1]] == [str(v) for v in grade]
+    stray = frame["u"].astype(object)
+    stray[11] = "K"
+    frame.assign(u=stray).to_csv(tmp_path / "stray.csv", index=False)
+    capsys.readouterr()
+    assert main(["stage", str(tmp_path / "stray.csv"), "--x", "u,color", "--y", "y", "--out",
+                 str(tmp_path / "s.zarr")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["jdl stage: error: x column 'u': non-numeric value 'K' at row 11; name it in --categorical u "
+                   "(categorical=['u']) to read the column as categories, or leave the cell empty to read it as "
+                   "missing"]
+    assert not (tmp_path / "s.zarr").exists()
+    late = frame.assign(u=frame["u"].astype(object))  # text only after the rows that decide: refused there
+    late.loc[250, "u"] = "K"
+    late.to_csv(tmp_path / "late.csv", index=False)
+    with pytest.raises(ValueError, match=r"^x column 'u': non-numeric value 'K' at row 250; name it in --categorical"):
+        stage(tmp_path / "late.csv", tmp_path / "l.zarr", ["u"], ["y"], chunk_size=64)
+
+
 def test_jdl_stage_reports_the_categorical_columns(tmp_path, capsys):
     from jdl.cli import main
 
@@ -297,7 +328,8 @@ def test_an_unseen_level_is_refused_by_name_or_matches_no_level(fitted, capsys):
     assert main(["score", str(root / "m.zarr"), str(root / "unseen.zarr"), "--out", str(root / "u.zarr"),
                  "--function", "mean"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "x column 'color': level 'purple' in data" in err[0] and "unseen 'other'" in err[0], err
+    assert len(err) == 1 and "x column 'color': level 'purple' in data" in err[0] and err[0].endswith(
+        "pass --unseen other (unseen='other' in Python) to let it match no level"), err
     assert not (root / "u.zarr").exists()
     assert main(["score", str(root / "m.zarr"), str(root / "unseen.zarr"), "--out", str(root / "u.zarr"),
                  "--function", "mean", "--unseen", "other"]) == 0

@@ -9,9 +9,15 @@ from jdl.cli import main
 
 
 def test_demo_runs_the_flows_and_reports_against_the_truth(tmp_path, capsys):
-    """The demo at a small size, in this process (no Prefect API configured: no server)."""
-    argv = ["demo", "--rows", "4000", "--workdir", str(tmp_path / "demo"), "--scheduler", "memory"]
+    """The demo at a small size, as README line 1 runs it: every stage on one embedded Dask cluster,
+    in this process (no Prefect API configured: no server), leaving dask's configuration as it was
+    (a step that did not asked the next for a Dask client that was gone)."""
+    import dask
+
+    before = dask.config.get("scheduler", None)
+    argv = ["demo", "--rows", "4000", "--workdir", str(tmp_path / "demo")]
     assert main(argv) == 0
+    assert dask.config.get("scheduler", None) == before
     out = capsys.readouterr().out
     from pipeline.tuning import load_tuning
 

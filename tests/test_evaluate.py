@@ -98,3 +98,21 @@ def test_the_evaluate_flow_on_a_real_prefect_api(stores, prefect_api):
     ds = open_evaluation(result["path"])
     assert ds["level"].values.tolist() == LEVELS and (root / "flow.png").exists()
     assert float(ds["crps_mean"]) == pytest.approx(load_model(root / "m.zarr").crps(X, y).mean(), rel=1e-12)
+
+
+def test_evaluate_on_a_real_dask_cluster_gives_the_figures_of_this_process(stores, dask_client, capsys):
+    """``--scheduler ADDRESS``: the store's chunks are judged on the workers, and every figure, the
+    randomised PIT included (seeded by chunk), is the same as in this process."""
+    root, _, _ = stores
+    assert main(["stage", str(root / "test.npz"), "--x", "x", "--y", "y", "--chunk-size", "700", "--out",
+                 str(root / "chunked.zarr")]) == 0
+    common = ["evaluate", str(root / "m.zarr"), str(root / "chunked.zarr"), "--levels", "0.1,0.5,0.9"]
+    assert main([*common, "--out", str(root / "here.zarr"), "--scheduler", "memory"]) == 0
+    assert main([*common, "--out", str(root / "there.zarr"), "--scheduler", dask_client.scheduler.address]) == 0
+    prefixes = dask_client.run_on_scheduler(lambda dask_scheduler: list(dask_scheduler.task_prefixes))
+    assert "evaluate_chunk" in prefixes  # the chunks ran on the cluster
+    here, there = open_evaluation(root / "here.zarr"), open_evaluation(root / "there.zarr")
+    for name in ("crps", "pit", "pinball", "coverage", "pit_density", "crps_mean", "rmse"):
+        np.testing.assert_allclose(there[name].values, here[name].values, rtol=1e-12, atol=0, err_msg=name)
+    single = open_evaluation(evaluate_store(root / "m.zarr", root / "test.zarr", root / "single.zarr", levels=LEVELS))
+    np.testing.assert_allclose(here["crps"].values, single["crps"].values, rtol=1e-12)  # the chunks change no CRPS

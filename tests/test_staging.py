@@ -56,6 +56,7 @@ def test_round_trip_every_format(table, tmp_path, suffix):
         (lambda t: t.iloc[:1], ["a"], ["t"], r"has 1 row\(s\)"),
         (lambda t: t.assign(b=2.5), ["b"], ["t"], r"x column 'b': is constant"),
         (lambda t: t, ["a"], ["a"], r"column 'a': is named for both x and y"),
+        (lambda t: t, ["a", "b", "a"], ["t"], r"^x: column 'a' is named twice$"),
     ],
 )
 def test_bad_input_fails_clearly_and_leaves_no_store(table, tmp_path, mutate, x, y, message):
