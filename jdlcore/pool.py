@@ -5,25 +5,63 @@ The pool has JDL_KERNEL_THREADS threads, else one per core up to 4 (Dask workers
 cluster use 1). Work handed to the pool from one of its own threads runs in that thread, and on any
 of the pool's threads that is free meanwhile (``_shared``). NumPy releases the GIL in BLAS and in
 ufuncs, so the threads compute at once.
+
+Ctrl-C reaches the main thread only. When it interrupts a call that handed work to the pool, the
+pool's threads stop too: every item not yet started is skipped, and long work checks ``stop_point``
+between its steps (a booster's rounds), so the call ends, and the process can exit, within a step.
 """
 from __future__ import annotations
 
 import os
 import sys
 import threading
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from contextlib import contextmanager, nullcontext
 from typing import Any, Callable, Iterator
 
 from threadpoolctl import ThreadpoolController
 
-__all__ = ["pool_threads", "pool_map", "alongside"]
+__all__ = ["pool_threads", "pool_map", "alongside", "stop_point", "Stopped"]
 
 _THREADS = max(1, int(os.environ.get("JDL_KERNEL_THREADS", 0)) or min(4, os.cpu_count() or 1))
 _POOL_PREFIX = "jdl-kernel"
 _POOL: ThreadPoolExecutor | None = None
 _BLAS: dict[str, Any] = {"lock": threading.Lock(), "holders": 0, "limits": None, "controller": None, "modules": None}
 _HELD = threading.local()  # a pool thread's ``modules``: the module count when its OpenMP libraries were held
+_STOP = threading.Event()  # set while an interrupted call of a thread outside the pool unwinds
+_CALLS = threading.local()  # a thread's ``depth``: its calls (``_waited``) that handed work to the pool and run
+
+
+class Stopped(KeyboardInterrupt):
+    """Raised in the pool's threads at a ``stop_point`` once the call that handed them work was
+    interrupted (a ``KeyboardInterrupt``: no ``except Exception`` along the way takes it for a failure)."""
+
+
+def stop_point() -> None:
+    """``Stopped`` if the call whose work this is was interrupted; for long work on the pool's threads,
+    between its steps."""
+    if _STOP.is_set():
+        raise Stopped("the call that started this work was interrupted")
+
+
+@contextmanager
+def _waited(futures: list[Future]) -> Iterator[None]:
+    """Around a call of a thread outside the pool that hands ``futures`` to the pool: on the way out,
+    whatever the way, it waits for them, so nothing of the call runs on after it. On an interrupt
+    (Ctrl-C) the pool's threads are first asked to stop (``_STOP``), and the thread's outermost such
+    call clears the request once its work has ended, so that the next call runs."""
+    depth = getattr(_CALLS, "depth", 0)
+    _CALLS.depth = depth + 1
+    try:
+        yield
+    except KeyboardInterrupt:
+        _STOP.set()
+        raise
+    finally:
+        wait(futures)
+        _CALLS.depth = depth
+        if depth == 0:
+            _STOP.clear()
 
 
 def _pool() -> ThreadPoolExecutor:
@@ -60,7 +98,14 @@ def pool_map(work: Callable[[Any], Any], items: list, *, one_blas_thread: bool =
     if _on_pool_thread():
         return _shared(work, items)
     with _one_blas_thread() if one_blas_thread else nullcontext():
-        return list(_pool().map(_one_openmp_thread(work), items))
+        futures = [_pool().submit(_one_openmp_thread(work), item) for item in items]
+        with _waited(futures):
+            try:
+                return [future.result() for future in futures]
+            except BaseException:  # the items not started are not run
+                for future in futures:
+                    future.cancel()
+                raise
 
 
 def _shared(work: Callable[[Any], Any], items: list) -> list:
@@ -81,6 +126,7 @@ def _shared(work: Callable[[Any], Any], items: list) -> list:
     def take() -> None:
         nonlocal taken, running
         while True:
+            stop_point()
             with finished:
                 if taken == len(items) or failed:
                     return
@@ -127,10 +173,8 @@ def alongside(work: Callable[[], Any]) -> Iterator[Future]:
         return
     with _one_blas_thread():
         future = _pool().submit(_one_openmp_thread(work))
-        try:
+        with _waited([future]):
             yield future
-        finally:
-            future.exception()  # waits: nothing of ``work`` runs on after the block
 
 
 def _one_openmp_thread(work: Callable) -> Callable:
@@ -142,6 +186,7 @@ def _one_openmp_thread(work: Callable) -> Callable:
     LightGBM model from its text at the default thread count, a 2-thread LightGBM fit in the main thread
     took 6 times as long as before.)"""
     def held(*args: Any) -> Any:
+        stop_point()
         if getattr(_HELD, "modules", None) != len(sys.modules):
             _thread_libraries().limit(limits=1, user_api="openmp")
             _HELD.modules = len(sys.modules)

@@ -13,7 +13,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from jdlcore.pool import pool_map, pool_threads
+from jdlcore.pool import pool_map, pool_threads, stop_point
 
 __all__ = ["KeptScores", "at_every_row", "early_stopped", "first_round", "in_turns", "training_scores",
            "KEPT_SCORES_EVERY"]
@@ -174,6 +174,7 @@ def in_turns(jobs: list[tuple[int, int]], started: Callable[[tuple[int, int]], A
 
     def turns(_: int) -> None:
         while True:
+            stop_point()
             with lock:
                 ready = [job for job in jobs if job not in busy and rounds[job] < stop[job[0]]]
                 if not ready:  # what is left is being trained by the other threads

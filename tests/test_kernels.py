@@ -273,3 +273,45 @@ def test_work_alongside_runs_first_without_a_second_thread(monkeypatch):
     with pool.alongside(failing) as result:
         with pytest.raises(RuntimeError, match="from the work"):
             result.result()
+
+
+def test_an_interrupt_stops_the_pool_s_work_at_its_next_step_and_the_next_call_runs(monkeypatch):
+    """Ctrl-C in the calling thread (a ``KeyboardInterrupt`` in the body of ``alongside``, or while
+    ``pool_map`` waits): the work on the pool stops at its next ``stop_point`` (``Stopped``) instead of
+    running to its end, items not started are not run, and a later call runs in full."""
+    import threading
+
+    import jdlcore.pool as pool
+
+    monkeypatch.setattr(pool, "_THREADS", 2)
+    steps, started = [], threading.Event()
+
+    def long_work():
+        for step in range(10_000):
+            started.set()
+            pool.stop_point()
+            steps.append(step)
+            threading.Event().wait(0.001)
+
+    with pytest.raises(KeyboardInterrupt):
+        with pool.alongside(long_work) as beside:
+            started.wait(timeout=60)
+            raise KeyboardInterrupt
+    assert isinstance(beside.exception(), pool.Stopped) and len(steps) < 10_000
+    ran = []
+
+    def item(k):
+        if k == 0:
+            raise KeyboardInterrupt  # as if delivered while the map waits on its first item
+        ran.append(k)
+        long_work()
+
+    steps.clear()
+    with pytest.raises(KeyboardInterrupt):
+        pool.pool_map(item, list(range(6)))
+    assert len(ran) <= 2 and len(steps) < 10_000  # the items after those running were skipped or stopped
+    assert not pool._STOP.is_set()
+    assert pool.pool_map(lambda k: k * k, list(range(6))) == [0, 1, 4, 9, 16, 25]
+    with pool.alongside(lambda: 5) as beside:
+        pass
+    assert beside.result() == 5

@@ -56,8 +56,9 @@ POSITIVITY = ("project", "clip", "grid", "tightening", "pointwise")
 ON_Y_KINDS = ("mean", "second_moment", "cdf", "quantile")  # the requests a model of a standardised y answers
 # the declarations of the laws' support and of the grid positivity budget (JDL and the polynomial JDL)
 SUPPORT_PARAMS: dict[str, Param] = {
-    "support_size": Param(Integer(optional=True), "support atoms M of the conditional laws (unset: 4 per sum "
-                          "they reproduce, at least 512; at most n)", option=True),
+    "support_size": Param(Integer(optional=True), "support atoms M asked for the conditional laws (unset: 4 "
+                          "per sum they reproduce, at least 512; at most n); the law keeps those that hold weight",
+                          option=True),
     "grid_points": Param(Integer(), "training x rows of the grid positivity constraints"),
     "grid_rounds": Param(Integer(), "cutting-plane rounds of the grid positivity"),
     "grid_seconds": Param(Number(low=0, low_open=True), "wall-clock budget of the grid positivity, in seconds"),
@@ -93,8 +94,9 @@ class JDL(TrainingAtomDiagnostics, JDLState, Estimator):
     max_rank: cap on each rank m_X, m_Y (None: the default budget, max(512, n / 8) within a quarter of
         the machine's memory for L, ``jdlcore.models.degeneracy.rank_budget``; a fit stopped there warns).
     support_size: M, the number of support atoms of the Y marginal (default: ``default_support_size``,
-        4 atoms per sum the weights reproduce, 12 (1 + m_Y) for a scalar Y, at least 512; at most n).
-        Fewer distinct training values: those values, exactly.
+        4 atoms per sum the weights reproduce, 12 (1 + m_Y) for a scalar Y, at least 512; at most n), the
+        number asked for: empty bins and atoms the reweighting leaves without weight are dropped, so
+        ``support_atoms_`` may hold fewer. Fewer distinct training values: those values, exactly.
     grid_points, grid_rounds, grid_seconds: the budget of positivity="grid" (training x rows,
         cutting-plane rounds, wall-clock seconds).
 
