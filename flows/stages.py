@@ -23,6 +23,7 @@ from data_schemas.model import SCHEMA_NAME as MODEL_SCHEMA
 from data_schemas.scores import SCHEMA_NAME as SCORES_SCHEMA
 from data_schemas.tuning import SCHEMA_NAME as TUNING_SCHEMA
 from pipeline.compression import compress_store, open_compressed
+from pipeline.damage import naming_damage
 from pipeline.evaluation import evaluate_store, open_evaluation
 from pipeline.fitting import fit_store, run_parameters
 from pipeline.locks import LockTimeout, store_lock
@@ -62,10 +63,12 @@ def is_transient(error: BaseException | None) -> bool:
     return type(error).__name__ in ("KilledWorker", "CommClosedError", "FutureCancelledError")
 
 
-def _run(stage_name: str, out: str, schema: str, key: str, validate, write) -> StageResult:
+def _run(stage_name: str, out: str, schema: str, key: str, validate, write,
+         reads: dict[str, Any] | None = None) -> StageResult:
     """Under the lock of ``out`` (``pipeline.locks``: runs writing one store take turns), reuse it if
     it holds this key's result, else ``write(overwrite)`` it; log which. A run that waited for another
-    finds that run's store, and reuses it when its inputs were the same."""
+    finds that run's store, and reuses it when its inputs were the same. ``reads``: the stores the write
+    reads ({kind: path}), named with the array and chunk where one cannot be read (``naming_damage``)."""
     with store_lock(out, progress=lambda line: report(f"{stage_name}: {line}")):
         action = decide(out, schema, key, validate)
         if action == Decision.REUSE:
@@ -73,7 +76,8 @@ def _run(stage_name: str, out: str, schema: str, key: str, validate, write) -> S
         else:
             report(f"{stage_name}: {'replacing' if action == Decision.REPLACE else 'writing'} {out} "
                    f"(run key {key[:12]})")
-            write(action == Decision.REPLACE)
+            with naming_damage({kind: path for kind, path in (reads or {}).items() if path is not None}):
+                write(action == Decision.REPLACE)
     return StageResult(path=str(out), reused=action == Decision.REUSE, key=key)
 
 
@@ -103,7 +107,8 @@ def tune(s: TuneSettings) -> StageResult:
     key = tune_key(s, data_fingerprint(open_staged(s.data)))
     options = s.model_dump(exclude={"data", "out"})
     return _run("tune", s.out, TUNING_SCHEMA, key, load_tuning, lambda overwrite: tune_store(
-        s.data, s.out, **options, overwrite=overwrite, run_key=key, progress=report))
+        s.data, s.out, **options, overwrite=overwrite, run_key=key, progress=report),
+        reads={"data": s.data, "validation": s.validation})
 
 
 def fit_hyperparameters(s: FitSettings) -> tuple[dict[str, Any], str | None]:
@@ -137,7 +142,7 @@ def fit(s: FitSettings) -> StageResult:
                                 progress=report)
         publish_fit(path, model)
 
-    return _run("fit", s.out, MODEL_SCHEMA, key, load_model, write)
+    return _run("fit", s.out, MODEL_SCHEMA, key, load_model, write, reads={"data": s.data})
 
 
 def score(s: ScoreSettings) -> StageResult:
@@ -149,7 +154,7 @@ def score(s: ScoreSettings) -> StageResult:
                       functions=s.functions, **_unless_default(s, "unseen"))
         return _run("score", s.out, SCORES_SCHEMA, key, open_scores, lambda overwrite: score_store(
             lease.path, s.data, s.out, s.functions, unseen=s.unseen, overwrite=overwrite, scheduler=s.scheduler,
-            run_key=key, progress=report))
+            run_key=key, progress=report), reads={"data": s.data, "model": lease.path})
     finally:
         lease.release()
 
@@ -163,7 +168,7 @@ def evaluate(s: EvaluateSettings) -> StageResult:
                       levels=s.levels, coverage=s.coverage, **_unless_default(s, "unseen"))
         return _run("evaluate", s.out, EVALUATION_SCHEMA, key, open_evaluation, lambda overwrite: evaluate_store(
             lease.path, s.data, s.out, levels=s.levels, coverage=s.coverage, unseen=s.unseen, scheduler=s.scheduler,
-            overwrite=overwrite, run_key=key, progress=report))
+            overwrite=overwrite, run_key=key, progress=report), reads={"data": s.data, "model": lease.path})
     finally:
         lease.release()
 
@@ -184,7 +189,7 @@ def compress(s: CompressSettings) -> StageResult:
     _refuse_plain_data(s.out)
     options = s.model_dump(exclude={"data", "out"})
     return _run("compress", s.out, DATA_SCHEMA, key, open_compressed, lambda overwrite: compress_store(
-        s.data, s.out, **options, overwrite=overwrite, run_key=key, progress=report))
+        s.data, s.out, **options, overwrite=overwrite, run_key=key, progress=report), reads={"data": s.data})
 
 
 def _refuse_plain_data(path: str) -> None:

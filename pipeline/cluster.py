@@ -46,12 +46,16 @@ _CONFIG_LOCK = threading.Lock()
 def local_cluster() -> Iterator[str]:
     """An embedded LocalCluster (two single-threaded workers, 6 GB each, ``WORKER_ENVIRONMENT``);
     yields its scheduler address and shuts it down on exit. Dask's configuration is set only while
-    the nannies are made, and left as it was found."""
+    the nannies are made, and left as it was found. Its processes log only what is critical: a task's
+    failure reaches the command as the task's error, which it prints in one line."""
+    import logging
+
     import dask
     from distributed import LocalCluster
 
     with _CONFIG_LOCK, dask.config.set({"distributed.nanny.pre-spawn-environ": WORKER_ENVIRONMENT}):
-        cluster = LocalCluster(n_workers=2, threads_per_worker=1, memory_limit="6GB", dashboard_address=":0")
+        cluster = LocalCluster(n_workers=2, threads_per_worker=1, memory_limit="6GB", dashboard_address=":0",
+                               silence_logs=logging.CRITICAL)
     with cluster:
         yield cluster.scheduler_address
 

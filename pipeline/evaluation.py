@@ -27,6 +27,7 @@ from jdlcore.models.protocol import SCORE_ROWS
 
 from .atomic import atomic_store, refuse_existing
 from .cluster import broadcast, dask_client, resolve_scheduler
+from .damage import settle_reads
 from .model_store import load_model
 from .staging import open_staged, recode
 from .x_view import XView, model_recoding
@@ -223,6 +224,7 @@ def open_evaluation(path: str | os.PathLike) -> Any:
     try:
         dataset = xr.open_zarr(source, zarr_format=3, consolidated=False)  # the files, not the consolidated copy
     except Exception as error:
+        settle_reads()  # the members read beside the one that failed
         raise ValueError(f"evaluation {source}: not a readable zarr v3 store ({type(error).__name__})") from None
     validate_evaluation_dataset(dataset, f"evaluation {source}")
     return dataset

@@ -28,6 +28,7 @@ from data_schemas.tuning import SUMMARIES_VARIABLE
 from jdlcore.models.registry import METHODS, method_of
 
 from .atomic import refuse_existing
+from .damage import settle_reads
 from .staging import CHUNK_SIZE
 from .summaries import read_summaries, summaries_variable
 from .x_view import XView, missing_attrs, read_missing
@@ -230,6 +231,7 @@ def load_model(path: str | os.PathLike) -> Any:
     try:
         ds = xr.open_zarr(source, consolidated=False, zarr_format=3)
     except Exception as error:  # zarr raises many types for foreign or damaged directories
+        settle_reads()  # the members read beside the one that failed
         raise ValueError(f"{where}: not a readable zarr v3 store ({type(error).__name__}: {error})") from None
     with ds:
         validate_model_dataset(ds, where)

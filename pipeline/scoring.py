@@ -31,6 +31,7 @@ from jdlcore.models.estimator import PARAMETRISED_KINDS, REQUEST_KINDS
 
 from .atomic import atomic_store, refuse_existing
 from .cluster import broadcast, dask_client, resolve_scheduler
+from .damage import settle_reads
 from .model_store import load_model
 from .staging import open_staged, recode
 from .x_view import XView, model_recoding
@@ -192,6 +193,7 @@ def open_scores(path: str | os.PathLike) -> zarr.Group:
     try:
         group = zarr.open_group(source, mode="r", zarr_format=3, use_consolidated=False)
     except Exception as error:  # zarr raises many types for foreign or damaged directories
+        settle_reads()  # the members read beside the one that failed
         raise ValueError(f"scores {source}: not a readable zarr v3 store ({type(error).__name__})") from None
     validate_scores_group(group, f"scores {source}")
     return group

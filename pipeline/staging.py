@@ -27,6 +27,7 @@ from data_schemas.data import (
 )
 
 from .atomic import atomic_store
+from .damage import settle_reads
 
 __all__ = ["stage", "open_staged", "combined_fingerprint", "data_fingerprint", "arrays_fingerprint",
            "create_data_arrays", "write_feature_coordinates", "data_attrs", "categorical_levels", "categorical_indices",
@@ -320,6 +321,7 @@ def open_staged(path: str | os.PathLike) -> zarr.Group:
     try:
         group = zarr.open_group(path, mode="r", zarr_format=3, use_consolidated=False)
     except Exception as error:
+        settle_reads()  # the members read beside the one that failed
         raise ValueError(f"data {path}: not a readable zarr v3 store ({type(error).__name__})") from None
     attrs = dict(group.attrs)
     if attrs.get("schema") != SCHEMA_NAME:

@@ -15,6 +15,7 @@ import xarray as xr
 from data_schemas.tuning import SUMMARIES_VARIABLE, validate_tuning_dataset
 from jdlcore.tuning import Fold, Regs
 
+from .damage import settle_reads
 from .summaries import BoostedSummaries, summaries_variable
 
 __all__ = ["load_tuning", "scored_candidates", "tuned_scaling", "tuned_summaries", "grid_dataset", "search_dataset",
@@ -124,6 +125,7 @@ def load_tuning(path: str | os.PathLike) -> xr.Dataset:
         with xr.open_zarr(source, consolidated=False, zarr_format=3) as ds:
             ds = ds.load()
     except Exception as error:  # zarr raises many types for foreign or damaged directories
+        settle_reads()  # the members read beside the one that failed
         raise ValueError(f"{where}: not a readable zarr v3 store ({type(error).__name__}: {error})") from None
     validate_tuning_dataset(ds, where)
     return ds
