@@ -1,8 +1,10 @@
 """The diagnostics of a fit: a PNG next to the model store and, in a Prefect run, two artifacts.
 
-The PNG is written next to the model store (``<store>.diagnostics.png``, replaced atomically). Inside
-a Prefect run, a markdown summary table and the PNG's link become artifacts, which Prefect keeps
-with the flow run in its API database.
+The PNG belongs to the model version it shows: it is kept beside that version
+(``<store>.versions/<version>.diagnostics.png``), and ``<store>.diagnostics.png`` is a link that moves
+with the store's pointer (``pipeline.versions.COMPANIONS``), also when ``jdl versions --use`` goes
+back to another version. Inside a Prefect run, a markdown summary table and the PNG's link become
+artifacts, which Prefect keeps with the flow run in its API database.
 """
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ from pathlib import Path
 
 from jdlcore import JDL
 from pipeline.model_card import card_rows, diagnostics_figure
+from pipeline.versions import DIAGNOSTICS, companion_path, current_version, link_companions
 
 from .context import in_prefect_run
 
@@ -18,8 +21,9 @@ __all__ = ["publish_fit", "fit_summary_markdown", "diagnostics_png_path"]
 
 
 def diagnostics_png_path(model_path: str | os.PathLike) -> Path:
+    """The diagnostics PNG of the model store's current version, as users open it: ``<store>.diagnostics.png``."""
     target = Path(model_path)
-    return target.with_name(f"{target.name}.diagnostics.png")
+    return target.with_name(f"{target.name}{DIAGNOSTICS}")
 
 
 def fit_summary_markdown(model_path: str | os.PathLike, model: JDL) -> str:
@@ -29,16 +33,20 @@ def fit_summary_markdown(model_path: str | os.PathLike, model: JDL) -> str:
 
 
 def publish_fit(model_path: str | os.PathLike, model: JDL) -> Path:
-    """Write the diagnostics PNG next to the store and, in a Prefect run, create the fit's two
-    artifacts; returns the PNG."""
-
+    """Write the diagnostics PNG of the model's version and point ``<store>.diagnostics.png`` at it
+    (a store without versions gets the file itself there) and, in a Prefect run, create the fit's two
+    artifacts; returns ``<store>.diagnostics.png``."""
     png = diagnostics_png_path(model_path)
-    partial = png.with_name(f".tmp-{os.getpid()}-{png.name}")
+    version = getattr(model, "store_version_", None) or current_version(model_path)
+    kept = png if version is None else companion_path(model_path, version, DIAGNOSTICS)
+    partial = kept.with_name(f".tmp-{os.getpid()}-{kept.name}")
     try:
         diagnostics_figure(model_path, partial, model)
-        os.replace(partial, png)
+        os.replace(partial, kept)
     finally:
         partial.unlink(missing_ok=True)
+    if version is not None:
+        link_companions(model_path)
     if not in_prefect_run():
         return png
     from prefect.artifacts import create_image_artifact, create_markdown_artifact

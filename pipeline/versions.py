@@ -5,6 +5,8 @@ The layout of a versioned store ``model.zarr``::
     model.zarr                          a symbolic link (the pointer) to model.zarr.versions/<version>
     model.zarr.versions/<version>/      one complete store per write, never changed after it is published
     model.zarr.versions/<version>.lease readers' shared locks on that version
+    model.zarr.versions/<version>.diagnostics.png   a file that belongs to that version (``COMPANIONS``)
+    model.zarr.diagnostics.png          a link to the current version's file, moved with the pointer
 
 A version is named ``<UTC time>-<run key, first 12 hex digits>`` (a random tag when there is no run key),
 so that names sort by publication time. Anything that opens ``model.zarr`` (xarray, zarr, the jdl
@@ -35,14 +37,19 @@ from typing import Iterator
 
 from .atomic import atomic_store, remove_abandoned_in
 
-__all__ = ["DEFAULT_KEEP_VERSIONS", "check_keep", "versions_dir", "version_name", "list_versions", "current_version",
-           "resolve", "publish", "published", "prune", "open_version", "Lease", "being_read", "use_version"]
+__all__ = ["DEFAULT_KEEP_VERSIONS", "COMPANIONS", "DIAGNOSTICS", "check_keep", "versions_dir", "version_name", "list_versions",
+           "current_version", "resolve", "publish", "published", "prune", "open_version", "Lease", "being_read",
+           "use_version", "companion_path", "link_companions"]
 
 DEFAULT_KEEP_VERSIONS = 3  # versions a publish keeps, the new one included
 _SUFFIX = ".versions"
 _LEASE = ".lease"
 _PRUNING = ".pruning-"
 _STAMP = "%Y%m%dT%H%M%S%fZ"  # a version name's UTC time (it sorts as the time does)
+# suffixes of the files that belong to one version, kept beside it (<version><suffix>) and reached from
+# <target><suffix>, a link that follows the pointer: a fit's diagnostics figure (``flows.artifacts``)
+DIAGNOSTICS = ".diagnostics.png"
+COMPANIONS = (DIAGNOSTICS,)
 
 
 def check_keep(keep: int) -> int:
@@ -104,17 +111,44 @@ def resolve(target: str | os.PathLike) -> Path:
 
 
 def _point(target: Path, version: str) -> None:
-    """Make ``target`` a link to ``version`` in one rename (a plain directory there is moved into the versions)."""
+    """Make ``target`` a link to ``version`` in one rename (a plain directory there is moved into the
+    versions), and its companions' links links to the version's (``link_companions``)."""
     if target.exists() and not target.is_symlink():
         mtime = datetime.fromtimestamp(target.stat().st_mtime, timezone.utc).strftime(_STAMP)
         os.rename(target, versions_dir(target) / f"{mtime}-unversioned")
-    link = target.with_name(f".{target.name}.link-{os.getpid()}-{uuid.uuid4().hex}")
-    os.symlink(Path(versions_dir(target).name) / version, link)
+    _replace_link(target, Path(versions_dir(target).name) / version)
+    link_companions(target)
+
+
+def _replace_link(path: Path, to: Path) -> None:
+    """Make ``path`` a symbolic link to ``to`` (relative to its directory) in one rename."""
+    link = path.with_name(f".{path.name}.link-{os.getpid()}-{uuid.uuid4().hex}")
+    os.symlink(to, link)
     try:
-        os.replace(link, target)
+        os.replace(link, path)
     except BaseException:
         link.unlink(missing_ok=True)
         raise
+
+
+def companion_path(target: str | os.PathLike, version: str, suffix: str) -> Path:
+    """Where ``version``'s file ``suffix`` (one of ``COMPANIONS``) of ``target`` is kept."""
+    return versions_dir(target) / f"{version}{suffix}"
+
+
+def link_companions(target: str | os.PathLike) -> None:
+    """Point each companion link ``<target><suffix>`` at the current version's file, in one rename; a
+    link whose version has no such file is removed (a file there from before versioning is replaced)."""
+    target = Path(target)
+    version = current_version(target)
+    if version is None:
+        return
+    for suffix in COMPANIONS:
+        link, kept = target.with_name(target.name + suffix), companion_path(target, version, suffix)
+        if kept.exists():
+            _replace_link(link, Path(versions_dir(target).name) / kept.name)
+        elif link.is_symlink():
+            link.unlink()
 
 
 @contextlib.contextmanager
@@ -209,6 +243,8 @@ def _remove_unread(version: Path) -> bool:
             doomed = version.with_name(f"{_PRUNING}{version.name}-{uuid.uuid4().hex}")
             os.rename(version, doomed)  # readers now find the version gone, whole or not at all
             shutil.rmtree(doomed, ignore_errors=True)
+        for suffix in COMPANIONS:
+            version.with_name(version.name + suffix).unlink(missing_ok=True)
         lease.unlink(missing_ok=True)
         return True
     finally:

@@ -182,3 +182,29 @@ def test_jdl_versions_lists_them_and_goes_back_to_a_checked_one(models, tmp_path
     assert current_version(target) == first
     assert main(["versions", str(tmp_path / "absent.zarr")]) == 2
     assert capsys.readouterr().err.strip() == f"jdl versions: error: model: {tmp_path / 'absent.zarr'} does not exist"
+
+
+def test_the_diagnostics_figure_follows_the_version_it_shows(models, tmp_path, capsys):
+    """Each fit's figure is kept beside its version; ``<store>.diagnostics.png`` shows the current
+    version's, also after ``jdl versions --use``, and a pruned version's figure goes with it."""
+    from flows.artifacts import diagnostics_png_path, publish_fit
+    from jdl.cli import main
+    from pipeline.versions import DIAGNOSTICS, companion_path
+
+    target = tmp_path / "model.zarr"
+    figures = {}
+    for model in models[:2]:
+        save_model(model, target, overwrite=True, keep_versions=2)
+        publish_fit(target, load_model(target))
+        figures[current_version(target)] = companion_path(target, current_version(target), DIAGNOSTICS).read_bytes()
+    first, second = list_versions(target)
+    shown = diagnostics_png_path(target)
+    assert shown.is_symlink() and shown.read_bytes() == figures[second] != figures[first]
+    assert main(["versions", str(target), "--use", first]) == 0
+    assert shown.read_bytes() == figures[first]
+    save_model(models[2], target, overwrite=True, keep_versions=2)  # prunes the first version
+    assert list_versions(target) == [second, current_version(target)]
+    assert not companion_path(target, first, DIAGNOSTICS).exists()
+    assert not shown.exists() and not shown.is_symlink()  # the new version has no figure yet
+    publish_fit(target, load_model(target))
+    assert shown.read_bytes() == companion_path(target, current_version(target), DIAGNOSTICS).read_bytes()
