@@ -20,7 +20,7 @@ from jdlcore import GaussianKernel, build_problem
 from jdlcore.lowrank.cholesky import Factorisation
 from jdlcore.models.estimator import Estimator
 from jdlcore.models.registry import METHODS as REGISTRY, estimator_class, method_options
-from jdlcore.models.degeneracy import MARGINAL_ROWS
+from jdlcore.models.degeneracy import MARGINAL_ROWS, factor_degeneracies
 from jdlcore.conditional.support import check_support_rows, sample_rows
 from jdlcore.scaling import DEFAULT_SCALING, SCALING_ROWS, check_scaling_choice, robust_scaling
 
@@ -220,6 +220,10 @@ def fit_store(
         scheduler = resolve_scheduler(scheduler, n)
         model = _fit_from_reductions(estimator, data, group, scheduler, progress, view)
     model.diagnostics_["fit_seconds"] = time.perf_counter() - started
+    if table is not None and "degeneracies" in model.diagnostics_:  # the tuning chose the lengthscales
+        found = model.diagnostics_["degeneracies"]
+        told = factor_degeneracies(model.diagnostics_, n, float(getattr(model, "tol", 0.0)), tuned=True)
+        found.update({kind: message for kind, message in told.items() if kind in found})
     if hasattr(model, "check_degeneracies"):  # warns; the findings go into the store's diagnostics
         rows = sample_rows(n, model.seed, MARGINAL_ROWS)
         X, Y = view.pair(read_sample(data, "x", rows), read_sample(data, "y", rows))

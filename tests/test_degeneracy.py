@@ -129,3 +129,29 @@ def test_degeneracies_reach_the_store_the_fit_line_and_inspect(tmp_path, capsys)
     assert model.diagnostics_["marginal_ratio"] >= NEAR_MARGINAL
     rows = dict(card_rows(tmp_path / "m.zarr"))
     assert "standardise x" in rows["warning rank_one_x"] and "vs marginal" in rows
+
+
+def test_a_tuned_fit_at_the_rank_budget_does_not_advise_against_the_tuned_lengthscale(tmp_path, capsys, monkeypatch):
+    """Where the tuning chose a lengthscale whose fit stops at the rank budget, the finding keeps its
+    facts and advises what does not undo the choice (max_rank=, tol); a lengthscale given by hand
+    is still told to be too short. (The budget is lowered to 50, so that 400 rows reach it.)"""
+    import jdlcore.models.degeneracy as degeneracy
+
+    monkeypatch.setattr(degeneracy, "RANK_FLOOR", 40)  # rank_budget(400) = max(40, 400 / 8) = 50
+    rng = np.random.default_rng(3)
+    x = rng.uniform(-2, 2, 400)
+    np.savez(tmp_path / "t.npz", x=x, y=np.sin(3 * x) + 0.1 * rng.standard_normal(400))
+    data, tuning = str(tmp_path / "d.zarr"), str(tmp_path / "t.zarr")
+    assert main(["stage", str(tmp_path / "t.npz"), "--x", "x", "--y", "y", "--out", data]) == 0
+    assert main(["tune", data, "--out", tuning, "--lengthscales-x", "0.002,0.004", "--lengthscales-y", "0.3",
+                 "--regs", "1e-4", "--summaries", "none", "--no-search", "--folds", "1", "--scaling", "none"]) == 0
+    capsys.readouterr()
+    assert main(["fit", data, "--out", str(tmp_path / "tuned.zarr"), "--tuning", tuning, "--scheduler", "memory"]) == 0
+    tuned = load_model(tmp_path / "tuned.zarr").diagnostics_["degeneracies"]["rank_budget_x"]
+    assert tuned.startswith("the pivoted Cholesky of K_X stopped at the rank budget m_X = 50 (n = 400)")
+    assert "The tuning chose lengthscale_x" in tuned and "longer lengthscale" not in tuned
+    assert f"warning: rank_budget_x: {tuned}" in capsys.readouterr().out
+    assert main(["fit", data, "--out", str(tmp_path / "given.zarr"), "--lengthscale-x", "0.004", "--lengthscale-y",
+                 "0.3", "--reg", "1e-4", "--scaling", "none", "--scheduler", "memory"]) == 0
+    given = load_model(tmp_path / "given.zarr").diagnostics_["degeneracies"]["rank_budget_x"]
+    assert "Change: a longer lengthscale_x" in given and "The tuning chose" not in given

@@ -76,9 +76,11 @@ def rank_budget(n: int, holds_factor: bool = True, memory_bytes: int | None = No
 _SIDES = ("x", "y")
 
 
-def factor_degeneracies(diagnostics: dict[str, Any], n: int, tol: float) -> dict[str, str]:
+def factor_degeneracies(diagnostics: dict[str, Any], n: int, tol: float, tuned: bool = False) -> dict[str, str]:
     """Rank findings of one fit from its factor diagnostics (``rank_*``, ``stop_reason_*``,
-    ``relative_error_*`` and ``rank_budget``, the default cap when it applied)."""
+    ``relative_error_*`` and ``rank_budget``, the default cap when it applied). ``tuned``: the
+    lengthscales were chosen by a tuning, whose candidates were fitted under such a budget too and
+    where longer ones scored worse, so a rank-budget finding does not advise a longer lengthscale."""
     found: dict[str, str] = {}
     budget = diagnostics.get("rank_budget")
     for side in _SIDES:
@@ -88,12 +90,16 @@ def factor_degeneracies(diagnostics: dict[str, Any], n: int, tol: float) -> dict
             continue
         left = float(diagnostics.get(f"relative_error_{side}", np.nan))
         if stop == "max_rank" and budget is not None and rank >= budget:
-            found[f"rank_budget_{side}"] = (
-                f"the pivoted Cholesky of {matrix} stopped at the rank budget m_{side.upper()} = {rank} (n = {n:,}) "
-                f"with {left:.2g} of its trace left, above tol = {tol:g}: the kernel is close to diagonal on these "
-                f"data, so the model would need about one basis function per sample. Likely cause: {lengthscale} "
-                f"short for the spread and dimension of {name} (distances grow like sqrt(d)). Change: a longer "
-                f"{lengthscale} (or one lengthscale per feature), a higher tol, or max_rank= to accept the cut")
+            facts = (f"the pivoted Cholesky of {matrix} stopped at the rank budget m_{side.upper()} = {rank} "
+                     f"(n = {n:,}) with {left:.2g} of its trace left, above tol = {tol:g}")
+            found[f"rank_budget_{side}"] = facts + (
+                f". The tuning chose {lengthscale} on candidates fitted under such a budget, and longer ones scored "
+                f"worse there: the cut is part of the model it judged. Change, to take more of the trace: max_rank= "
+                f"above {rank} (more time and memory), or a higher tol to accept the cut" if tuned else
+                f": the kernel is close to diagonal on these data, so the model would need about one basis function "
+                f"per sample. Likely cause: {lengthscale} short for the spread and dimension of {name} (distances "
+                f"grow like sqrt(d)). Change: a longer {lengthscale} (or one lengthscale per feature), a higher "
+                f"tol, or max_rank= to accept the cut")
         elif rank >= NEAR_N * n and n >= 20:
             found[f"rank_near_n_{side}"] = (
                 f"m_{side.upper()} = {rank} is {rank / n:.0%} of n = {n:,}: the basis nearly interpolates the training "
