@@ -220,14 +220,7 @@ def fit_store(
         scheduler = resolve_scheduler(scheduler, n)
         model = _fit_from_reductions(estimator, data, group, scheduler, progress, view)
     model.diagnostics_["fit_seconds"] = time.perf_counter() - started
-    if table is not None and "degeneracies" in model.diagnostics_:  # the tuning chose the lengthscales
-        found = model.diagnostics_["degeneracies"]
-        told = factor_degeneracies(model.diagnostics_, n, float(getattr(model, "tol", 0.0)), tuned=True)
-        found.update({kind: message for kind, message in told.items() if kind in found})
-    if hasattr(model, "check_degeneracies"):  # warns; the findings go into the store's diagnostics
-        rows = sample_rows(n, model.seed, MARGINAL_ROWS)
-        X, Y = view.pair(read_sample(data, "x", rows), read_sample(data, "y", rows))
-        model.check_degeneracies(X, Y, **({"on": view.location_scale(X)} if view.standardises else {}))
+    _check_degeneracies(model, data, n, view, tuned=table is not None)
     if hasattr(model, "negative_support_mass"):
         probes = view.rows(group["x"][:PROBES])
         negative = model.negative_support_mass(probes)
@@ -251,6 +244,20 @@ def fit_store(
                       keep_versions=keep_versions)
     model.diagnostics_["write_seconds"] = time.perf_counter() - mark
     return path, model
+
+
+def _check_degeneracies(model: Any, data: str | os.PathLike, n: int, view: XView, tuned: bool) -> None:
+    """The fitted model's degeneracies, compared with the marginal on a sample of the n staged rows of
+    ``data`` and announced (warned; the findings go into the store's diagnostics). ``tuned``: its
+    lengthscales came from a tuning, and the rank findings are told as such (``factor_degeneracies``)."""
+    if tuned and "degeneracies" in model.diagnostics_:
+        found = model.diagnostics_["degeneracies"]
+        told = factor_degeneracies(model.diagnostics_, n, float(getattr(model, "tol", 0.0)), tuned=True)
+        found.update({kind: message for kind, message in told.items() if kind in found})
+    if hasattr(model, "check_degeneracies"):
+        rows = sample_rows(n, model.seed, MARGINAL_ROWS)
+        X, Y = view.pair(read_sample(data, "x", rows), read_sample(data, "y", rows))
+        model.check_degeneracies(X, Y, **({"on": view.location_scale(X)} if view.standardises else {}))
 
 
 def _tuning_record(tuning: str | os.PathLike | None, data: str | os.PathLike, group: zarr.Group,

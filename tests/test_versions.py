@@ -196,6 +196,7 @@ def test_the_diagnostics_figure_follows_the_version_it_shows(models, tmp_path, c
     for model in models[:2]:
         save_model(model, target, overwrite=True, keep_versions=2)
         publish_fit(target, load_model(target))
+        gc.collect()  # the loaded model's lease on its version ends with it
         figures[current_version(target)] = companion_path(target, current_version(target), DIAGNOSTICS).read_bytes()
     first, second = list_versions(target)
     shown = diagnostics_png_path(target)
