@@ -118,18 +118,16 @@ def dask_client():
 
 
 @pytest.fixture(scope="session")
-def prefect_api():
-    """A temporary Prefect API for the whole test session (Prefect's test harness: a local server
-    with its own database); yields its URL, which subprocesses get through PREFECT_API_URL."""
-    import os
-
-    os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+def prefect_api(prefect_server):
+    """The session's Prefect API (``prefect_server``) as this process's: yields its URL, which
+    subprocesses get through PREFECT_API_URL. One server for every test that records runs: each
+    start takes 10-20 s."""
     pytest.importorskip("prefect")
-    from prefect.settings import PREFECT_API_URL
-    from prefect.testing.utilities import prefect_test_harness
+    from prefect.settings import PREFECT_API_URL, temporary_settings
 
-    with prefect_test_harness(server_startup_timeout=120):
-        yield PREFECT_API_URL.value()
+    api, _ = prefect_server
+    with temporary_settings({PREFECT_API_URL: api}):
+        yield api
 
 
 def _wait_for_http(url: str, process, timeout: float) -> None:
@@ -176,10 +174,10 @@ def stopped_on_exit(process, grace: float = 20):
                 continue
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def prefect_server(tmp_path_factory):
-    """A real `prefect server start` on 127.0.0.1 with its own PREFECT_HOME; the scheduler service
-    loops every 2 s. Yields (api_url, environment for clients)."""
+    """A real `prefect server start` on 127.0.0.1 with its own PREFECT_HOME, for the whole session; the
+    scheduler service loops every 2 s. Yields (api_url, environment for clients)."""
     import os
     import shutil
     import subprocess

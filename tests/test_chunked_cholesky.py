@@ -17,12 +17,12 @@ def chunks_of(X, size):
 def test_chunked_factor_equals_in_memory(dask_client, pivoting, budget):
     """With L kept on the workers the chunked factor equals the in-memory one to 1e-10. Dropping L
     (a memory budget) switches to recomputing K[:, S] B[S, :]: same pivots, same residual traces."""
-    X = np.random.default_rng(5).standard_normal((6000, 3))
-    kernel = GaussianKernel(1.0)
+    X = np.random.default_rng(5).standard_normal((3000, 3))
+    kernel = GaussianKernel(1.5)  # rank 139 (greedy), 118 (random): L is dropped mid-run at 40 columns
     memory = InMemoryFactorStorage(kernel, X)
     expected = run_pivoted_cholesky(memory, kernel, tol=1e-3, pivoting=pivoting, seed=4, block_size=16)
-    futures = dask_client.scatter(chunks_of(X, 1700), hash=False)
-    factor_budget = {"kept": 1e12, "dropped mid-run": 8.0 * 6000 * 40, "factor-free": 0}[budget]
+    futures = dask_client.scatter(chunks_of(X, 850), hash=False)
+    factor_budget = {"kept": 1e12, "dropped mid-run": 8.0 * 3000 * 40, "factor-free": 0}[budget]
     chunked = DaskFactorStorage(dask_client, kernel, futures, factor_budget=factor_budget)
     result = run_pivoted_cholesky(chunked, kernel, tol=1e-3, pivoting=pivoting, seed=4, block_size=16)
     assert expected.pivots.size > 60
@@ -86,7 +86,7 @@ def test_fit_survives_a_killed_worker():
     def seeded_chunk(index: int, size: int) -> np.ndarray:  # nested: pickled by value for the workers
         return np.random.default_rng([11, index]).standard_normal((size, 3))
 
-    sizes = [4000] * 6
+    sizes = [1500] * 4
     kernel = GaussianKernel(1.0)
     X = np.vstack([seeded_chunk(i, s) for i, s in enumerate(sizes)])
     expected = run_pivoted_cholesky(InMemoryFactorStorage(kernel, X), kernel, tol=1e-4, pivoting="greedy", block_size=16)
@@ -137,13 +137,13 @@ def test_factor_free_chunked_problem_equals_in_memory(dask_client):
     from pipeline.chunked_fit import chunked_problem
 
     rng = np.random.default_rng(12)
-    X = rng.standard_normal((4000, 2))
-    Y = np.column_stack([X[:, 0] * X[:, 1], X[:, 1]]) + 0.3 * rng.standard_normal((4000, 2))
+    X = rng.standard_normal((2000, 2))
+    Y = np.column_stack([X[:, 0] * X[:, 1], X[:, 1]]) + 0.3 * rng.standard_normal((2000, 2))
     kx, ky = GaussianKernel(0.9), GaussianKernel(0.8)
     factorisation = Factorisation(tol=1e-4, pivoting="greedy")
     memory = build_problem(X, Y, kx, ky, factorisation, test_functions=STANDARD_FUNCTIONS)
-    chunked = chunked_problem(dask_client, dask_client.scatter(chunks_of(X, 900), hash=False),
-                              dask_client.scatter(chunks_of(Y, 900), hash=False),
+    chunked = chunked_problem(dask_client, dask_client.scatter(chunks_of(X, 450), hash=False),
+                              dask_client.scatter(chunks_of(Y, 450), hash=False),
                               kx, ky, factorisation, factor_budget=0, test_functions=STANDARD_FUNCTIONS)
     assert chunked.A_x is None and chunked.A_y is None and not chunked.factors["factor_kept"]
     np.testing.assert_array_equal(chunked.factors["pivots_x"], memory.factors["pivots_x"])

@@ -1,5 +1,6 @@
 import json
 import subprocess
+import textwrap
 import sys
 
 import numpy as np
@@ -15,14 +16,14 @@ def test_demo_runs_the_flows_and_reports_against_the_truth(tmp_path, capsys):
     import dask
 
     before = dask.config.get("scheduler", None)
-    argv = ["demo", "--rows", "4000", "--workdir", str(tmp_path / "demo")]
+    argv = ["demo", "--rows", "2000", "--workdir", str(tmp_path / "demo")]
     assert main(argv) == 0
     assert dask.config.get("scheduler", None) == before
     out = capsys.readouterr().out
     from pipeline.tuning import load_tuning
 
     scored = int(np.isfinite(load_tuning(tmp_path / "demo" / "tuning.zarr")["seconds"].values).sum())
-    assert "n = 4,000 rows" in out and f"best of {scored} on 4,000 rows" in out and 0 < scored < 3 * 3 * 8
+    assert "n = 2,000 rows" in out and f"best of {scored} on 2,000 rows" in out and 0 < scored < 3 * 3 * 8
     rmse = float(out.split("conditional mean ")[1].split(",")[0])
     assert rmse < 0.15
     sd = float(out.split("conditional sd ")[1].split(",")[0])
@@ -42,11 +43,21 @@ def test_errors_are_one_line_with_nonzero_exit(tmp_path):
     assert result.returncode == 2
     assert result.stderr.strip().splitlines() == [
         "jdl fit: error: fit: parameter tol: must be in [0, 1) (got 3.0)"]
-    for command in ("", "stage", "tune", "fit", "score", "inspect", "versions", "serve", "demo", "compress",
-                    "reproduce"):
-        result = subprocess.run([sys.executable, "-m", "jdl.cli", *command.split(), "--help"], capture_output=True,
-                                text=True)
-        assert result.returncode == 0 and "usage: jdl" in result.stdout, command
+    helps = textwrap.dedent("""
+        import contextlib, io, sys
+        from jdl.cli import main
+        for command in sys.argv[1:]:
+            shown = io.StringIO()
+            with contextlib.redirect_stdout(shown):
+                try:
+                    main([*command.split(), "--help"])
+                except SystemExit as stop:
+                    print(command, stop.code, "usage: jdl" in shown.getvalue(), sep=":", file=sys.stderr)
+    """)
+    commands = ["", "stage", "tune", "fit", "score", "evaluate", "inspect", "versions", "serve", "demo", "compress",
+                "reproduce"]
+    result = subprocess.run([sys.executable, "-c", helps, *commands], capture_output=True, text=True)
+    assert result.stderr.splitlines() == [f"{command}:0:True" for command in commands], result.stderr[-2000:]
 
 
 def test_stage_tune_fit_inspect_through_the_cli(tmp_path, capsys):

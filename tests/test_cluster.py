@@ -69,7 +69,8 @@ def test_stage_tune_fit_and_score_share_a_real_scheduler_in_one_process(tmp_path
     source = write_table(tmp_path / "train.npz", 2000, 3)
     batch = write_table(tmp_path / "batch.npz", 500, 4)
     results = train_and_score(str(source), str(tmp_path / "run"), ["x"], ["y"], score_source=str(batch),
-                              functions=["mean"], scheduler=address)
+                              functions=["mean"], lengthscales_x=[0.3, 0.6], lengthscales_y=[0.3], regs=[1e-4],
+                              scheduler=address)
     assert configured_scheduler() == before
     assert load_model(results["fit"]["path"]).provenance_["scheduler"] == address
     assert np.isfinite(load_tuning(results["tune"]["path"])["validation_loss"].values).any()

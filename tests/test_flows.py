@@ -230,9 +230,9 @@ def run_flow_process(flow: str, arguments: dict, api: str, **popen) -> subproces
 def test_a_killed_run_resumes_and_ends_with_the_undisturbed_model(tmp_path, prefect_api):
     """SIGKILL the flow process while it fits; the re-run reuses stage and tune (untouched on disk)
     and writes a model store identical to the one an undisturbed run writes."""
-    source = write_table(tmp_path / "t.npz", 6000, 9)
+    source = write_table(tmp_path / "t.npz", 2500, 9)
     arguments = dict(source=str(source), x=["x"], y=["y"], lengthscales_x=[0.3, 0.6], lengthscales_y=[0.3],
-                     regs=[1e-4], tol=1e-4, positivity="grid", chunk_size=1000, scheduler="memory")
+                     regs=[1e-4], tol=1e-4, chunk_size=500, scheduler="memory")
     crashed = tmp_path / "crashed"
     process = run_flow_process("train_and_score_flow", {**arguments, "workdir": str(crashed)}, prefect_api)
     seen = []
