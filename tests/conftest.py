@@ -1,7 +1,17 @@
 import contextlib
+import os
 
-import numpy as np
-import pytest
+# Two test processes share the machine's cores (pytest-xdist, pyproject's addopts). Set before NumPy
+# loads its BLAS, in each: BLAS at one thread, and OpenMP's idle threads asleep instead of spinning,
+# so that neither process's waiting threads take the core the other computes on. jdl's kernel pool
+# keeps its threads: with it at one, the tuning takes other paths, and the suite ran slower.
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+    os.environ.setdefault("MKL_NUM_THREADS", "1")
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
 
 
 def pytest_collection_modifyitems(config, items):
