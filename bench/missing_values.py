@@ -17,7 +17,7 @@ models are fitted by the default path of the command line (``stage``, ``tune``, 
 ``score``):
 
   kept        the rows as they are: missing values staged, read by the model's missing-value rule
-              (``jdlcore.missing``: the column's median and an indicator of "missing")
+              (``jdlcore.features.missing``: the column's median and an indicator of "missing")
   dropped     the training rows with a missing x value left out; at scoring, each missing value
               replaced by its column's training median (what a user without missing-value support does)
 

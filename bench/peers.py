@@ -213,7 +213,7 @@ def run_jdl_pipeline(train: pd.DataFrame, test: pd.DataFrame, target: str, work:
     run = jdl_pipeline_laws(train, test, target, work)
     y = test[target].to_numpy(float)
     out = quantile_figures(run["quantiles"], y, run["mean"])
-    out["crps"] = float(np.mean(run["model"].crps(run["x"], y, on=run["on"])))
+    out["crps"] = float(np.mean(run["model"].crps(run["x"], y)))
     kernel = run["model"].basis_x_.kernel
     out.update(run["times"], m_x=int(run["model"].diagnostics_["rank_x"]), m_y=int(run["model"].diagnostics_["rank_y"]),
                lengthscale_x=np.atleast_1d(kernel.lengthscale).tolist())
@@ -222,9 +222,8 @@ def run_jdl_pipeline(train: pd.DataFrame, test: pd.DataFrame, target: str, work:
 
 def jdl_pipeline_laws(train: pd.DataFrame, test: pd.DataFrame, target: str, work: Path) -> dict[str, Any]:
     """The default path of the command line on ``train``, scored on ``test``: {"quantiles": (n, 99) at
-    ``LEVELS``, "mean": (n,), "model": the loaded model, "x": the test rows as its x kernel reads them,
-    "on": their location and scale where the model reads y standardised (else None), "times": the wall
-    times of tuning, fitting and scoring}."""
+    ``LEVELS``, "mean": (n,), "model": the loaded model, "x": the test rows as staged (the model's
+    category codes), "times": the wall times of tuning, fitting and scoring}."""
     import zarr
 
     from data_schemas.scores import scores_array
@@ -233,7 +232,7 @@ def jdl_pipeline_laws(train: pd.DataFrame, test: pd.DataFrame, target: str, work
     from pipeline.scoring import score_store
     from pipeline.staging import open_staged, recode, stage
     from pipeline.tuning import tune_store
-    from pipeline.x_view import XView, model_recoding
+    from pipeline.x_view import model_recoding
 
     x = [c for c in train.columns if c != target]
     for name, frame in (("train", train), ("test", test)):
@@ -254,10 +253,9 @@ def jdl_pipeline_laws(train: pd.DataFrame, test: pd.DataFrame, target: str, work
     model = load_model(work / "model.zarr")
     group = open_staged(work / "test.zarr")
     tables = model_recoding(model, group, work / "test.zarr", "other")
-    view = XView.of(model)
-    X = view.rows(recode(group["x"][:], tables))
+    X = recode(group["x"][:], tables)
     return {"quantiles": scores_array(scores, functions[1])[:], "mean": scores["mean"][:, 0], "model": model,
-            "x": X, "on": view.location_scale(X), "times": times}
+            "x": X, "times": times}
 
 
 def _tuned(path: Path) -> dict[str, Any]:

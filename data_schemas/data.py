@@ -12,7 +12,8 @@ columns that have any (optional); a categorical x column holds its missing value
 ``MISSING_LEVEL``, like any other level.
 Rules for incoming rows: numeric (categorical x columns: any value), finite where present, at least 2
 rows, no constant column (no categorical column with a single level), no x column without a present
-value. A row whose y is missing is refused (one error counting them), or left out when staging is asked
+value. A batch of rows to score has no y columns (``y_features`` empty, ``y`` of shape (n, 0)): at
+least 1 row, and a column may be constant. A row whose y is missing is refused (one error counting them), or left out when staging is asked
 to drop them; the attribute ``dropped_missing_y`` then counts them (optional).
 """
 from __future__ import annotations
@@ -21,13 +22,13 @@ from typing import Any
 
 import numpy as np
 
+from jdlcore.features.levels import MISSING_LEVEL, OTHER_CODE, level_name
+
 SCHEMA_NAME = "jdl.data"
 SCHEMA_VERSION = 4  # 2: categorical x columns; 3: the feature names as coordinates; 4: missing x values
 # what scoring does with a categorical level the model was not fitted on: refuse the batch, or read it
 # as "other", a code that matches no level
 UNSEEN_RULES = ("refuse", "other")
-OTHER_CODE = -1.0
-MISSING_LEVEL = "<missing>"  # the level of a categorical x cell that holds no value (NaN, None, empty text)
 # most distinct values in the first rows of a column of numbers and text for it to be read as categories
 MIXED_LEVELS = 50
 
@@ -61,29 +62,6 @@ class ColumnStats:
         if constant:
             raise ValueError(f"{role} column {constant[0]!r}: is constant ({float(self.low[self.names.index(constant[0])])!r}); "
                              "a constant feature carries no information")
-
-
-def level_name(value: Any) -> str | None:
-    """The level a categorical cell holds, as text (None: missing). Strings are stripped; numbers are
-    written canonically, so 3, 3.0 and "3" are one level (3)."""
-    if value is None:
-        return None
-    if isinstance(value, (bytes, np.bytes_)):
-        value = value.decode()
-    if isinstance(value, str):
-        text = value.strip()
-        if not text:
-            return None
-        try:
-            value = float(text)
-        except ValueError:
-            return text
-        if not np.isfinite(value):
-            return text
-    number = float(value)
-    if np.isnan(number):
-        return None
-    return str(int(number)) if number.is_integer() else repr(number)
 
 
 class LevelEncoder:

@@ -311,7 +311,8 @@ def _add_stage(commands) -> None:
     setting = _settings_flags(stage, "StageSettings")
     stage.add_argument("source", help="source file (.csv, .parquet, .npy, .npz, .nc, .zarr)")
     stage.add_argument("--x", type=_columns, required=True, help="comma-separated input columns (numbers for .npy)")
-    stage.add_argument("--y", type=_columns, required=True, help="comma-separated output columns")
+    stage.add_argument("--y", type=_columns, help="comma-separated output columns; leave it out to stage "
+                       "a batch of new rows to score (jdl score reads it; tune, fit and evaluate need y)")
     stage.add_argument("--out", required=True, help="the zarr store to write")
     setting("--categorical", type=_columns,
             help="comma-separated x columns holding categories (integer-coded ones, say); text x columns, and "

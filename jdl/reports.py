@@ -19,8 +19,9 @@ def staged(args: argparse.Namespace, result: dict) -> str:
     gaps = dict(group.attrs.get("missing_x") or {})
     gaps = ("; missing x values: " + ", ".join(f"{name} ({count:,} rows)" for name, count in gaps.items())
             if gaps else "")
+    y = f"y {group.attrs['y_features']}" if group.attrs["y_features"] else "no y (a batch to score)"
     return (f"staged {group.attrs['n_samples']:,} rows{dropped}: x {group.attrs['x_features']}, "
-            f"y {group.attrs['y_features']}{categorical}{gaps} -> {result['path']}")
+            f"{y}{categorical}{gaps} -> {result['path']}")
 
 
 def tuned(args: argparse.Namespace, result: dict) -> str:

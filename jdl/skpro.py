@@ -1,7 +1,8 @@
 """jdl's conditional laws as skpro probabilistic regressors (``pip install 'jdl[skpro]'``).
 
 ``JDLProbaRegressor(estimator)`` wraps any jdlcore estimator whose conditional laws are weights on
-atoms (``conditional_weights``: jdl, jpdl, cme, greedy, psd) for a scalar y:
+atoms (``conditional_weights``: jdl, jpdl, cme, greedy, psd) for a scalar y, read through
+``jdlcore.ConditionalModel`` (so x may miss values, read by its missing-value rule):
 
 * ``predict_proba`` returns skpro's ``Empirical`` distribution, per row the law's M support atoms
   with the law's weights, so every skpro metric reads the exact law (its CRPS is jdl's exact CRPS);
@@ -18,7 +19,7 @@ import pandas as pd
 from skpro.distributions import Empirical
 from skpro.regression.base import BaseProbaRegressor
 
-from jdlcore import JDL
+from jdlcore import JDL, ConditionalModel
 
 __all__ = ["JDLProbaRegressor"]
 
@@ -30,7 +31,7 @@ class JDLProbaRegressor(BaseProbaRegressor):
     ----------
     estimator: an unfitted jdlcore estimator whose laws are on atoms (cloned at fit; default ``JDL()``).
 
-    Fitted attributes: ``estimator_`` (the fitted clone).
+    Fitted attributes: ``estimator_`` (a ``jdlcore.ConditionalModel`` of the fitted clone).
 
     Examples
     --------
@@ -45,7 +46,7 @@ class JDLProbaRegressor(BaseProbaRegressor):
     _tags = {
         "authors": ["jdl"],
         "capability:multioutput": False,
-        "capability:missing": False,
+        "capability:missing": True,
         "X_inner_mtype": "pd_DataFrame_Table",
         "y_inner_mtype": "pd_DataFrame_Table",
         "python_dependencies": ["scikit-learn"],
@@ -62,7 +63,7 @@ class JDLProbaRegressor(BaseProbaRegressor):
         if not estimator.answers("conditional_weights"):
             raise ValueError(f"estimator: a {type(estimator).__name__} has no law on atoms (conditional_weights); "
                              "use jdl, jpdl, cme, greedy or psd")
-        self.estimator_ = estimator.fit(_values(X), _values(y))
+        self.estimator_ = ConditionalModel(estimator).fit(_values(X), _values(y))
         self._y_name = y.columns[0]
         return self
 
@@ -72,11 +73,11 @@ class JDLProbaRegressor(BaseProbaRegressor):
 
     def _predict_proba(self, X: pd.DataFrame) -> Empirical:
         """Per row, the law's atoms with its weights: an ``Empirical`` whose sample index counts the atoms."""
-        weights = self.estimator_.conditional_weights(_values(X))  # (q, M), >= 0, rows summing to 1
-        atoms = np.asarray(self.estimator_.law_atoms_, dtype=np.float64)[:, 0]
-        index = pd.MultiIndex.from_product([np.arange(atoms.size), X.index])
-        spl = pd.DataFrame(np.repeat(atoms, len(X)), index=index, columns=[self._y_name])
-        return Empirical(spl=spl, weights=pd.Series(weights.T.ravel(), index=index), index=X.index,
+        laws = self.estimator_.conditional_law(_values(X))  # weights (q, M), >= 0, rows summing to 1
+        atoms = laws.atoms_on_y()[:, :, 0]  # (q, M): each row's atoms on y's scale
+        index = pd.MultiIndex.from_product([np.arange(atoms.shape[1]), X.index])
+        spl = pd.DataFrame(atoms.T.ravel(), index=index, columns=[self._y_name])
+        return Empirical(spl=spl, weights=pd.Series(laws.weights.T.ravel(), index=index), index=X.index,
                          columns=pd.Index([self._y_name]))
 
     def _predict_quantiles(self, X: pd.DataFrame, alpha: list[float]) -> pd.DataFrame:
@@ -104,5 +105,5 @@ class JDLProbaRegressor(BaseProbaRegressor):
 
 
 def _values(frame: pd.DataFrame) -> np.ndarray:
-    """A table's values as float64 (n, d)."""
+    """A table's values as float64 (n, d), NaN where a value is missing."""
     return np.asarray(frame, dtype=np.float64)

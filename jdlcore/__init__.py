@@ -37,6 +37,7 @@ from .lowrank.cholesky import (
     Factorisation, FactorStorage, InMemoryFactorStorage, PivotedCholesky, pivoted_cholesky, run_pivoted_cholesky,
 )
 from .models.cme import CME
+from .models.conditional_model import ConditionalModel
 from .models.degeneracy import DegeneracyWarning, GridBudgetWarning
 from .models.estimator import Estimator, UnsupportedQuery
 from .models.protocol import NotFittedError
@@ -67,5 +68,5 @@ __all__ = [
     "PSDJDL", "amcmd", "jmmd",
     "compress",
     "run_compression", "DegeneracyWarning", "GridBudgetWarning", "METHODS", "estimator_class", "Estimator",
-    "NotFittedError", "UnsupportedQuery",
+    "NotFittedError", "UnsupportedQuery", "ConditionalModel",
 ]

@@ -15,12 +15,12 @@ __all__ = ["as_samples", "check_paired", "check_positive", "check_choice", "chec
            "TOL_RULE", "TOL"]
 
 
-def as_samples(values: Any, name: str, *, min_rows: int = 1) -> np.ndarray:
+def as_samples(values: Any, name: str, *, min_rows: int = 1, missing: bool = False) -> np.ndarray:
     """Return ``values`` as a C-contiguous float64 array of shape (n, d).
 
     A 1-D input of length n becomes (n, 1); an object array of numbers is read as numbers. Raises
-    ``ValueError`` for None, wrong dimensionality, non-numeric or complex dtypes, NaN/inf entries and
-    fewer than ``min_rows`` rows, and ``TypeError`` for a sparse matrix or an object array holding
+    ``ValueError`` for None, wrong dimensionality, non-numeric or complex dtypes, NaN (unless
+    ``missing``: a missing value) or inf entries and fewer than ``min_rows`` rows, and ``TypeError`` for a sparse matrix or an object array holding
     something that is not a number (the wording of each error is scikit-learn's where it has one).
     """
     if values is None:
@@ -50,7 +50,7 @@ def as_samples(values: Any, name: str, *, min_rows: int = 1) -> np.ndarray:
     if array.shape[0] < min_rows:
         raise ValueError(f"{name}: needs at least {min_rows} row(s), got {array.shape[0]} (n_samples={array.shape[0]})")
     array = np.ascontiguousarray(array, dtype=np.float64)
-    finite = np.isfinite(array)
+    finite = np.isfinite(array) | (np.isnan(array) if missing else False)
     if not finite.all():
         bad = np.argwhere(~finite)[0]
         raise ValueError(

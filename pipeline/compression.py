@@ -83,7 +83,7 @@ class DaskSource:
     @classmethod
     def from_store(cls, client: Any, data: str | os.PathLike, group: zarr.Group | None = None) -> "DaskSource":
         """The samples of a staged store, one chunk future per stored chunk of rows (``store_chunks``)."""
-        group = open_staged(data) if group is None else group
+        group = open_staged(data, needs_y="compress") if group is None else group
         chunks = store_chunks(client, data, group)
         return cls(client, chunks["x"], chunks["y"], int(group.attrs["n_samples"]), group["x"].shape[1],
                    group["y"].shape[1])
@@ -243,7 +243,7 @@ def compress_store(
     refuse_existing(target, overwrite)  # before the work, not after it
     if target.resolve() == data.resolve():
         raise ValueError(f"out: {target} is the data store itself")
-    group = open_staged(data)
+    group = open_staged(data, needs_y="compress")
     if categorical_levels(group):
         raise ValueError(f"data: {data} has categorical x columns ({', '.join(categorical_levels(group))}); compression "
                          "moves points continuously and takes numeric columns only")
@@ -303,7 +303,7 @@ def _jsonable(value: Any) -> Any:
 def open_compressed(path: str | os.PathLike) -> zarr.Group:
     """Open a compressed set (a staged store written by ``compress_store``) after checking its contract;
     raises ``ValueError`` naming the broken rule."""
-    group = open_staged(path)
+    group = open_staged(path, needs_y="compress")
     summary = group.attrs.get("compression")
     if not isinstance(summary, dict):
         raise ValueError(f"data {path}: not a compressed set (no 'compression' attribute)")

@@ -19,8 +19,7 @@ import numpy as np
 import zarr
 
 from data_schemas.evaluation import SCHEMA_NAME, SCHEMA_VERSION, validate_evaluation_dataset
-from jdlcore.conditional.laws import crps as law_crps, quantiles as law_quantiles, randomised_pit
-from jdlcore.conditional.location_scale import LocationScale
+from jdlcore.conditional.row_laws import RowLaws
 from jdlcore.conditional.losses import pinball_losses
 from jdlcore.conditional.queries import check_levels
 from jdlcore.models.protocol import SCORE_ROWS
@@ -30,7 +29,8 @@ from .cluster import broadcast, dask_client, resolve_scheduler
 from .damage import settle_reads
 from .model_store import load_model
 from .staging import open_staged, recode
-from .x_view import XView, model_recoding
+
+from .x_view import model_recoding
 
 __all__ = ["evaluate_store", "evaluate_chunk", "open_evaluation", "figure_path", "DEFAULT_LEVELS", "DEFAULT_COVERAGE", "PIT_BINS"]
 
@@ -49,28 +49,20 @@ class _Totals:
         self.crps, self.pit = np.empty(n), np.empty(n)
         self.pinball, self.covered, self.squared = np.zeros(levels.size), np.zeros(coverage.size), 0.0
 
-    def add(self, model: Any, X: np.ndarray, y: np.ndarray, rows: slice, uniform: np.ndarray,
-            on: LocationScale | None = None) -> None:
-        """The rows ``rows`` (x (b, d), y (b,)) read from the model's law at each x; ``uniform`` (b,): the
-        PIT's randomisation. ``on``: for a model of a standardised y, each row's location and scale, which
-        move its law to y's scale, clipped to y's range (``LocationScale``)."""
-        atoms = np.asarray(model.law_atoms_, dtype=np.float64)[:, 0]  # (M,): the law's support
+    def add(self, laws: RowLaws, y: np.ndarray, rows: slice, uniform: np.ndarray) -> None:
+        """The rows ``rows``: their conditional laws on y's scale and observations y (b,); ``uniform`` (b,):
+        the PIT's randomisation."""
         asked = np.unique(np.concatenate([self.levels, (1 - self.coverage) / 2, (1 + self.coverage) / 2]))
-        weights = model.conditional_weights(X)  # (b, M): the law every figure is read from
-        self.crps[rows] = (law_crps(weights, atoms, y) if on is None
-                           else on.crps(weights, atoms, np.argsort(atoms, kind="stable"), y))
-        quantiles = law_quantiles(weights, atoms, asked)  # what conditional_quantile reads from the law
-        quantiles = quantiles if on is None else on.quantiles(quantiles)
+        self.crps[rows] = laws.crps(y)
+        quantiles = laws.quantiles(asked)  # what conditional_quantile reads from the law
         at = {float(level): k for k, level in enumerate(asked)}
         picked = quantiles[:, [at[float(level)] for level in self.levels]]
         self.pinball += pinball_losses(picked, y, self.levels).sum(axis=0)
         low = quantiles[:, [at[float(level)] for level in (1 - self.coverage) / 2]]
         high = quantiles[:, [at[float(level)] for level in (1 + self.coverage) / 2]]
         self.covered += ((y[:, None] >= low) & (y[:, None] <= high)).sum(axis=0)
-        mean = weights @ atoms if on is None else on.moments(weights, atoms)[0]
-        self.squared += float(np.sum((y - mean) ** 2))
-        self.pit[rows] = (randomised_pit(weights, atoms, y, uniform) if on is None
-                          else on.pit(weights, atoms, y, uniform))
+        self.squared += float(np.sum((y - laws.mean()[:, 0]) ** 2))
+        self.pit[rows] = laws.pit(y, uniform)
 
     @classmethod
     def combined(cls, parts: list["_Totals"]) -> "_Totals":
@@ -87,17 +79,17 @@ class _Totals:
 def evaluate_chunk(model: Any, data: str, tables: dict[int, np.ndarray], levels: np.ndarray, coverage: np.ndarray,
                    seed: int, start: int, stop: int) -> _Totals:
     """The figures of rows [start, stop) of the staged store ``data``, read in blocks of ``SCORE_ROWS``
-    (x read as the model reads it, ``pipeline.x_view``; ``tables``: the recoding of its category codes to
+    (each block's laws from ``model.conditional_law``; ``tables``: the recoding of its category codes to
     the model's). The PIT's uniforms are seeded by (``seed``, ``start``), so a chunk's figures do not
     depend on where, or after which other chunk, it runs."""
     group = zarr.open_group(data, mode="r", zarr_format=3)
-    view, totals = XView.of(model), _Totals(stop - start, levels, coverage)
+    totals = _Totals(stop - start, levels, coverage)
     rng = np.random.default_rng([seed, start])
     for a in range(start, stop, SCORE_ROWS):
         b = min(a + SCORE_ROWS, stop)
-        X = view.rows(recode(group["x"][a:b], tables))
+        laws = model.conditional_law(recode(group["x"][a:b], tables))
         y = np.asarray(group["y"][a:b][:, 0], dtype=np.float64)
-        totals.add(model, X, y, slice(a - start, b - start), rng.uniform(size=b - a), view.location_scale(X))
+        totals.add(laws, y, slice(a - start, b - start), rng.uniform(size=b - a))
     return totals
 
 
@@ -120,7 +112,7 @@ def evaluate_store(model_path: str | os.PathLike, data: str | os.PathLike, out: 
     target = Path(out)
     refuse_existing(target, overwrite)
     model = load_model(model_path)
-    group = open_staged(data)
+    group = open_staged(data, needs_y="evaluate")
     if not model.answers("conditional_weights") or not model.answers("conditional_quantile"):
         raise ValueError(f"model: a {model.method} model has no law on atoms to evaluate; evaluate a jdl, jpdl, cme, "
                          "greedy or psd model")

@@ -23,13 +23,15 @@ from jdlcore.models.registry import METHODS as REGISTRY, estimator_class, method
 from jdlcore.models.degeneracy import MARGINAL_ROWS, factor_degeneracies
 from jdlcore.conditional.support import check_support_rows, sample_rows
 from jdlcore.scaling import DEFAULT_SCALING, SCALING_ROWS, check_scaling_choice, robust_scaling
+from jdlcore.features.view import XView
+from jdlcore.models.conditional_model import ConditionalModel
 
 from .atomic import refuse_existing
 from .cluster import broadcast, dask_client, resolve_scheduler
 from .model_store import save_model
 from .staging import categorical_indices, categorical_levels, data_fingerprint, open_staged, read_sample
 from .summaries import read_summaries
-from .x_view import XView, learn_missing, read_missing
+from .x_view import learn_missing, read_missing
 from .versions import DEFAULT_KEEP_VERSIONS, check_keep
 
 __all__ = ["fit_store", "make_estimator", "method_kernels", "run_parameters", "read_rows", "store_chunks",
@@ -164,7 +166,8 @@ def fit_store(
     progress: Callable[[str], None] | None = None,
     **options: Any,
 ) -> tuple[Path, Any]:
-    """Fit ``method`` on a staged store and save the model store at ``out``; returns its path and the model.
+    """Fit ``method`` on a staged store and save the model store at ``out``; returns its path and the
+    model (``jdlcore.ConditionalModel``: the law and the view of x it reads).
 
     ``options``: the method's fit options (``jdlcore.models.registry.FIT_OPTIONS``: tol, max_rank,
     pivoting, seed, constraints, positivity, support_size, degree, threshold), each the method's own
@@ -190,7 +193,7 @@ def fit_store(
         check_scaling_choice(scaling)
     target = Path(out)
     refuse_existing(target, overwrite)  # before the fit, not after it
-    group = open_staged(data)
+    group = open_staged(data, needs_y="fit")
     table, view = _tuning_record(tuning, data, group, method)
     check_lengthscale_widths(method, hyper, group, view)
     # a method without kernels (jpdl) has nothing to standardise
@@ -238,10 +241,9 @@ def fit_store(
     if table is not None:
         provenance["tuning"] = {"store": str(Path(tuning).resolve()), "best": json.loads(table.attrs["best"]),
                                 "criterion": table.attrs["criterion"], "rows_used": table.attrs["rows_used"]}
-    model.provenance_, model.x_missing_, model.x_summaries_ = provenance, view.missing, view.summaries
+    model = ConditionalModel.of(model, view, provenance)
     mark = time.perf_counter()
-    path = save_model(model, target, overwrite=overwrite, provenance=provenance, tuning=table, run_key=run_key,
-                      keep_versions=keep_versions)
+    path = save_model(model, target, overwrite=overwrite, tuning=table, run_key=run_key, keep_versions=keep_versions)
     model.diagnostics_["write_seconds"] = time.perf_counter() - mark
     return path, model
 

@@ -15,14 +15,13 @@ from typing import Any
 import numpy as np
 import xarray as xr
 
-from jdlcore import JDL
-from jdlcore.missing import INDICATOR_SUFFIX
+from jdlcore.models.conditional_model import ConditionalModel
+from jdlcore.features.missing import INDICATOR_SUFFIX
 from jdlcore.conditional.curves import (
     CENTRAL_SHARE, GRID_POINTS, central_grid, query_points, conditional_curves, conditional_density, default_x_values,
     density_bandwidth,
 )
 from pipeline.model_store import load_model
-from pipeline.x_view import XView
 
 __all__ = ["model_card", "card_rows", "write_plots", "diagnostics_figure", "conditional_density", "conditional_curves",
            "density_bandwidth", "default_x_values", "read_tuning", "GRID_POINTS"]
@@ -55,7 +54,7 @@ def _names(model: Any, side: str) -> list[str]:
     width = _width(model, side)
     provenance = model.provenance_ if isinstance(model.provenance_, dict) else {}
     names = provenance.get(f"{side}_features")
-    view = XView.of(model)
+    view = model.view_
     if names and side == "x":  # indicators of missing values and boosted summaries after the columns
         names = view.columns(names)
     if names and side == "y" and view.standardises:
@@ -100,7 +99,7 @@ def model_card(path: str | os.PathLike) -> str:
     return "\n".join([f"jdl model store {Path(path).resolve()}", *lines])
 
 
-def card_rows(path: str | os.PathLike, model: JDL | None = None) -> list[tuple[str, str]]:
+def card_rows(path: str | os.PathLike, model: ConditionalModel | None = None) -> list[tuple[str, str]]:
     """The model card as (label, value) rows; ``model``: the store's model if already at hand."""
     model = load_model(path) if model is None else model
     attrs = _store_attrs(path)
@@ -108,7 +107,7 @@ def card_rows(path: str | os.PathLike, model: JDL | None = None) -> list[tuple[s
     d, p = model.diagnostics_, (model.provenance_ or {})
     rows: list[tuple[str, str]] = [
         ("schema", f"{attrs.get('schema')} v{attrs.get('schema_version')}, written by jdl {attrs.get('jdl_version')}"),
-        ("method", f"{attrs.get('method')} ({type(model).__name__})"),
+        ("method", f"{attrs.get('method')} ({type(model.law_).__name__})"),
         ("samples", f"n = {model.n_samples_:,}"),
         ("data", str(p.get("data", "(not recorded)"))),
         ("fingerprint", f"sha256 {p['data_fingerprint']}" if p.get("data_fingerprint") else "(not recorded)"),
@@ -122,8 +121,8 @@ def card_rows(path: str | os.PathLike, model: JDL | None = None) -> list[tuple[s
     for side, basis in bases:
         rows += _feature_rows(side, getattr(basis, "kernel", None), _names(model, side),
                               (model.provenance_ or {}).get(f"{side}_levels") or {})
-    for name in model.parameters:
-        value = getattr(model, name)
+    for name in model.law_.parameters:  # the law's hyperparameters
+        value = getattr(model.law_, name)
         if name == "positivity" and getattr(model, "constraints", "positivity") != "positivity":
             value = f"{value} (not used)"
         rows.append((name, repr(float(value)) if name in ("reg", "tol") else str(value)))
@@ -201,7 +200,7 @@ def _feature_rows(side: str, kernel: Any, names: list[str], levels: dict[str, li
     return rows
 
 
-def _law_rows(model: JDL) -> list[tuple[str, str]]:
+def _law_rows(model: ConditionalModel) -> list[tuple[str, str]]:
     """The conditional law: its rule, the support atoms and what they reproduce exactly."""
     from jdlcore.conditional.laws import LEVELS
 
@@ -222,7 +221,7 @@ def _law_rows(model: JDL) -> list[tuple[str, str]]:
     return rows
 
 
-def _tuning_rows(model: JDL, tuning: xr.Dataset, recorded: Any) -> list[tuple[str, str]]:
+def _tuning_rows(model: ConditionalModel, tuning: xr.Dataset, recorded: Any) -> list[tuple[str, str]]:
     loss = tuning["tuning_validation_loss"]
     sizes = [loss.sizes[dim] for dim in loss.dims]
     unscored = int(np.isnan(tuning["tuning_rank_x"].values).sum()) * sizes[2]  # pairs the early stop skipped
@@ -292,7 +291,7 @@ def _plot_trace(ax: Any, model: Any) -> None:
 def _plot_class_probabilities(ax: Any, model: Any) -> None:
     """A classifier (KLR): P(class | x) along the first x feature, the others at their pivots' median."""
     x = _slice_points(model, 64)
-    proba = model.predict_proba(x)
+    proba = model.law_.predict_proba(x)  # x as the law's kernel reads it
     x_name = _names(model, "x")[0]
     for k, label in enumerate(model.classes_):
         ax.plot(x[:, 0], proba[:, k], label=f"class {label:g}")
@@ -306,12 +305,12 @@ def _slice_points(model: Any, n: int) -> np.ndarray:
     """``default_x_values`` (the first feature at quantiles, the others at their medians); for a model
     with boosted summaries beside x's columns, the summaries of those points appended in place of the
     pivots' medians (a model reading the summaries alone is sliced along the first summary)."""
-    x = default_x_values(model, n)
-    summaries = getattr(model, "x_summaries_", None)
+    x = default_x_values(model.law_, n)
+    summaries = model.view_.summaries
     return x if summaries is None or not summaries.columns else summaries.augment(x[:, :summaries.width])
 
 
-def _slices(model: JDL, x_values: Any, n_slices: int):
+def _slices(model: ConditionalModel, x_values: Any, n_slices: int):
     if x_values is None:
         x = _slice_points(model, n_slices)
     else:  # the data's columns, read as the model reads them
@@ -319,13 +318,13 @@ def _slices(model: JDL, x_values: Any, n_slices: int):
         if x.ndim == 1:  # queries of the data's one column, or one query of its columns
             provenance = model.provenance_ if isinstance(model.provenance_, dict) else {}
             x = x[:, None] if len(provenance.get("x_features") or [None]) == 1 else x[None, :]
-        x = query_points(model, XView.of(model).rows(x))
-    grid, cut = central_grid(model, 0)
-    density, cdf = conditional_curves(model, x, grid)
+        x = query_points(model.law_, model.rows(x))
+    grid, cut = central_grid(model.law_, 0)
+    density, cdf = conditional_curves(model.law_, x, grid)
     return x, grid, density, cdf, cut
 
 
-def _plot_slices(model: JDL, x: np.ndarray, grid: np.ndarray, density: np.ndarray, density_ax: Any,
+def _plot_slices(model: ConditionalModel, x: np.ndarray, grid: np.ndarray, density: np.ndarray, density_ax: Any,
                  cdf: np.ndarray | None = None, cdf_ax: Any | None = None, cut: bool = False) -> None:
     """The conditional densities (and CDFs) at the x slices over ``grid``; ``cut``: the grid is the
     central ``CENTRAL_SHARE`` of y's marginal, not its full range (said on the axis)."""
@@ -413,7 +412,7 @@ def write_plots(path: str | os.PathLike, out_dir: str | os.PathLike, *, x_values
     return written
 
 
-def diagnostics_figure(path: str | os.PathLike, png_path: str | os.PathLike, model: JDL | None = None) -> Path:
+def diagnostics_figure(path: str | os.PathLike, png_path: str | os.PathLike, model: ConditionalModel | None = None) -> Path:
     """One compact PNG at ``png_path`` (residual trace | density slices at the default x values) for
     the model store at ``path`` (``model``: its model if already at hand); returns ``png_path`` as a Path."""
     model = load_model(path) if model is None else model

@@ -26,12 +26,14 @@ from data_schemas.model import (
 )
 from data_schemas.tuning import SUMMARIES_VARIABLE
 from jdlcore.models.registry import METHODS, method_of
+from jdlcore.features.view import XView
+from jdlcore.models.conditional_model import ConditionalModel
 
 from .atomic import refuse_existing
 from .damage import settle_reads
 from .staging import CHUNK_SIZE
 from .summaries import read_summaries, summaries_variable
-from .x_view import XView, missing_attrs, read_missing
+from .x_view import missing_attrs, read_missing
 from .versions import DEFAULT_KEEP_VERSIONS, Lease, open_version, publish
 
 __all__ = ["model_to_dataset", "model_from_dataset", "save_model", "load_model", "lease_model", "ESTIMATORS",
@@ -43,16 +45,34 @@ ESTIMATORS = METHODS  # the registry: a store's ``method`` attribute names its c
 
 
 def model_to_dataset(model: Any, provenance: dict[str, Any] | None = None) -> xr.Dataset:
-    """The fitted model as an in-memory Dataset following ``data_schemas.model`` (atoms loaded)."""
-    method = method_of(model)
-    state = model.state()
-    ds = _dataset(state, provenance, method)
+    """The fitted model (a ``ConditionalModel``, or a bare law read as rows are) as an in-memory Dataset
+    following ``data_schemas.model`` (atoms loaded)."""
+    law, view, provenance = _parts(model, provenance)
+    method = method_of(law)
+    state = law.state()
+    ds = _with_view(_dataset(state, provenance, method), view)
     atoms = None
     if method in ATOM_STORES:
         atoms = np.asarray(state["arrays"][ATOMS], dtype=np.float64)
         ds[ATOMS] = (METHOD_VARIABLES[method][ATOMS], atoms)
     _record_checksums(ds, None if atoms is None else _atoms_checksum(atoms))
     validate_model_dataset(ds)
+    return ds
+
+
+def _parts(model: Any, provenance: dict[str, Any] | None) -> tuple[Any, XView, dict[str, Any]]:
+    """(the law, the view of x, the provenance: ``provenance`` where given, else the model's)."""
+    if isinstance(model, ConditionalModel):
+        return model.law_, model.view_, provenance if provenance is not None else model.provenance_
+    return model, XView(), provenance if provenance is not None else getattr(model, "provenance_", {})
+
+
+def _with_view(ds: xr.Dataset, view: XView) -> xr.Dataset:
+    """``ds`` with the view of x the model reads: its boosted summaries as the variable ``x_summaries``
+    and its missing-value rule as the attribute ``x_missing``."""
+    if view.summaries is not None:
+        ds[SUMMARIES_VARIABLE] = summaries_variable(view.summaries)
+    ds.attrs.update(missing_attrs(view.missing))
     return ds
 
 
@@ -154,11 +174,10 @@ def model_from_dataset(ds: xr.Dataset, where: str = "model", atoms: Any = None) 
     except (json.JSONDecodeError, TypeError) as error:
         raise ValueError(f"{where}: unreadable attribute ({error})") from None
     try:
-        model = ESTIMATORS[method].from_state(state)
+        law = ESTIMATORS[method].from_state(state)
     except ValueError as error:
         raise ValueError(f"{where}: {error}") from None
-    model.provenance_ = provenance
-    return model
+    return ConditionalModel.of(law, XView(read_missing(ds.attrs, where), read_summaries(ds, where)), provenance)
 
 
 def save_model(model: Any, path: str | os.PathLike, *, overwrite: bool = False,
@@ -171,21 +190,19 @@ def save_model(model: Any, path: str | os.PathLike, *, overwrite: bool = False,
 
     The atoms are copied block by block (they may be a lazily read array, e.g. the staged data's y).
     ``tuning``: a tuning store's Dataset (``data_schemas.tuning``), kept as the ``tuning_*`` variables.
-    ``run_key``: recorded as an attribute for the orchestration's resume check. The view of x the model
-    reads (``pipeline.x_view.XView.of``: its missing-value rule, kept as the attribute ``x_missing``, and
-    its boosted summaries, kept as ``x_summaries``) is stored with it.
+    ``run_key``: recorded as an attribute for the orchestration's resume check. ``model``: a
+    ``ConditionalModel`` (the view of x it reads is stored with it: its missing-value rule as the
+    attribute ``x_missing``, its boosted summaries as ``x_summaries``), or a bare law, which reads rows
+    as they are; ``provenance`` defaults to the model's.
     """
     target = Path(path)
     refuse_existing(target, overwrite)  # before the checksums over every variable
-    method = method_of(model)
-    state = model.state()
-    ds = _dataset(state, provenance, method)
+    law, view, provenance = _parts(model, provenance)
+    method = method_of(law)
+    state = law.state()
+    ds = _with_view(_dataset(state, provenance, method), view)
     if tuning is not None:
         ds = ds.merge(tuning_variables(tuning))
-    view = XView.of(model)
-    if view.summaries is not None:
-        ds[SUMMARIES_VARIABLE] = summaries_variable(view.summaries)
-    ds.attrs.update(missing_attrs(view.missing))
     if run_key:
         ds.attrs["run_key"] = run_key
     with publish(target, run_key, keep=keep_versions) as staging:
@@ -215,7 +232,8 @@ def lease_model(path: str | os.PathLike) -> Lease:
 
 
 def load_model(path: str | os.PathLike) -> Any:
-    """Open a model store and return a model with the full query API; foreign, truncated or newer
+    """Open a model store and return the fitted model (``jdlcore.ConditionalModel``: every query takes x
+    rows as staged and answers on y's scale); foreign, truncated or newer
     stores raise ``ValueError`` naming the store and the broken rule. The atoms stay on disk and are
     read block by block when a query needs them.
 
@@ -249,8 +267,6 @@ def load_model(path: str | os.PathLike) -> Any:
         if has_atoms:
             small[ATOMS] = ds[ATOMS]  # lazy: validated by dims, read through ``atoms``
         model = model_from_dataset(small, where=where, atoms=atoms)
-        model.x_summaries_ = read_summaries(small, where)
-        model.x_missing_ = read_missing(small.attrs, where)
     model.store_version_, model.store_path_ = lease.version, source
     weakref.finalize(model, lease.release)  # the lease lasts as long as the model
     return model

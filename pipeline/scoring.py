@@ -34,7 +34,7 @@ from .cluster import broadcast, dask_client, resolve_scheduler
 from .damage import settle_reads
 from .model_store import load_model
 from .staging import open_staged, recode
-from .x_view import XView, model_recoding
+from .x_view import model_recoding
 
 __all__ = ["parse_function", "score_store", "open_scores"]
 
@@ -133,7 +133,7 @@ def score_store(model_path: str | os.PathLike, data: str | os.PathLike, out: str
                 for done, _ in enumerate(as_completed(futures, loop=client.loop), 1):
                     _report(progress, done, len(bounds))
                 counts = client.gather(futures)  # raises the first failure, if any
-        if getattr(model, "law_rule", None) == "project":
+        if model.law_rule == "project":
             levels = sum((Counter(chunk) for chunk in counts), Counter())
             ordered = dict(sorted(levels.items(), key=lambda kv: -int(kv[0])))
             root.attrs.update({"projection_levels": json.dumps(ordered), "projection_full_level": 2 if d_y == 1 else 1})
@@ -165,23 +165,20 @@ def score_chunk(model: Any, data: str, out: str, specs: dict, tables: dict[int, 
                 stop: int) -> dict[str, int]:
     """Score rows [start, stop) of the staged store ``data`` into the arrays of the store ``out``.
 
-    ``tables``: the recoding of its category codes to the model's (``level_recoding``). Every request
-    is read from one law per row, x read as the model reads it (``pipeline.x_view``: missing values
-    filled and flagged, boosted summaries appended; a model of a standardised y answers on y's scale). Returns, for a model whose laws are projected, the number of rows
-    at each projection level (level as a string -> count), else {}.
+    ``model``: a ``jdlcore.ConditionalModel``; ``tables``: the recoding of its category codes to the
+    model's (``level_recoding``). Every request is read from one law per row, by the model's own
+    queries. Returns, for a model whose laws are projected, the number of rows at each projection level
+    (level as a string -> count), else {}.
     """
-    view = XView.of(model)
-    block = view.rows(recode(zarr.open_group(data, mode="r", zarr_format=3)["x"][start:stop], tables))
-    on = view.location_scale(block)  # a model of a standardised y answers on y's scale through it
-    read = {} if on is None else {"on": on}
+    block = recode(zarr.open_group(data, mode="r", zarr_format=3)["x"][start:stop], tables)
     root = zarr.open_group(out, mode="r+", zarr_format=3)
-    if getattr(model, "law_rule", None) == "project":
+    if model.law_rule == "project":
         kept = np.empty(stop - start, dtype=np.int8)
-        results = model.answer_requests(specs, block, kept=kept, **read)
+        results = model.answer_requests(specs, block, kept=kept)
         values, counts = np.unique(kept, return_counts=True)
         record = {str(int(v)): int(c) for v, c in zip(values, counts)}
     else:
-        results, record = model.answer_requests(specs, block, **read), {}
+        results, record = model.answer_requests(specs, block), {}
     for spec in specs:
         root[array_name(spec)][start:stop] = results[spec]
     return record

@@ -38,7 +38,7 @@ from .evaluation import DEFAULT_COVERAGE, DEFAULT_LEVELS
 from .fitting import make_estimator
 from .scoring import parse_function
 from .staging import CHUNK_SIZE
-from .summaries import DEFAULT_SUMMARIES, SUMMARY_RULES
+from jdlcore.features.summaries import DEFAULT_SUMMARIES, SUMMARY_RULES
 from .tuning import MAX_ROWS
 from .versions import DEFAULT_KEEP_VERSIONS, check_keep
 
@@ -143,7 +143,7 @@ class StageSettings(_Settings):
     source: Path_
     out: Out_
     x: list[str] = Field(min_length=1)
-    y: list[str] = Field(min_length=1)
+    y: list[str] = []  # none: a batch of rows to score, without y
     categorical: list[str] = []  # x columns only: ``pipeline.staging.stage`` refuses others before it reads
     chunk_size: int = Field(CHUNK_SIZE, ge=1)
     drop_missing_y: bool = False  # rows with a missing y: refused (one error counting them) or dropped

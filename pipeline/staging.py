@@ -119,22 +119,24 @@ def stage(
     overwrite: bool = False,
     run_key: str | None = None,
 ) -> Path:
-    """Stage columns ``x`` and ``y`` of ``source`` into a zarr v3 store at ``out``; returns its path.
+    """Stage columns ``x`` and ``y`` of ``source`` into a zarr v3 store at ``out``; returns its path. With
+    no ``y`` the store is a batch of rows to score (``jdl score``; tune, fit and evaluate refuse it): it
+    may hold a single row, and a column of one value.
 
     ``categorical``: x columns to store as category codes (integer-coded ones, say); text x columns,
     and those mixing text with a few distinct numbers ("K", 1, 2, 3), are detected as categorical anyway. A row with a missing y (NaN or empty) is refused, with one
     error naming how many rows miss one and the first of them, unless ``drop_missing_y``: those rows
     are then left out, and the store's ``dropped_missing_y`` attribute counts them. A missing x value is
     kept: NaN in a continuous column (the ``missing_x`` attribute counts them per column), the level
-    ``MISSING_LEVEL`` in a categorical one (``jdlcore.missing`` says how models read them). The store records the
+    ``MISSING_LEVEL`` in a categorical one (``jdlcore.features.missing`` says how models read them). The store records the
     data fingerprint (see ``combined_fingerprint``) and, if given, the ``run_key`` of the orchestration that
     wrote it.
     """
     source, target = Path(source), Path(out)
     if not source.exists():
         raise ValueError(f"source: {source} does not exist")
-    if not x or not y:
-        raise ValueError("x, y: name at least one column for each")
+    if not x:
+        raise ValueError("x: name at least one column")
     for role, names in (("x", x), ("y", y), ("categorical", categorical or [])):
         twice = sorted({name for name in names if list(names).count(name) > 1})
         if twice:
@@ -173,12 +175,14 @@ def stage(
                 digests[role].update(_fingerprint_bytes(parts[role]))
             rows += block.shape[0]
         missing.refuse_unless_dropped(drop_missing_y)
-        if rows < 2:
-            raise ValueError(f"source: {source.name} has {rows} row(s); at least 2 are needed")
-        for encoder in (encoders or {}).values():
-            encoder.check_levels()
-        stats["x"].check_not_constant("x")
-        stats["y"].check_not_constant("y")
+        if rows < (2 if y else 1):
+            raise ValueError(f"source: {source.name} has {rows} row(s); at least {2 if y else 1} "
+                             f"{'are' if y else 'is'} needed")
+        if y:  # rows to learn from; a batch to score may hold one level or one value of a column
+            for encoder in (encoders or {}).values():
+                encoder.check_levels()
+            stats["x"].check_not_constant("x")
+            stats["y"].check_not_constant("y")
         write_feature_coordinates(group, list(x), list(y))
         if missing.count:
             group.attrs["dropped_missing_y"] = missing.count
@@ -247,7 +251,7 @@ def create_data_arrays(group: zarr.Group, x_width: int, y_width: int, chunk_size
                        rows: int = 0) -> dict[str, zarr.Array]:
     """The float64 arrays x (rows, x_width) and y (rows, y_width) of a staged store, chunked by
     ``chunk_size`` samples, with dimension names (sample, x_feature) and (sample, y_feature)."""
-    return {role: group.create_array(role, shape=(rows, width), chunks=(chunk_size, width), dtype="float64",
+    return {role: group.create_array(role, shape=(rows, width), chunks=(chunk_size, max(width, 1)), dtype="float64",
                                      dimension_names=("sample", f"{role}_feature"))
             for role, width in (("x", x_width), ("y", y_width))}
 
@@ -314,9 +318,10 @@ def data_fingerprint(group: zarr.Group) -> str:
     return combined_fingerprint(*digests)
 
 
-def open_staged(path: str | os.PathLike) -> zarr.Group:
+def open_staged(path: str | os.PathLike, needs_y: str | None = None) -> zarr.Group:
     """Open a staged store after checking its contract; raises ``ValueError`` naming the broken rule. The
-    check reads each array's own metadata, not the consolidated copy, so a damaged store is found."""
+    check reads each array's own metadata, not the consolidated copy, so a damaged store is found.
+    ``needs_y``: the command that reads its y (a store staged without y is then refused, naming it)."""
     path = Path(path)
     try:
         group = zarr.open_group(path, mode="r", zarr_format=3, use_consolidated=False)
@@ -331,6 +336,9 @@ def open_staged(path: str | os.PathLike) -> zarr.Group:
     for role in ("x", "y"):
         if role not in group or group[role].shape != (attrs["n_samples"], len(attrs[f"{role}_features"])):
             raise ValueError(f"data {path}: array {role!r} is missing or has the wrong shape")
+    if needs_y is not None and not attrs["y_features"]:
+        raise ValueError(f"data {path}: has no y, staged as a batch to score (jdl stage without --y); {needs_y} "
+                         "needs the y of each row: stage it with --y")
     if attrs.get("schema_version", 0) >= 3:  # the feature names as coordinates
         for role in ("x", "y"):
             name = f"{role}_feature"

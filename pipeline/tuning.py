@@ -28,7 +28,7 @@ from data_schemas.tuning import SCHEMA_NAME, SCHEMA_VERSION, validate_tuning_dat
 from jdlcore import JDL, GaussianKernel
 from jdlcore.pool import alongside
 from jdlcore.scaling import DEFAULT_SCALING, check_scaling_choice
-from jdlcore.missing import MissingValues
+from jdlcore.features.missing import MissingValues
 from jdlcore.tuning import (
     LENGTHSCALE_FACTORS, SEARCH_LONGEST, SEARCH_ROWS, SEARCH_TOLERANCE, VALIDATION_FRACTION, Fold, OnYScale, Regs,
     as_regs, best_row, check_grid, check_search_rows, default_lengthscales, kernels_at, make_folds, near_best,
@@ -38,14 +38,15 @@ from jdlcore.tuning import (
 from .atomic import atomic_store, refuse_existing
 from .cluster import broadcast, dask_client, resolve_scheduler
 from .staging import categorical_indices, categorical_levels, data_fingerprint, level_recoding, open_staged, read_sample, recode
-from .summaries import (
+from jdlcore.features.summaries import (
     DEFAULT_SUMMARIES, MAX_ROWS as SUMMARY_ROWS, BoostedSummaries, fit_summaries, summary_rule,
 )
+from jdlcore.features.view import XView
 from .tuning_record import (
     add_maps, grid_dataset, load_tuning, scored_candidates, search_dataset, search_record, summaries_record,
     tuned_scaling, tuned_summaries,
 )
-from .x_view import XView, learn_missing, missing_attrs
+from .x_view import learn_missing, missing_attrs
 
 __all__ = ["tune_store", "load_tuning", "scored_candidates", "tuned_scaling", "tuned_summaries", "default_lengthscales",
            "subsample_rows", "LENGTHSCALE_FACTORS"]
@@ -135,7 +136,7 @@ def tune_store(
     target = Path(out)
     refuse_existing(target, overwrite)
     check_scaling_choice(scaling)
-    group = open_staged(data)
+    group = open_staged(data, needs_y="tune")
     score = resolve_criterion(criterion, threshold, group["y"].shape[1])
     held_out = None if validation is None else _validation_group(validation, group)
     regs = as_regs(regs)
@@ -534,7 +535,7 @@ def _fan_out(where: str, base: JDL, regs: Regs, progress: Callable[[str], None] 
 
 def _validation_group(validation: str | os.PathLike, group: zarr.Group) -> zarr.Group:
     """The staged validation store, refused unless its x and y features are the training data's."""
-    held_out = open_staged(validation)
+    held_out = open_staged(validation, needs_y="tune --validation")
     for role in ("x", "y"):
         if list(held_out.attrs[f"{role}_features"]) != list(group.attrs[f"{role}_features"]):
             raise ValueError(f"validation: its {role} features {list(held_out.attrs[f'{role}_features'])} are not "

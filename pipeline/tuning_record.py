@@ -16,7 +16,9 @@ from data_schemas.tuning import SUMMARIES_VARIABLE, validate_tuning_dataset
 from jdlcore.tuning import Fold, Regs
 
 from .damage import settle_reads
-from .summaries import BoostedSummaries, summaries_variable
+from jdlcore.features.summaries import BoostedSummaries
+
+from .summaries import summaries_variable
 
 __all__ = ["load_tuning", "scored_candidates", "tuned_scaling", "tuned_summaries", "grid_dataset", "search_dataset",
            "add_maps", "search_record", "summaries_record"]

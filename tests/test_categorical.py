@@ -297,7 +297,7 @@ def test_levels_round_trip_through_the_model_store_and_scoring_reads_them_by_nam
     assert main(["score", str(root / "m.zarr"), str(root / "batch.zarr"), "--out", str(root / "s.zarr"),
                  "--function", "mean", "--function", "cdf:-1,0,1"]) == 0
     scores = zarr.open_group(root / "s.zarr", mode="r")
-    assert model.x_summaries_ is None  # tuned on the columns alone: x is the codes
+    assert model.view_.summaries is None  # tuned on the columns alone: x is the codes
     by_hand = JDL(kernel, model.basis_y_.kernel, reg=model.reg, tol=model.tol, positivity="clip").fit(
         _codes(train, levels), train[["y"]].to_numpy())
     X_batch = _codes(batch, levels)

@@ -18,7 +18,7 @@ from flows import jdl_flows  # noqa: E402
 from flows.jdl_flows import fit_flow, score_flow, stage_flow, train_and_score_flow, tune_flow  # noqa: E402
 from flows.stages import is_transient  # noqa: E402
 from pipeline.model_store import load_model  # noqa: E402
-from pipeline.summaries import with_summaries  # noqa: E402
+from jdlcore.features.summaries import with_summaries  # noqa: E402
 from pipeline.tuning import load_tuning  # noqa: E402
 
 from .conftest import write_table  # noqa: E402
@@ -49,7 +49,7 @@ def test_train_and_score_writes_consistent_stores_and_resumes(tmp_path):
     best = json.loads(table.attrs["best"])
     assert best["score"] <= float(loss.min())  # with boosted summaries of x, searched per feature from the grid's best
     model = load_model(first["fit"]["path"])
-    summaries = model.x_summaries_  # None where the tuning kept x alone
+    summaries = model.view_.summaries  # None where the tuning kept x alone
     assert np.size(best["lengthscale_x"]) == 1 + (len(summaries.kept) if summaries else 0)
     np.testing.assert_array_equal(model.basis_x_.kernel.lengthscale, best["lengthscale_x"])
     assert (model.basis_y_.kernel.lengthscale, model.reg) == (best["lengthscale_y"], best["reg"])
@@ -60,8 +60,8 @@ def test_train_and_score_writes_consistent_stores_and_resumes(tmp_path):
         np.testing.assert_array_equal(stored["tuning_validation_loss"].values, loss.values)
     x_batch = with_summaries(summaries, zarr.open_group(first["stage_batch"]["path"], mode="r")["x"][:])
     scores = zarr.open_group(first["score"]["path"], mode="r")
-    np.testing.assert_allclose(scores["mean"][:], model.conditional_expectation(x_batch), rtol=0, atol=1e-12)
-    np.testing.assert_array_equal(scores["quantile:0.25,0.75"][:], model.conditional_quantile(x_batch, [0.25, 0.75]))
+    np.testing.assert_allclose(scores["mean"][:], model.law_.conditional_expectation(x_batch), rtol=0, atol=1e-12)
+    np.testing.assert_array_equal(scores["quantile:0.25,0.75"][:], model.law_.conditional_quantile(x_batch, [0.25, 0.75]))
     png = Path(first["fit"]["path"] + ".diagnostics.png")
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
@@ -197,17 +197,18 @@ def test_flows_run_their_dask_work_on_a_real_scheduler(tmp_path, dask_client):
     assert model.provenance_["scheduler"] == address
     reference = load_model(fit_flow(data, str(tmp_path / "m-mem.zarr"), tuning=tuned["path"],
                                     constraints="normalization", scheduler="memory")["path"])
-    augment = model.x_summaries_.augment  # the tuning's boosted summaries, read after x
+    augment = model.view_.summaries.augment  # the tuning's boosted summaries, read after x
     Xq = augment(np.linspace(-3, 3, 17)[:, None])
     # support weights agree to ~1e-5 relative (an ill-conditioned reweighting of sums taken in another
     # order), the moments they keep to rounding
-    np.testing.assert_allclose(model.conditional_weights(Xq), reference.conditional_weights(Xq), rtol=0, atol=1e-6)
-    np.testing.assert_allclose(model.conditional_expectation(Xq), reference.conditional_expectation(Xq), rtol=0,
+    np.testing.assert_allclose(model.law_.conditional_weights(Xq), reference.law_.conditional_weights(Xq), rtol=0,
+                               atol=1e-6)
+    np.testing.assert_allclose(model.law_.conditional_expectation(Xq), reference.law_.conditional_expectation(Xq), rtol=0,
                                atol=1e-10)
     scores = score_flow(on_dask["path"], data, str(tmp_path / "s.zarr"), functions=["mean"], scheduler=address)
     x = augment(zarr.open_group(data, mode="r")["x"][:])
     np.testing.assert_allclose(zarr.open_group(scores["path"], mode="r")["mean"][:],
-                               model.conditional_expectation(x), rtol=0, atol=1e-12)
+                               model.law_.conditional_expectation(x), rtol=0, atol=1e-12)
 
 
 RUNNER = textwrap.dedent("""

@@ -163,3 +163,18 @@ def test_modules_and_functions_stay_small(package):
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.end_lineno - node.lineno + 1 > 100:
                 long_functions.append(f"{path.relative_to(ROOT)}:{node.name}")
     assert not long_modules and not long_functions, (long_modules, long_functions)
+
+
+def test_the_math_of_the_fitted_model_lives_in_jdlcore():
+    """The boosted summaries (trained with LightGBM), the view of x and the law's map of y are jdlcore's:
+    no module of the pipeline, the flows or the command imports LightGBM, and none defines the view."""
+    for package in ("pipeline", "flows", "jdl"):
+        for path in sorted((ROOT / package).rglob("*.py")):
+            tree = ast.parse(path.read_text(), str(path))
+            imported = {alias.name.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.Import)
+                        for alias in node.names}
+            imported |= {node.module.split(".")[0] for node in ast.walk(tree)
+                         if isinstance(node, ast.ImportFrom) and node.module and node.level == 0}
+            assert "lightgbm" not in imported, path
+            classes = {node.name for node in ast.walk(tree) if isinstance(node, ast.ClassDef)}
+            assert not classes & {"XView", "BoostedSummaries", "LocationScale", "ConditionalModel"}, path

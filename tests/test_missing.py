@@ -1,4 +1,4 @@
-"""Missing x values: the kernel rule (jdlcore.missing) against a brute force, staging, and the pipeline
+"""Missing x values: the kernel rule (jdlcore.features.missing) against a brute force, staging, and the pipeline
 (tune, fit, score, evaluate) reading them through the rule stored with the model."""
 import json
 
@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from jdlcore import GaussianKernel, LaplaceKernel, Matern32Kernel
-from jdlcore.missing import INDICATOR_SUFFIX, UNSEEN_CODE, MissingValues
+from jdlcore.features.missing import INDICATOR_SUFFIX, UNSEEN_CODE, MissingValues
 
 pd = pytest.importorskip("pandas")
 pytest.importorskip("zarr")
@@ -146,7 +146,7 @@ def test_the_model_learns_what_a_missing_value_says(fitted_with_gaps):
 
     work, test, _ = fitted_with_gaps
     model = load_model(work / "model.zarr")
-    assert model.x_missing_.flagged == (0,) and model.x_missing_.features(["a", "b"])[-1] == "a missing"
+    assert model.view_.missing.flagged == (0,) and model.view_.missing.features(["a", "b"])[-1] == "a missing"
     assert np.ndim(model.basis_x_.kernel.lengthscale) == 0 or len(model.basis_x_.kernel.lengthscale) == 3
     score_store(work / "model.zarr", work / "test.zarr", work / "scores.zarr", ["mean"])
     import zarr
@@ -167,7 +167,7 @@ def test_scoring_reads_missing_values_through_the_stored_rule(fitted_with_gaps):
 
     work, test, fitted = fitted_with_gaps
     model = load_model(work / "model.zarr")
-    assert model.x_missing_ == fitted.x_missing_
+    assert model.view_.missing == fitted.view_.missing
     path = score_store(work / "model.zarr", work / "test.zarr", work / "scores_q.zarr", ["quantile:0.1,0.5,0.9"])
     import zarr
 
@@ -175,10 +175,11 @@ def test_scoring_reads_missing_values_through_the_stored_rule(fitted_with_gaps):
 
     quantiles = scores_array(zarr.open_group(path, mode="r"), "quantile:0.1,0.5,0.9")[:]
     x = open_staged(work / "test.zarr")["x"][:]
-    rule = model.x_missing_
+    rule = model.view_.missing
     by_hand = np.column_stack([np.where(np.isnan(x[:, 0]), rule.fill[0], x[:, 0]),
                                np.where(np.isnan(x[:, 1]), rule.fill[1], x[:, 1]), np.isnan(x[:, 0])])
-    np.testing.assert_allclose(quantiles, model.conditional_quantile(by_hand, [0.1, 0.5, 0.9]), rtol=0, atol=1e-12)
+    np.testing.assert_allclose(quantiles, model.law_.conditional_quantile(by_hand, [0.1, 0.5, 0.9]), rtol=0, atol=1e-12)
+    np.testing.assert_allclose(quantiles, model.conditional_quantile(x, [0.1, 0.5, 0.9]), rtol=0, atol=1e-12)
     assert np.isnan(x[:10, 1]).all() and rule.fill[1] == pytest.approx(np.median(test["b"].dropna()), abs=0.2)
 
 
@@ -194,7 +195,7 @@ def test_evaluation_and_the_model_card_name_the_indicator(fitted_with_gaps, caps
 
 def test_a_model_without_the_rule_refuses_missing_values_and_compression_refuses_them(fitted_with_gaps):
     from pipeline.compression import compress_store
-    from pipeline.x_view import XView
+    from jdlcore.features.view import XView
 
     work, _, _ = fitted_with_gaps
     with pytest.raises(ValueError, match=r"^x: column 1 \(from 0\) has missing values, and the model reads none"):
@@ -205,7 +206,8 @@ def test_a_model_without_the_rule_refuses_missing_values_and_compression_refuses
 
 
 def test_the_python_recipe_reads_missing_values_as_the_pipeline_does():
-    """docs/python.md's recipe: the rule learned on the training rows, applied at fit and at queries."""
+    """The rule by hand (what ``ConditionalModel`` does): learned on the training rows, applied at fit and
+    at queries."""
     from jdlcore import JDL, tune
 
     rng = np.random.default_rng(5)
@@ -230,7 +232,7 @@ def test_a_fit_without_a_tuning_learns_the_rule_from_its_own_rows(fitted_with_ga
     arguments = ["fit", str(work / "train.zarr"), "--lengthscale-y", "0.5", "--reg", "1e-4"]
     assert main([*arguments, "--lengthscale-x", "0.8", "--out", str(work / "plain.zarr")]) == 0
     model = load_model(work / "plain.zarr")
-    assert model.x_missing_.flagged == (0,) and model.basis_x_.width == 3
+    assert model.view_.missing.flagged == (0,) and model.basis_x_.width == 3
     capsys.readouterr()
     assert main([*arguments, "--lengthscale-x", "0.8,1.2", "--out", str(work / "bad.zarr")]) == 2
     assert "lengthscale_x: has 2 entries but the data has 3 x features (a, b, a missing)" in capsys.readouterr().err
@@ -246,7 +248,6 @@ def test_a_fit_and_a_scoring_on_a_real_dask_scheduler_read_missing_values_as_in_
     from jdl.cli import main
     from pipeline.model_store import load_model
     from pipeline.staging import open_staged
-    from pipeline.x_view import XView
 
     work, _, _ = fitted_with_gaps
     models = {}
@@ -254,8 +255,8 @@ def test_a_fit_and_a_scoring_on_a_real_dask_scheduler_read_missing_values_as_in_
         assert main(["fit", str(work / "train.zarr"), "--tuning", str(work / "tuning.zarr"), "--out",
                      str(work / f"fit-{name}.zarr"), "--scheduler", scheduler]) == 0
         models[name] = load_model(work / f"fit-{name}.zarr")
-    assert models["dask"].x_missing_ == models["memory"].x_missing_
-    X = XView.of(models["memory"]).rows(open_staged(work / "test.zarr")["x"][:])
+    assert models["dask"].view_.missing == models["memory"].view_.missing
+    X = open_staged(work / "test.zarr")["x"][:]  # as staged, missing values and all
     np.testing.assert_allclose(models["dask"].conditional_expectation(X), models["memory"].conditional_expectation(X),
                                rtol=0, atol=1e-8)
     assert main(["score", str(work / "fit-memory.zarr"), str(work / "test.zarr"), "--out", str(work / "s-dask.zarr"),

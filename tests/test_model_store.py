@@ -24,7 +24,7 @@ def test_round_trip_is_exact(fitted, tmp_path):
     path = save_model(fitted, tmp_path / "model.zarr", provenance={"data": "bivariate gaussian"})
     loaded = load_model(path)
     for name, array in fitted.state()["arrays"].items():  # the stored arrays come back bit for bit
-        np.testing.assert_array_equal(loaded.state()["arrays"][name], array, err_msg=name)
+        np.testing.assert_array_equal(loaded.law_.state()["arrays"][name], array, err_msg=name)
     Xq = np.linspace(-4, 4, 33)[:, None]
     # queries agree to rounding (BLAS may sum in another order for differently aligned arrays)
     np.testing.assert_allclose(loaded.conditional_weights(Xq), fitted.conditional_weights(Xq), rtol=0, atol=1e-13)
@@ -32,7 +32,7 @@ def test_round_trip_is_exact(fitted, tmp_path):
         assert loaded.diagnostics_[name] == fitted.diagnostics_[name], name
     assert loaded.support_.requested == fitted.support_.requested
     # the state keeps the kernel the fit used: the one given, standardised to the training columns
-    assert loaded.get_params()["reg"] == 1e-4 and loaded.kernel_x == fitted.basis_x_.kernel
+    assert loaded.law_.get_params()["reg"] == 1e-4 and loaded.kernel_x == fitted.basis_x_.kernel
     assert loaded.kernel_x.with_scaling(None, None) == GaussianKernel(0.5)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["model.zarr", "model.zarr.versions"]  # no temporary
     assert [p.name for p in (tmp_path / "model.zarr.versions").iterdir() if not p.name.endswith(".lease")] == [
@@ -97,9 +97,9 @@ def test_loaded_atoms_stay_on_disk_and_registered_functions_survive(tmp_path):
     assert sorted(loaded.registered_) == ["mean", "second_moment"]
     for name in loaded.registered_:
         np.testing.assert_array_equal(loaded.registered_[name][0], fitted.registered_[name][0])
-        np.testing.assert_array_equal(loaded._training_sums[name].moments, fitted._training_sums[name].moments)
+        np.testing.assert_array_equal(loaded.law_._training_sums[name].moments, fitted._training_sums[name].moments)
     loaded.register("cube", lambda y: y**3)
-    loaded.atoms_ = Atoms(loaded.y_atoms_, loaded.basis_y_, block_rows=97, cache_entries=0)
+    loaded.law_.atoms_ = Atoms(loaded.y_atoms_, loaded.basis_y_, block_rows=97, cache_entries=0)
     Xq = np.linspace(-3, 3, 41)[:, None]
     expected = fitted.conditional_expectation(Xq, lambda y: np.cos(y))
     np.testing.assert_allclose(loaded.conditional_expectation(Xq, lambda y: np.cos(y)), expected, rtol=0, atol=1e-12)
@@ -108,7 +108,7 @@ def test_loaded_atoms_stay_on_disk_and_registered_functions_survive(tmp_path):
     np.testing.assert_allclose(loaded.negative_mass(Xq), fitted.negative_mass(Xq), rtol=0, atol=1e-12)
     np.testing.assert_array_equal(loaded.conditional_quantile(Xq, [0.1, 0.5, 0.9]),
                                   fitted.conditional_quantile(Xq, [0.1, 0.5, 0.9]))
-    assert loaded.grid_minimum(X) == pytest.approx(fitted.grid_minimum(X), abs=1e-12)
+    assert loaded.law_.grid_minimum(X) == pytest.approx(fitted.grid_minimum(X), abs=1e-12)
     both = loaded.expectations(["mean", "second_moment"], Xq)
     np.testing.assert_allclose(both["mean"], fitted.conditional_expectation(Xq), rtol=0, atol=1e-10)
     np.testing.assert_allclose(both["second_moment"][:, 0, 0], fitted.conditional_expectation(Xq, lambda y: y**2)[:, 0],

@@ -14,7 +14,7 @@ from pipeline.settings import CompressSettings, FitSettings, ScoreSettings, Stag
 ROOT = Path(__file__).resolve().parent.parent
 COMMANDS = {"stage": StageSettings, "tune": TuneSettings, "fit": FitSettings, "score": ScoreSettings,
             "compress": CompressSettings}
-REQUIRED = {"stage": ["s.csv", "--x", "a", "--y", "b", "--out", "o"], "tune": ["d", "--out", "o"],
+REQUIRED = {"stage": ["s.csv", "--x", "a", "--out", "o"], "tune": ["d", "--out", "o"],
             "fit": ["d", "--out", "o"], "score": ["m", "d", "--out", "o", "--function", "mean"],
             "compress": ["d", "--out", "o"]}
 # the command line's own: the scheduler defaults to JDL_SCHEDULER or "auto" there (None in the settings

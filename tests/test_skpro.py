@@ -56,3 +56,18 @@ def test_interval_variance_and_mean_come_from_the_law(fitted):
                                rtol=1e-9, atol=1e-12)
     with pytest.raises(ValueError, match="KLR has no law on atoms"):
         JDLProbaRegressor(KLR()).fit(X, (y > 0).astype(float))
+
+
+def test_rows_with_missing_values_are_read_through_the_missing_value_rule():
+    rng = np.random.default_rng(8)
+    x = rng.uniform(-2, 2, 600)
+    gone = rng.uniform(size=600) < 0.25
+    X = pd.DataFrame({"x": np.where(gone, np.nan, x)})
+    y = pd.DataFrame({"y": np.where(gone, 3.0, np.sin(x)) + 0.3 * rng.standard_normal(600)})
+    regressor = JDLProbaRegressor(JDL(reg=1e-4, support_size=64)).fit(X.iloc[:450], y.iloc[:450])
+    assert regressor.estimator_.view_.missing.flagged == (0,)
+    law, test = regressor.predict_proba(X.iloc[450:]), X.iloc[450:]
+    exact = regressor.estimator_.crps(test.to_numpy(), y.iloc[450:].to_numpy()[:, 0])
+    assert CRPS()(y.iloc[450:], law) == pytest.approx(exact.mean(), rel=1e-10)
+    mean = regressor.predict(test).to_numpy()[:, 0]
+    assert abs(np.mean(mean[gone[450:]]) - 3.0) < 0.3  # a missing x says y is near 3

@@ -11,7 +11,7 @@ lightgbm = pytest.importorskip("lightgbm")
 zarr = pytest.importorskip("zarr")
 from jdl.cli import main  # noqa: E402
 from pipeline.model_store import load_model  # noqa: E402
-from pipeline.summaries import (  # noqa: E402
+from jdlcore.features.summaries import (  # noqa: E402
     BOOSTER_PARAMS, LEVELS, MEDIAN, NAMES, BoostedSummaries, fit_summaries, kernel_categorical, kernel_features, row_folds,
     summary_rule,
 )
@@ -148,7 +148,7 @@ def test_boosters_trained_in_turns_on_two_threads_are_those_trained_on_one(monke
     given (a split's map). (LightGBM's own threads per booster stay at one: at two its histograms' sums
     may round differently.)"""
     import jdlcore.pool as pool
-    import pipeline.summaries as summaries
+    import jdlcore.features.summaries as summaries
 
     monkeypatch.setattr(summaries, "_booster_threads", lambda: 1)  # LightGBM's threads per booster held fixed
     X, y = _table(3_000, seed=1)
@@ -168,7 +168,7 @@ def test_in_turns_trains_each_booster_to_its_level_s_stop_as_it_is_lowered(monke
     import threading
 
     import jdlcore.pool as pool
-    from pipeline.boosting import in_turns
+    from jdlcore.features.boosting import in_turns
 
     monkeypatch.setattr(pool, "_THREADS", 2)
 
@@ -240,8 +240,8 @@ def test_the_map_decides_its_summaries_and_scale_floor_from_its_own_predictions_
     (the median from the scores its outer levels started from, not predicted again) are the map's
     ``predictions`` there, read back from its text, to the bit; so are the kept summaries and the floor,
     also where the median booster trained past its count (early stopping)."""
-    import pipeline.boosting as boosting
-    import pipeline.summaries as module
+    import jdlcore.features.boosting as boosting
+    import jdlcore.features.summaries as module
 
     used = []
     of_quantiles = BoostedSummaries.of_quantiles
@@ -266,7 +266,7 @@ def test_kept_scores_are_read_every_few_rounds_and_dropped_before_the_least_summ
     """``KeptScores`` with stand-in boosters: a booster's scores are read at every ``every``-th round; once a
     level's summed loss is least at a round, its readings before the last one at or before that round
     are dropped (the count is never earlier), another level's kept."""
-    from pipeline.boosting import KeptScores
+    from jdlcore.features.boosting import KeptScores
 
     class Booster:
         rounds = 0
@@ -293,8 +293,8 @@ def test_a_median_trained_past_its_count_starts_the_outer_levels_from_the_same_s
     of its outer levels) are the same to the bit, and so is the map, whether they come from the scores
     read as the boosters trained (every round, every third, every 16th) plus the trees after the last
     reading, or from predicting every row again (never read)."""
-    import pipeline.boosting as boosting
-    import pipeline.summaries as module
+    import jdlcore.features.boosting as boosting
+    import jdlcore.features.summaries as module
 
     at_every_row = boosting.at_every_row
     calls: dict[bytes, tuple[int, int, int | None, np.ndarray]] = {}  # by fold (its training rows)
@@ -411,24 +411,26 @@ def test_tune_fit_and_score_carry_the_summaries_in_memory_and_on_dask(staged, da
         models[name] = load_model(tmp / f"{name}.zarr")
     memory, dask = models["memory"], models["dask"]
     assert memory.provenance_["x_summaries"] == list(NAMES[:2]) and memory.basis_x_.width == 5
-    assert dask.x_summaries_.to_bytes() == memory.x_summaries_.to_bytes()
+    assert dask.view_.summaries.to_bytes() == memory.view_.summaries.to_bytes()
     new = open_staged(tmp / "new.zarr")  # its codes read as the model's, the unseen level as OTHER_CODE
     X_new = recode(new["x"][:], level_recoding(categorical_levels(new), memory.provenance_["x_levels"], ["a", "b", "c"],
                                                "other"))
     assert np.all(X_new[:5, 2] == OTHER_CODE) and np.all(X_new[5:, 2] >= 0)
-    Xq = memory.x_summaries_.augment(X_new)
+    Xq = memory.view_.summaries.augment(X_new)
     # both fits learned the law of the same standardised y (the Dask one standardised chunk by chunk)
-    assert memory.x_summaries_.standardises and dask.x_summaries_.standardises
-    np.testing.assert_allclose(dask.conditional_expectation(Xq), memory.conditional_expectation(Xq), rtol=0, atol=1e-8)
+    assert memory.view_.summaries.standardises and dask.view_.summaries.standardises
+    np.testing.assert_allclose(dask.law_.conditional_expectation(Xq), memory.law_.conditional_expectation(Xq), rtol=0,
+                               atol=1e-8)
     # the scores are on y's scale: the law of r moved by each row's predicted median and spread and
     # clipped to the training rows' range of y, by hand
-    low, high = memory.x_summaries_.y_range
+    low, high = memory.view_.summaries.y_range
     assert (low, high) == (_table(2_000)[1].min(), _table(2_000)[1].max())
-    median, spread = Xq[:, 3], np.maximum(np.exp(Xq[:, 4]), memory.x_summaries_.scale_floor)
+    median, spread = Xq[:, 3], np.maximum(np.exp(Xq[:, 4]), memory.view_.summaries.scale_floor)
     moved = median[:, None] + spread[:, None] * memory.support_atoms_[None, :, 0]
     assert np.any(moved < low) and np.any(moved > high)  # some laws reach past y's range: the clip is tested
-    mean_y = np.sum(memory.conditional_weights(Xq) * np.clip(moved, low, high), axis=1)
-    quantiles_y = np.clip(median[:, None] + spread[:, None] * memory.conditional_quantile(Xq, [0.1, 0.9]), low, high)
+    mean_y = np.sum(memory.law_.conditional_weights(Xq) * np.clip(moved, low, high), axis=1)
+    quantiles_y = np.clip(median[:, None] + spread[:, None] * memory.law_.conditional_quantile(Xq, [0.1, 0.9]), low,
+                          high)
     for name, scheduler in (("s-mem.zarr", "memory"), ("s-dask.zarr", dask_client.scheduler.address)):
         assert main(["score", str(tmp / "memory.zarr"), str(tmp / "new.zarr"), "--out", str(tmp / name),
                      "--function", "mean", "--function", "quantile:0.1,0.9", "--unseen", "other",
@@ -441,7 +443,7 @@ def test_tune_fit_and_score_carry_the_summaries_in_memory_and_on_dask(staged, da
     plain = load_tuning(tmp / "plain.zarr")
     assert plain.sizes["x_feature"] == 3 and "x_summaries" not in plain.variables
     assert main(["fit", str(tmp / "src.zarr"), "--tuning", str(tmp / "plain.zarr"), "--out", str(tmp / "p.zarr")]) == 0
-    assert load_model(tmp / "p.zarr").x_summaries_ is None
+    assert load_model(tmp / "p.zarr").view_.summaries is None
 
 
 def test_auto_leaves_the_summaries_out_where_the_columns_alone_do_as_well(tmp_path, monkeypatch):
@@ -586,10 +588,10 @@ def test_stores_written_before_the_summaries_still_load_and_fit(staged):
     model_path, _ = fit_store(tmp / "src.zarr", tmp / "m.zarr", tuning=path,
                               **{k: best[k] for k in ("lengthscale_x", "lengthscale_y", "reg")})
     model = load_model(model_path)
-    assert model.x_summaries_ is None and model.basis_x_.width == 3
+    assert model.view_.summaries is None and model.basis_x_.width == 3
     zarr.open_group(model.store_path_, mode="r+").attrs["schema_version"] = 6
     again = load_model(model_path)
-    assert again.x_summaries_ is None and int(zarr.open_group(again.store_path_).attrs["schema_version"]) == 6
+    assert again.view_.summaries is None and int(zarr.open_group(again.store_path_).attrs["schema_version"]) == 6
 
 
 def test_the_x_kernel_with_summaries_is_a_psd_kernel_of_x():
@@ -645,7 +647,7 @@ def test_a_booster_s_scores_at_every_row_are_its_predictions_to_the_bit():
     asked for fewer rounds than it trained, it adds the trees after the last of its scores read as it
     trained (``KeptScores``), one at a time, or predicts every row where none was read that early. Each
     equals ``predict`` at every row, to the bit."""
-    from pipeline.boosting import KeptScores, at_every_row, first_round
+    from jdlcore.features.boosting import KeptScores, at_every_row, first_round
 
     X, y = _table(2_000, seed=4)
     X[::7, 1] = np.nan  # missing values: LightGBM's default direction, by bin and by value alike
@@ -1046,21 +1048,21 @@ def test_a_model_on_the_summaries_alone_through_fit_score_and_inspect(tmp_path, 
     assert main(["fit", str(tmp_path / "d.zarr"), "--tuning", str(tmp_path / "tuning.zarr"), "--out",
                  str(tmp_path / "m.zarr")]) == 0
     model = load_model(tmp_path / "m.zarr")
-    assert not model.x_summaries_.columns and model.basis_x_.width == 2
+    assert not model.view_.summaries.columns and model.basis_x_.width == 2
     assert main(["score", str(tmp_path / "m.zarr"), str(tmp_path / "d.zarr"), "--out", str(tmp_path / "s.zarr"),
                  "--function", "mean"]) == 0
-    Z = model.x_summaries_.features(X)  # y standardised by them: the law of r moved to y's scale by hand
-    assert model.x_summaries_.standardises and model.x_summaries_.y_range == (y.min(), y.max())
-    spread = np.maximum(np.exp(Z[:, 1:]), model.x_summaries_.scale_floor)
+    Z = model.view_.summaries.features(X)  # y standardised by them: the law of r moved to y's scale by hand
+    assert model.view_.summaries.standardises and model.view_.summaries.y_range == (y.min(), y.max())
+    spread = np.maximum(np.exp(Z[:, 1:]), model.view_.summaries.scale_floor)
     atoms = np.clip(Z[:, :1] + spread * model.support_atoms_[:, 0], y.min(), y.max())  # each row's law of y
-    expected = np.sum(model.conditional_weights(Z) * atoms, axis=1, keepdims=True)
+    expected = np.sum(model.law_.conditional_weights(Z) * atoms, axis=1, keepdims=True)
     np.testing.assert_allclose(zarr.open_group(tmp_path / "s.zarr", mode="r")["mean"][:], expected, rtol=1e-12,
                                atol=1e-12)
     assert np.corrcoef(expected[:, 0], 2.0 * (X[:, 0] > 0.3))[0, 1] > 0.95
     # the evaluation reads the law of y: brute-force CRPS of the atoms moved row by row, on 40 rows
     evaluation = xr.open_zarr(evaluate_store(tmp_path / "m.zarr", tmp_path / "d.zarr", tmp_path / "e.zarr"))
     rows = slice(0, 40)
-    P, atoms = model.conditional_weights(Z[rows]), atoms[rows]
+    P, atoms = model.law_.conditional_weights(Z[rows]), atoms[rows]
     brute = (np.sum(P * np.abs(atoms - y[rows, None]), axis=1)
              - 0.5 * np.einsum("ij,ijk,ik->i", P, np.abs(atoms[:, :, None] - atoms[:, None, :]), P))
     np.testing.assert_allclose(evaluation["crps"].values[rows], brute, rtol=1e-9)

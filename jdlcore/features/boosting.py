@@ -1,5 +1,5 @@
 """A level's quantile boosters, trained a round at a time on jdl's pool and cut at a round count chosen
-out of fold, and their scores at every row (``pipeline.summaries`` fits the map from them).
+out of fold, and their scores at every row (``jdlcore.features.summaries`` fits the map from them).
 
 ``in_turns`` trains the boosters of (level, fold) jobs in turns on the pool's threads; ``early_stopped``
 stops a level where the first of its folds stalls and counts its rounds by the held-out loss summed over
@@ -13,7 +13,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from jdlcore.pool import pool_map, pool_threads, stop_point
+from ..pool import pool_map, pool_threads, stop_point
 
 __all__ = ["KeptScores", "at_every_row", "early_stopped", "first_round", "in_turns", "training_scores",
            "KEPT_SCORES_EVERY"]

@@ -1,0 +1,109 @@
+"""Category levels: the name of a categorical cell's level, and a table's columns read as a model's codes.
+
+A categorical x column is stored as codes 0, 1, ... that index its levels (text, in order of first
+appearance in the training rows). ``XColumns`` keeps a model's x column names and levels, so that a
+table with those columns (a pandas DataFrame, or any object with ``columns`` and ``table[name]``) is
+read as the rows the model was fitted on: the codes of its categorical cells looked up by level name,
+its other columns as numbers, NaN where a value is missing.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+import numpy as np
+
+__all__ = ["XColumns", "level_name", "MISSING_LEVEL", "OTHER_CODE"]
+
+MISSING_LEVEL = "<missing>"  # the level of a categorical x cell that holds no value (NaN, None, empty text)
+OTHER_CODE = -1.0  # the code of a level a model was not fitted on: it matches no level
+
+
+def level_name(value: Any) -> str | None:
+    """The level a categorical cell holds, as text (None: missing). Strings are stripped; numbers are
+    written canonically, so 3, 3.0 and "3" are one level (3)."""
+    if value is None:
+        return None
+    if isinstance(value, (bytes, np.bytes_)):
+        value = value.decode()
+    if isinstance(value, str):
+        text = value.strip()
+        if not text:
+            return None
+        try:
+            value = float(text)
+        except ValueError:
+            return text
+        if not np.isfinite(value):
+            return text
+    number = float(value)
+    if np.isnan(number):
+        return None
+    return str(int(number)) if number.is_integer() else repr(number)
+
+
+@dataclass(frozen=True)
+class XColumns:
+    """A model's x columns by name, in order, and the levels of its categorical ones ({name: levels})."""
+
+    names: tuple[str, ...]
+    levels: dict[str, tuple[str, ...]] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, names: Sequence[str], levels: dict[str, Sequence[str]] | None = None) -> "XColumns":
+        return cls(tuple(map(str, names)), {str(k): tuple(map(str, v)) for k, v in (levels or {}).items()})
+
+    @property
+    def categorical(self) -> list[int]:
+        """The positions of the categorical columns."""
+        return [j for j, name in enumerate(self.names) if name in self.levels]
+
+    def codes(self, table: Any, unseen: str = "refuse") -> np.ndarray:
+        """The rows of ``table`` (n rows; the model's columns by name, others ignored) as float64 (n, d):
+        categorical cells as their level's code (``unseen`` "other": a level the model lacks reads as
+        ``OTHER_CODE``; "refuse": ``ValueError`` naming the column and the level), other cells as numbers,
+        NaN where missing. ``ValueError`` naming a column the table lacks or a cell that is not a number."""
+        have = [str(name) for name in table.columns]
+        absent = [name for name in self.names if name not in have]
+        if absent:
+            raise ValueError(f"X: has no column {absent[0]!r}; the model reads {', '.join(self.names)}")
+        columns = []
+        for name in self.names:
+            column = table[name]
+            columns.append(self._codes(name, np.asarray(column, dtype=object).reshape(-1), unseen)
+                           if name in self.levels else _numbers(name, column))
+        return np.column_stack(columns) if columns else np.empty((len(table), 0))
+
+    def _codes(self, name: str, values: np.ndarray, unseen: str) -> np.ndarray:
+        code = {level: float(k) for k, level in enumerate(self.levels[name])}
+        read: dict[Any, float] = {}  # each distinct cell named once
+        out = np.empty(values.size)
+        for i, value in enumerate(values):
+            if value not in read:
+                level = level_name(value)
+                level = MISSING_LEVEL if level is None else level
+                if level not in code and unseen != "other":
+                    raise ValueError(f"X column {name!r}: level {level!r} (row {i}) is not one the model was fitted "
+                                     f"on ({', '.join(self.levels[name])}); pass unseen='other' to let it match no level")
+                read[value] = code.get(level, OTHER_CODE)
+            out[i] = read[value]
+        return out
+
+
+def _numbers(name: str, column: Any) -> np.ndarray:
+    """A continuous column's cells as float64, NaN for a missing one (None, NaN, empty text)."""
+    try:
+        return np.asarray(column, dtype=np.float64).reshape(-1)
+    except (TypeError, ValueError):  # None, text: read cell by cell
+        pass
+    values = np.asarray(column, dtype=object).reshape(-1)
+    out = np.empty(values.size)
+    for i, value in enumerate(values):
+        if value is None or (isinstance(value, str) and not value.strip()):
+            out[i] = np.nan
+            continue
+        try:
+            out[i] = float(value)
+        except (TypeError, ValueError):
+            raise ValueError(f"X column {name!r}: non-numeric value {value!r} at row {i}") from None
+    return out

@@ -1,0 +1,251 @@
+"""The fitted model as one object (``jdlcore.ConditionalModel``): its queries take x rows as the user has
+them and answer on y's scale, against brute force from the law's weights; a stored default-path model
+answers from ``load_model`` exactly as ``jdl score`` and ``jdl evaluate`` write."""
+import numpy as np
+import pytest
+
+from jdlcore import JDL, ConditionalModel, GaussianKernel
+from jdlcore.features.missing import MissingValues
+from jdlcore.features.view import XView
+
+LEVELS = np.array([0.1, 0.5, 0.9])
+
+
+def _gappy(n: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """x: a continuous column, one missing a fifth of its values (y shifts where it is missing), and a
+    category code in {0, 1, 2}; y scalar."""
+    rng = np.random.default_rng(seed)
+    X = np.column_stack([rng.standard_normal(n), rng.standard_normal(n), rng.integers(0, 3, n).astype(float)])
+    gone = rng.uniform(size=n) < 0.2
+    y = X[:, 0] + 0.5 * X[:, 2] + np.where(gone, 1.5, 0.3 * X[:, 1]) + 0.3 * rng.standard_normal(n)
+    X[gone, 1] = np.nan
+    return X, y
+
+
+@pytest.fixture(scope="module")
+def gappy_model():
+    X, y = _gappy(600)
+    law = JDL(kernel_x=GaussianKernel(1.5), kernel_y=GaussianKernel(0.5), reg=1e-4)
+    return ConditionalModel(law, categorical=(2,)).fit(X, y), X, y
+
+
+def test_fit_learns_the_missing_value_rule_and_queries_read_rows_through_it(gappy_model):
+    model, X, y = gappy_model
+    assert model.view_.missing == MissingValues.learn(X, (2,)) and model.view_.missing.flagged == (1,)
+    Z = model.view_.rows(X[:40])  # the filled columns, the code, then the indicator of column 1
+    assert Z.shape == (40, 4) and not np.isnan(Z).any()
+    assert list(model.law_.kernel_x.categorical) == [2, 3]  # the code and the indicator compared as categories
+    np.testing.assert_array_equal(model.conditional_quantile(X[:40], LEVELS),
+                                  model.law_.conditional_quantile(Z, LEVELS))
+    np.testing.assert_array_equal(model.predict(X[:40]), model.law_.predict(Z))
+    np.testing.assert_array_equal(model.crps(X[:40], y[:40]), model.law_.crps(Z, y[:40]))
+    # the rows that miss column 1 are told apart from the others by the indicator
+    missing = np.isnan(X[:, 1])
+    mean = model.predict(X)
+    assert abs(np.mean(mean[missing] - y[missing])) < 0.2 and abs(np.mean(mean[~missing] - y[~missing])) < 0.2
+    assert model.diagnostics_ is model.law_.diagnostics_ and model.reg == 1e-4  # read through to the law
+
+
+def test_the_law_s_row_methods_do_not_read_through(gappy_model):
+    model, X, y = gappy_model
+    with pytest.raises(AttributeError, match="marginal_ratio"):
+        model.marginal_ratio(X, y)  # the law's: it reads rows as the kernel does
+    with pytest.raises(RuntimeError, match="call fit"):
+        ConditionalModel().predict(X)
+
+
+def test_params_follow_the_estimator_contract():
+    model = ConditionalModel(JDL(reg=1e-3), categorical=(2,))
+    assert model.get_params(deep=False) == {"law": model.law, "categorical": (2,)}
+    assert model.set_params(law__reg=1e-2).law.reg == 1e-2
+    with pytest.raises(ValueError, match="not a parameter of ConditionalModel"):
+        model.set_params(regs=1)
+
+
+@pytest.fixture(scope="module")
+def standardised_model():
+    """A law of r = (y - median) / spread, the median and the spread the boosted summaries of x."""
+    pytest.importorskip("lightgbm")
+    from jdlcore.features.summaries import fit_summaries
+
+    rng = np.random.default_rng(3)
+    X = rng.standard_normal((1_500, 2))
+    y = np.exp(X[:, 0]) + (0.2 + 0.5 * (X[:, 1] > 0)) * rng.standard_normal(1_500)
+    view = XView(MissingValues.learn(X), fit_summaries(X, y, seed=0).standardised())
+    law = JDL(kernel_x=GaussianKernel(2.5), kernel_y=GaussianKernel(0.5), reg=1e-4).fit(*view.pair(X, y))
+    return ConditionalModel.of(law, view), X[:60], y[:60]
+
+
+def _laws_by_hand(model, X):
+    """Each row's weights (q, N) and atoms of y (q, N), moved to y's scale from the law of r by hand."""
+    Z = model.view_.rows(X)
+    summaries = model.view_.summaries
+    median = Z[:, -len(summaries.in_use) + summaries.in_use.index("summary_median")]
+    spread = np.maximum(np.exp(Z[:, -len(summaries.in_use) + summaries.in_use.index("summary_log_spread")]),
+                        summaries.scale_floor)
+    atoms = np.clip(median[:, None] + spread[:, None] * model.law_.law_atoms_[None, :, 0], *summaries.y_range)
+    return model.law_.conditional_weights(Z), atoms
+
+
+def test_a_standardised_model_answers_on_y_s_scale_against_brute_force(standardised_model):
+    model, X, y = standardised_model
+    assert model.standardises
+    P, atoms = _laws_by_hand(model, X)
+    np.testing.assert_allclose(model.predict(X).ravel(), np.sum(P * atoms, axis=1), rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(model.conditional_expectation(X, lambda v: v**2)[:, 0], np.sum(P * atoms**2, axis=1),
+                               rtol=1e-11, atol=1e-12)
+    t = np.array([0.0, 1.0, 2.5])
+    np.testing.assert_allclose(model.conditional_cdf(X, t), np.einsum("ik,ikt->it", P, atoms[:, :, None] <= t),
+                               atol=1e-12)
+    running = np.cumsum(np.take_along_axis(P, np.argsort(atoms, axis=1, kind="stable"), axis=1), axis=1)
+    ascending = np.sort(atoms, axis=1)
+    for j, level in enumerate(LEVELS):  # the least atom whose CDF reaches the level
+        first = np.argmax(running >= level - 1e-12, axis=1)
+        np.testing.assert_allclose(model.conditional_quantile(X, LEVELS)[:, j], ascending[np.arange(len(X)), first],
+                                   rtol=1e-12)
+    brute = (np.sum(P * np.abs(atoms - y[:, None]), axis=1)
+             - 0.5 * np.einsum("ij,ijk,ik->i", P, np.abs(atoms[:, :, None] - atoms[:, None, :]), P))
+    np.testing.assert_allclose(model.crps(X, y), brute, rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(model.energy_score(X, y), brute, rtol=1e-9, atol=1e-12)
+    laws = model.conditional_law(X)
+    np.testing.assert_allclose(laws.atoms_on_y()[..., 0], atoms, rtol=1e-12)
+    np.testing.assert_allclose(laws.mean()[:, 0], np.sum(P * atoms, axis=1), rtol=1e-12, atol=1e-12)
+
+
+def test_draws_follow_the_weights(standardised_model):
+    model, X, _ = standardised_model
+    draws = model.sample(X[:2], 40_000, seed=5)
+    assert draws.shape == (2, 40_000, 1)
+    np.testing.assert_array_equal(draws, model.sample(X[:2], 40_000, seed=5))  # seeded
+    P, atoms = _laws_by_hand(model, X[:2])
+    for i in range(2):
+        for t in np.quantile(atoms[i], [0.25, 0.5, 0.75]):  # the empirical CDF at three points, within 5 sd
+            expected = np.sum(P[i] * (atoms[i] <= t))
+            assert abs(np.mean(draws[i, :, 0] <= t) - expected) < 5 * np.sqrt(0.25 / 40_000) + 1e-12
+
+
+def test_the_energy_score_of_a_vector_y_is_its_pairwise_definition():
+    rng = np.random.default_rng(2)
+    X = rng.standard_normal((300, 1))
+    Y = np.column_stack([X[:, 0], -X[:, 0]]) + 0.4 * rng.standard_normal((300, 2))
+    model = ConditionalModel(JDL(kernel_x=GaussianKernel(0.7), kernel_y=GaussianKernel(0.7), reg=1e-4)).fit(X, Y)
+    P, atoms = model.conditional_weights(X[:20]), model.law_atoms_
+    distance = np.linalg.norm(atoms[None, :, :] - Y[:20, None, :], axis=2)
+    spread = np.linalg.norm(atoms[:, None, :] - atoms[None, :, :], axis=2)
+    brute = np.sum(P * distance, axis=1) - 0.5 * np.einsum("ij,jk,ik->i", P, spread, P)
+    np.testing.assert_allclose(model.energy_score(X[:20], Y[:20]), brute, rtol=1e-10, atol=1e-12)
+
+
+def test_a_stored_default_model_answers_as_score_and_evaluate_write(tmp_path):
+    """The default path with boosted summaries, y standardised by them, a column missing values and a
+    categorical column: the loaded model's answers at the staged rows are what ``jdl score`` and ``jdl
+    evaluate`` wrote, to 1e-12."""
+    pd = pytest.importorskip("pandas")
+    zarr = pytest.importorskip("zarr")
+    import xarray as xr
+
+    from jdl.cli import main
+    from pipeline.model_store import load_model
+
+    rng = np.random.default_rng(1)  # y's median and spread both depend on x; b misses a fifth of its values
+    n = 2_000
+    a, b, c = rng.standard_normal(n), rng.uniform(-2, 2, n), rng.integers(0, 4, n)
+    y = np.sin(1.5 * a) + 0.5 * c + (0.2 + 0.3 * np.abs(b)) * rng.standard_normal(n)
+    b[rng.uniform(size=n) < 0.2] = np.nan
+    frame = pd.DataFrame({"a": a, "b": b, "c": np.array(["p", "q", "r", "s"])[c], "t": y})
+    frame.to_parquet(tmp_path / "d.parquet")
+    data, tuning, model_path = tmp_path / "d.zarr", tmp_path / "tuning.zarr", tmp_path / "m.zarr"
+    assert main(["stage", str(tmp_path / "d.parquet"), "--x", "a,b,c", "--y", "t", "--categorical", "c",
+                 "--out", str(data)]) == 0
+    assert main(["tune", str(data), "--out", str(tuning), "--folds", "1", "--summaries", "standardised"]) == 0
+    assert main(["fit", str(data), "--tuning", str(tuning), "--out", str(model_path)]) == 0
+    functions = ["mean", "second_moment", "cdf:-1,0,1.5", "quantile:0.1,0.5,0.9"]
+    assert main(["score", str(model_path), str(data), "--out", str(tmp_path / "s.zarr"),
+                 *[part for spec in functions for part in ("--function", spec)]]) == 0
+    assert main(["evaluate", str(model_path), str(data), "--out", str(tmp_path / "e.zarr")]) == 0
+
+    model = load_model(model_path)
+    assert isinstance(model, ConditionalModel) and model.standardises and model.view_.missing.flagged == (1,)
+    rows = zarr.open_group(data, mode="r")["x"][:]  # as staged: category codes, NaN where missing
+    scores = zarr.open_group(tmp_path / "s.zarr", mode="r")
+    got = {"mean": model.predict(rows)[:, None], "second_moment": model.conditional_expectation(rows, lambda v: v**2),
+           "cdf:-1,0,1.5": model.conditional_cdf(rows, [-1, 0, 1.5]),
+           "quantile:0.1,0.5,0.9": model.conditional_quantile(rows, [0.1, 0.5, 0.9])}
+    for spec in functions:
+        written = np.asarray(scores[spec][:]).reshape(len(rows), -1)
+        np.testing.assert_allclose(got[spec].reshape(len(rows), -1), written, rtol=1e-12, atol=1e-12, err_msg=spec)
+    with xr.open_zarr(tmp_path / "e.zarr") as evaluation:
+        np.testing.assert_allclose(model.crps(rows, y), evaluation["crps"].values, rtol=1e-12, atol=1e-12)
+    # the same rows as a table, the categorical column by level name (its columns in another order)
+    table = frame[["c", "b", "a"]]
+    np.testing.assert_array_equal(model.conditional_quantile(table, [0.1, 0.5, 0.9]), got["quantile:0.1,0.5,0.9"])
+    unseen = table.head(3).assign(c=["p", "z", "q"])
+    with pytest.raises(ValueError, match=r"^X column 'c': level 'z' \(row 1\) is not one the model was fitted on"):
+        model.predict(unseen)
+    other = model.rows(unseen, unseen="other")  # the kernel's rows: a, b, the code of c, ...
+    assert other[1, 2] == -1.0 and other[0, 2] == model.columns_.levels["c"].index("p")
+    with pytest.raises(ValueError, match=r"^X: has no column 'a'; the model reads a, b, c"):
+        model.predict(table[["b", "c"]])
+
+
+def test_new_rows_staged_without_y_are_scored_and_refused_by_the_commands_that_need_y(tmp_path, capsys):
+    """A real table's held-out rows staged without y score as the same rows staged with their y do; tune,
+    fit and evaluate refuse such a batch in one line and write nothing."""
+    pd = pytest.importorskip("pandas")
+    zarr = pytest.importorskip("zarr")
+    from sklearn.datasets import load_diabetes
+
+    from jdl.cli import main
+
+    frame = load_diabetes(as_frame=True).frame  # 442 rows, shipped with scikit-learn
+    x = ["age", "bmi", "bp", "s5"]
+    frame.iloc[:350].to_parquet(tmp_path / "train.parquet")
+    held_out = frame.iloc[350:]
+    held_out.to_parquet(tmp_path / "held.parquet")
+    held_out[x].iloc[:1].to_parquet(tmp_path / "one.parquet")  # one row, every column constant
+    stage = ["stage", "--x", ",".join(x)]
+    assert main([*stage[:1], str(tmp_path / "train.parquet"), *stage[1:], "--y", "target",
+                 "--out", str(tmp_path / "train.zarr")]) == 0
+    assert main([*stage[:1], str(tmp_path / "held.parquet"), *stage[1:], "--y", "target",
+                 "--out", str(tmp_path / "with-y.zarr")]) == 0
+    capsys.readouterr()
+    assert main([*stage[:1], str(tmp_path / "held.parquet"), *stage[1:], "--out", str(tmp_path / "new.zarr")]) == 0
+    assert "staged 92 rows: x ['age', 'bmi', 'bp', 's5'], no y (a batch to score)" in capsys.readouterr().out
+    assert main([*stage[:1], str(tmp_path / "one.parquet"), *stage[1:], "--out", str(tmp_path / "one.zarr")]) == 0
+    assert main(["fit", str(tmp_path / "train.zarr"), "--lengthscale-x", "3", "--lengthscale-y", "0.5", "--reg",
+                 "1e-4", "--out", str(tmp_path / "m.zarr")]) == 0
+    functions = ["--function", "mean", "--function", "quantile:0.1,0.5,0.9"]
+    for name in ("new", "with-y", "one"):
+        assert main(["score", str(tmp_path / "m.zarr"), str(tmp_path / f"{name}.zarr"), "--out",
+                     str(tmp_path / f"s-{name}.zarr"), *functions]) == 0
+    scores = {name: zarr.open_group(tmp_path / f"s-{name}.zarr", mode="r") for name in ("new", "with-y", "one")}
+    for spec in ("mean", "quantile:0.1,0.5,0.9"):
+        np.testing.assert_array_equal(scores["new"][spec][:], scores["with-y"][spec][:])
+        np.testing.assert_allclose(scores["one"][spec][:], scores["with-y"][spec][:1], rtol=1e-12)  # one row's BLAS
+    capsys.readouterr()
+    for command in (["tune", str(tmp_path / "new.zarr"), "--out", str(tmp_path / "t.zarr")],
+                    ["fit", str(tmp_path / "new.zarr"), "--lengthscale-x", "1", "--lengthscale-y", "1", "--reg", "1e-4",
+                     "--out", str(tmp_path / "f.zarr")],
+                    ["evaluate", str(tmp_path / "m.zarr"), str(tmp_path / "new.zarr"), "--out", str(tmp_path / "e.zarr")]):
+        assert main(command) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and "has no y, staged as a batch to score (jdl stage without --y)" in err[0], err
+        assert f"; {command[0]} needs the y of each row: stage it with --y" in err[0]
+    assert not any((tmp_path / name).exists() for name in ("t.zarr", "f.zarr", "e.zarr"))
+
+
+def test_scikit_learn_clones_and_cross_validates_it_on_rows_with_missing_values():
+    sklearn = pytest.importorskip("sklearn")
+    from sklearn.base import clone
+    from sklearn.model_selection import cross_val_score
+
+    X, y = _gappy(450, seed=4)
+    model = ConditionalModel(JDL(kernel_x=GaussianKernel(1.5), kernel_y=GaussianKernel(0.5), reg=1e-4),
+                             categorical=(2,))
+    copy = clone(model)
+    assert copy.get_params(deep=False)["categorical"] == (2,) and copy.law is not model.law
+    scores = cross_val_score(model, X, y, cv=3)  # the estimator's score: minus the mean CRPS
+    assert scores.shape == (3,) and np.all(scores < 0)
+    fitted = clone(model).fit(X[:300], y[:300])
+    assert fitted.score(X[300:], y[300:]) == pytest.approx(-np.mean(fitted.crps(X[300:], y[300:])), rel=1e-12)
+    assert sklearn.utils.get_tags(model).input_tags.allow_nan
