@@ -30,8 +30,11 @@ def scoring_rates(models: dict[Any, Any], Xq: Any, thresholds: Any, repeats: int
     moment, the CDF at ``thresholds`` and 99 quantile levels, median of ``repeats``; the models take
     turns within each repeat, so that they are measured side by side under the same conditions."""
     levels = np.linspace(0.01, 0.99, 99)
-    work = {"mean": lambda m: m.expectation("mean", Xq),
-            "second moment": lambda m: m.expectation("second_moment", Xq),
+    named = {"mean": ("mean", None), "second_moment": ("second_moment", None)}
+    for model in models.values():
+        model.prepare_requests(named)  # the named functions kept at the atoms, once
+    work = {"mean": lambda m: m.answer_requests({"mean": named["mean"]}, Xq),
+            "second moment": lambda m: m.answer_requests({"second_moment": named["second_moment"]}, Xq),
             f"cdf ({len(thresholds)} thresholds)": lambda m: m.conditional_cdf(Xq, thresholds),
             "quantiles (99 levels)": lambda m: m.conditional_quantile(Xq, levels)}
     for model in models.values():

@@ -65,8 +65,9 @@ def write_table(path: Path, n: int, seed: int, d: int, block: int = 2_000_000) -
 
 
 def clipped_over_all_atoms(model, Xq: np.ndarray, block: int = 1 << 16) -> tuple[np.ndarray, np.ndarray]:
-    """The signed law clipped at 0 over all n training atoms, renormalised: conditional mean (q,) and
-    10/50/90 % quantiles (q, 3), in two streamed passes over the atoms sorted by value."""
+    """The signed law of a JDL ``model`` (the law itself, at rows Xq as its x kernel reads them) clipped at
+    0 over all n training atoms, renormalised: conditional mean (q,) and 10/50/90 % quantiles (q, 3), in
+    two streamed passes over the atoms sorted by value."""
     g = model._directions(Xq)
     atoms = np.asarray(model.y_atoms_[:], dtype=np.float64)[:, 0]
     order = np.argsort(atoms, kind="stable")
@@ -103,7 +104,10 @@ def accuracy(model, Xq: np.ndarray) -> dict:
     targets = mean[:, None] + sd[:, None] * norm.ppf(LEVELS)[None, :]
     ours_mean, ours_q = model.conditional_expectation(Xq)[:, 0], model.conditional_quantile(Xq, LEVELS)
     started = time.perf_counter()
-    clip_mean, clip_q = clipped_over_all_atoms(model, Xq)
+    if model.standardises:
+        raise ValueError("model: reads y standardised by its summaries; the clipped reference is of a law of y itself "
+                         "(tune with --summaries boosted or none)")
+    clip_mean, clip_q = clipped_over_all_atoms(model.law_, model.rows(Xq))
     reference_seconds = time.perf_counter() - started
     weights = model.conditional_weights(Xq)
     out = {"reference_seconds": reference_seconds, "min_weight": float(weights.min()),

@@ -268,5 +268,5 @@ def load_model(path: str | os.PathLike) -> Any:
             small[ATOMS] = ds[ATOMS]  # lazy: validated by dims, read through ``atoms``
         model = model_from_dataset(small, where=where, atoms=atoms)
     model.store_version_, model.store_path_ = lease.version, source
-    weakref.finalize(model, lease.release)  # the lease lasts as long as the model
+    weakref.finalize(model.law_, lease.release)  # the lease lasts as long as the law (which the model holds)
     return model

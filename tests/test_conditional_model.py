@@ -44,6 +44,27 @@ def test_fit_learns_the_missing_value_rule_and_queries_read_rows_through_it(gapp
     mean = model.predict(X)
     assert abs(np.mean(mean[missing] - y[missing])) < 0.2 and abs(np.mean(mean[~missing] - y[~missing])) < 0.2
     assert model.diagnostics_ is model.law_.diagnostics_ and model.reg == 1e-4  # read through to the law
+    laws, t = model.conditional_law(X[:40]), np.array([-1.0, 0.0, 2.0])  # each row's law, read once
+    np.testing.assert_allclose(laws.cdf(t), model.conditional_cdf(X[:40], t), atol=1e-12)
+    np.testing.assert_allclose(laws.mean()[:, 0], model.predict(X[:40]), rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(laws.crps(y[:40]), model.crps(X[:40], y[:40]), rtol=1e-12, atol=1e-12)
+
+
+def test_fit_keeps_the_kernel_s_categorical_columns_and_checks_its_lengthscales():
+    X, y = _gappy(300, seed=6)
+    model = ConditionalModel(JDL(kernel_x=GaussianKernel(1.5, categorical=[2]), kernel_y=GaussianKernel(0.5))).fit(X, y)
+    assert list(model.law_.kernel_x.categorical) == [2, 3] and model.view_.missing.fill[2] == -1.0  # codes not filled
+    with pytest.raises(ValueError, match=r"^kernel_x: has 3 lengthscales for the 4 columns the model reads \(3 of X, "
+                                         r"then an indicator per column that misses values: \[1\]\); give 4 or one"):
+        ConditionalModel(JDL(kernel_x=GaussianKernel([1.0, 1.0, 1.0]))).fit(X, y)
+    assert model.n_features_in_ == 3
+
+
+def test_a_table_with_unnamed_columns_is_read_by_position_labels():
+    pd = pytest.importorskip("pandas")
+    X, y = _gappy(300, seed=7)
+    model = ConditionalModel(JDL(kernel_x=GaussianKernel(1.5)), categorical=(2,)).fit(pd.DataFrame(X), y)
+    np.testing.assert_array_equal(model.predict(pd.DataFrame(X[:5])), model.predict(X[:5]))
 
 
 def test_the_law_s_row_methods_do_not_read_through(gappy_model):
@@ -109,6 +130,8 @@ def test_a_standardised_model_answers_on_y_s_scale_against_brute_force(standardi
     np.testing.assert_allclose(model.energy_score(X, y), brute, rtol=1e-9, atol=1e-12)
     laws = model.conditional_law(X)
     np.testing.assert_allclose(laws.atoms_on_y()[..., 0], atoms, rtol=1e-12)
+    np.testing.assert_allclose(laws.cdf(t), np.einsum("ik,ikt->it", P, atoms[:, :, None] <= t), atol=1e-12)
+    np.testing.assert_allclose(laws.quantiles(LEVELS), model.conditional_quantile(X, LEVELS), rtol=1e-12)
     np.testing.assert_allclose(laws.mean()[:, 0], np.sum(P * atoms, axis=1), rtol=1e-12, atol=1e-12)
 
 
@@ -186,6 +209,11 @@ def test_a_stored_default_model_answers_as_score_and_evaluate_write(tmp_path):
     assert other[1, 2] == -1.0 and other[0, 2] == model.columns_.levels["c"].index("p")
     with pytest.raises(ValueError, match=r"^X: has no column 'a'; the model reads a, b, c"):
         model.predict(table[["b", "c"]])
+    with_na = table.head(2).assign(c=pd.array(["p", pd.NA], dtype="string"))  # pandas' NA: a missing level
+    with pytest.raises(ValueError, match=r"^X column 'c': level '<missing>' \(row 1\) is not one"):
+        model.predict(with_na)  # the training rows of c missed no value
+    # its parameters are its law's, and the codes of c are categorical: a clone refits the same model
+    assert model.law.get_params(deep=False) == model.law_.get_params(deep=False) and model.categorical == (2,)
 
 
 def test_new_rows_staged_without_y_are_scored_and_refused_by_the_commands_that_need_y(tmp_path, capsys):

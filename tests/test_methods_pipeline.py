@@ -117,6 +117,7 @@ def test_each_loaded_method_answers_staged_rows_with_missing_values_as_scoring_w
     group = zarr.open_group(score_store(path, paths[data], root / f"{method}-gappy-scores.zarr", functions), mode="r")
     for spec in functions:
         np.testing.assert_allclose(expected_scores(loaded, spec, x), group[spec][:], rtol=0, atol=1e-12, err_msg=spec)
+    assert loaded.predict(x[:5]).shape[0] == 5  # the mean, or a classifier's most probable class
 
 
 def test_klr_answers_only_its_event(stores):

@@ -69,13 +69,16 @@ class RowLaws:
         values = self._scalar("cdf")
         thresholds = np.asarray(thresholds, dtype=np.float64).reshape(-1)
         if self.on is None:
-            return cdf_per_row(self.weights, values, self._order, np.broadcast_to(thresholds, (len(self), thresholds.size)))
+            each = np.broadcast_to(thresholds, (len(self), thresholds.size))
+            return cdf_per_row(self.weights, values, self._order, each)
         return self.on.cdf(self.weights, values, self._order, thresholds)
 
     def crps(self, y: np.ndarray) -> np.ndarray:
         """The CRPS of each row's law at its observation y (q,), shape (q,); lower is better."""
         values, y = self._scalar("crps"), np.asarray(y, dtype=np.float64).reshape(-1)
-        return law_crps(self.weights, values, y) if self.on is None else self.on.crps(self.weights, values, self._order, y)
+        if self.on is None:
+            return law_crps(self.weights, values, y)
+        return self.on.crps(self.weights, values, self._order, y)
 
     def energy_score(self, y: np.ndarray) -> np.ndarray:
         """The energy score E||Y - y|| - E||Y - Y'|| / 2 of each row's law at its observation y (q, d_y),

@@ -36,7 +36,10 @@ def level_name(value: Any) -> str | None:
             return text
         if not np.isfinite(value):
             return text
-    number = float(value)
+    try:
+        number = float(value)
+    except TypeError:  # pandas' NA and NaT are missing; another object is named by its text
+        return None if type(value).__name__ in ("NAType", "NaTType") else str(value)
     if np.isnan(number):
         return None
     return str(int(number)) if number.is_integer() else repr(number)
@@ -63,13 +66,13 @@ class XColumns:
         categorical cells as their level's code (``unseen`` "other": a level the model lacks reads as
         ``OTHER_CODE``; "refuse": ``ValueError`` naming the column and the level), other cells as numbers,
         NaN where missing. ``ValueError`` naming a column the table lacks or a cell that is not a number."""
-        have = [str(name) for name in table.columns]
+        have = {str(label): label for label in table.columns}  # labels as the model names them
         absent = [name for name in self.names if name not in have]
         if absent:
             raise ValueError(f"X: has no column {absent[0]!r}; the model reads {', '.join(self.names)}")
         columns = []
         for name in self.names:
-            column = table[name]
+            column = table[have[name]]
             columns.append(self._codes(name, np.asarray(column, dtype=object).reshape(-1), unseen)
                            if name in self.levels else _numbers(name, column))
         return np.column_stack(columns) if columns else np.empty((len(table), 0))
@@ -83,8 +86,10 @@ class XColumns:
                 level = level_name(value)
                 level = MISSING_LEVEL if level is None else level
                 if level not in code and unseen != "other":
+                    known = ", ".join(self.levels[name])
                     raise ValueError(f"X column {name!r}: level {level!r} (row {i}) is not one the model was fitted "
-                                     f"on ({', '.join(self.levels[name])}); pass unseen='other' to let it match no level")
+                                     f"on ({known}); query with model.columns_.codes(X, unseen='other') to let it "
+                                     "match no level")
                 read[value] = code.get(level, OTHER_CODE)
             out[i] = read[value]
         return out

@@ -85,11 +85,17 @@ class ConditionalModel:
         X = np.asarray(X, dtype=np.float64)
         if X.ndim != 2:
             raise ValueError(f"X: must be 2-D (n, d), got shape {X.shape}")
-        view = XView(MissingValues.learn(X, self.categorical))
         law = self._law().with_params()
-        if "kernel_x" in law.KERNELS:
-            kernel = law._kernel("kernel_x")
-            codes = view.categorical(self.categorical)
+        kernel = law._kernel("kernel_x") if "kernel_x" in law.KERNELS else None
+        categorical = sorted({int(j) for j in self.categorical} | set(getattr(kernel, "categorical", None) or ()))
+        view = XView(MissingValues.learn(X, categorical))
+        width = len(view.columns([str(j) for j in range(X.shape[1])]))
+        if kernel is not None:
+            if np.ndim(kernel.lengthscale) == 1 and np.size(kernel.lengthscale) != width:
+                raise ValueError(f"kernel_x: has {np.size(kernel.lengthscale)} lengthscales for the {width} columns "
+                                 f"the model reads ({X.shape[1]} of X, then an indicator per column that misses "
+                                 f"values: {list(view.missing.flagged)}); give {width} or one")
+            codes = view.categorical(categorical)
             if codes:
                 law.set_params(kernel_x=type(kernel)(kernel.lengthscale, location=kernel.location, scale=kernel.scale,
                                                      categorical=codes))
@@ -104,7 +110,8 @@ class ConditionalModel:
         provenance = provenance or {}
         names = provenance.get("x_features")
         columns = XColumns.of(names, provenance.get("x_levels")) if names else None
-        return cls(type(law)(), categorical=())._assembled(law, view or XView(), provenance, columns)
+        categorical = tuple(columns.categorical) if columns is not None else ()
+        return cls(law.with_params(), categorical=categorical)._assembled(law, view or XView(), provenance, columns)
 
     def _assembled(self, law: Estimator, view: XView, provenance: dict[str, Any], columns: XColumns | None
                    ) -> "ConditionalModel":
@@ -142,8 +149,14 @@ class ConditionalModel:
         return getattr(self._fitted_law(), "law_rule", None)
 
     def answers(self, query: str) -> bool:
-        """Whether the model answers ``query`` (``Estimator.answers``)."""
-        return self._fitted_law().answers(query)
+        """Whether the model answers ``query`` (``Estimator.answers``; a model of a standardised y answers
+        no registered function and no class probabilities)."""
+        law = self.__dict__.get("law_")
+        law = self._law() if law is None else law
+        if "view_" in self.__dict__ and self.standardises and query in ("register", "expectations", "expectation",
+                                                                         "predict_proba"):
+            return False
+        return law.answers(query)
 
     def _fitted_law(self) -> Estimator:
         if "law_" not in self.__dict__:
@@ -166,6 +179,15 @@ class ConditionalModel:
 
         tags = self._law().__sklearn_tags__()
         return replace(tags, input_tags=replace(tags.input_tags, allow_nan=True))
+
+    @property
+    def n_features_in_(self) -> int:
+        """The number of x columns a query's rows have (before the view adds indicators and summaries)."""
+        self._fitted_law()
+        view = self.view_
+        if view.missing is not None:
+            return view.missing.width
+        return view.summaries.width if view.summaries is not None else int(self.law_.n_features_in_)
 
     # -- rows -------------------------------------------------------------------------------------
     @property
@@ -218,9 +240,9 @@ class ConditionalModel:
         return self._fitted_law().prepare_requests(requests)
 
     def _one(self, kind: str, X: Any, parameters: np.ndarray | None = None) -> np.ndarray:
-        name = f"{kind}:{'' if parameters is None else ','.join(map(repr, np.ravel(parameters).tolist()))}"
-        requests = self.prepare_requests({name: (kind, parameters)})
-        return self.answer_requests(requests, X)[name]
+        """One request of a standardised law, read on y's scale (nothing registered at the law's atoms)."""
+        Z, on = self._read(X)
+        return self.law_.answer_requests({kind: (kind, parameters)}, Z, on=on)[kind]
 
     def conditional_expectation(self, X: Any, f: Callable[[np.ndarray], np.ndarray] | None = None) -> np.ndarray:
         """E[f(y) | x] at each x row, (q, ...); f maps atoms (b, d_y) to (b, ...), default the identity
@@ -236,7 +258,10 @@ class ConditionalModel:
         return np.einsum("ik,ik...->i...", laws.weights, values)
 
     def predict(self, X: Any) -> np.ndarray:
-        """The conditional mean E[y | x], (q, d_y); (q,) where the fit's y was 1-D."""
+        """The conditional mean E[y | x], (q, d_y); (q,) where the fit's y was 1-D (a classifier's law: its
+        most probable class)."""
+        if not self.standardises:
+            return self.law_.predict(self.rows(X))
         return self.law_._as_fitted_y(self.conditional_expectation(X))
 
     def conditional_cdf(self, X: Any, thresholds: Any) -> np.ndarray:
@@ -267,7 +292,9 @@ class ConditionalModel:
 
     def energy_score(self, X: Any, Y: Any) -> np.ndarray:
         """The energy score of the conditional (joint) law at each (x, y) row, (q,); the CRPS for a scalar y."""
-        return self.conditional_law(X).energy_score(as_samples(Y, "Y"))
+        if not self.standardises:
+            return self.law_.energy_score(self.rows(X), Y)
+        return self.crps(X, Y)  # a standardised y is scalar
 
     def sample(self, X: Any, draws: int, seed: int = 0) -> np.ndarray:
         """``draws`` independent draws of y from the law at each x row, (q, draws, d_y), seeded."""
