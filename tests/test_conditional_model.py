@@ -277,3 +277,12 @@ def test_scikit_learn_clones_and_cross_validates_it_on_rows_with_missing_values(
     fitted = clone(model).fit(X[:300], y[:300])
     assert fitted.score(X[300:], y[300:]) == pytest.approx(-np.mean(fitted.crps(X[300:], y[300:])), rel=1e-12)
     assert sklearn.utils.get_tags(model).input_tags.allow_nan
+
+
+def test_laws_read_in_blocks_of_rows_answer_as_all_rows_at_once(standardised_model, monkeypatch):
+    model, X, _ = standardised_model
+    square = lambda v: v**2  # noqa: E731
+    whole, draws = model.conditional_expectation(X, square), model.sample(X, 50, seed=2)
+    monkeypatch.setattr("jdlcore.models.conditional_model.SCORE_ROWS", 7)  # 60 rows in 9 blocks
+    np.testing.assert_allclose(model.conditional_expectation(X, square), whole, rtol=1e-13, atol=1e-13)
+    np.testing.assert_array_equal(model.sample(X, 50, seed=2), draws)  # the seeded stream read row by row

@@ -19,7 +19,7 @@ from ..features.missing import MissingValues
 from ..features.view import XView
 from ..validation import as_samples
 from .estimator import Estimator, UnsupportedQuery
-from .protocol import not_fitted
+from .protocol import SCORE_ROWS, not_fitted
 
 __all__ = ["ConditionalModel"]
 
@@ -251,11 +251,13 @@ class ConditionalModel:
             return self.law_.conditional_expectation(self.rows(X), f)
         if f is None:
             return self._one("mean", X)
-        laws = self.conditional_law(X)
-        on_y = laws.atoms_on_y()
-        values = np.asarray(f(on_y.reshape(-1, on_y.shape[2])), dtype=np.float64)
-        values = values.reshape(on_y.shape[:2] + values.shape[1:])
-        return np.einsum("ik,ik...->i...", laws.weights, values)
+
+        def expected(laws: RowLaws) -> np.ndarray:  # f at each row's own atoms
+            on_y = laws.atoms_on_y()
+            values = np.asarray(f(on_y.reshape(-1, on_y.shape[2])), dtype=np.float64)
+            return np.einsum("ik,ik...->i...", laws.weights, values.reshape(on_y.shape[:2] + values.shape[1:]))
+
+        return np.concatenate([expected(laws) for laws in self._laws_in_blocks(X)])
 
     def predict(self, X: Any) -> np.ndarray:
         """The conditional mean E[y | x], (q, d_y); (q,) where the fit's y was 1-D (a classifier's law: its
@@ -298,7 +300,16 @@ class ConditionalModel:
 
     def sample(self, X: Any, draws: int, seed: int = 0) -> np.ndarray:
         """``draws`` independent draws of y from the law at each x row, (q, draws, d_y), seeded."""
-        return self.conditional_law(X).sample(int(draws), np.random.default_rng(seed))
+        rng = np.random.default_rng(seed)
+        return np.concatenate([laws.sample(int(draws), rng) for laws in self._laws_in_blocks(X)])
+
+    def _laws_in_blocks(self, X: Any):
+        """``conditional_law`` of the rows of X, ``SCORE_ROWS`` at a time (each block's weights are b x N)."""
+        Z = self.rows(X)
+        for start in range(0, Z.shape[0], SCORE_ROWS):
+            block = Z[start:start + SCORE_ROWS]
+            yield RowLaws(self.law_.conditional_weights(block), np.asarray(self.law_.law_atoms_, dtype=np.float64),
+                          self.view_.location_scale(block))
 
     def register(self, name: str, f: Callable[[np.ndarray], np.ndarray]) -> None:
         """Keep f at the law's atoms, so that ``expectations([name], X)`` needs no evaluation of f (a law
