@@ -13,8 +13,9 @@ columns that have any (optional); a categorical x column holds its missing value
 Rules for incoming rows: numeric (categorical x columns: any value), finite where present, at least 2
 rows, no constant column (no categorical column with a single level), no x column without a present
 value. A batch of rows to score has no y columns (``y_features`` empty, ``y`` of shape (n, 0)): at
-least 1 row, and a column may be constant. A row whose y is missing is refused (one error counting them), or left out when staging is asked
-to drop them; the attribute ``dropped_missing_y`` then counts them (optional).
+least 1 row, and a column may be constant. A row whose y is missing is refused (one error counting
+them), or left out when staging is asked to drop them; the attribute ``dropped_missing_y`` then counts
+them (optional).
 """
 from __future__ import annotations
 

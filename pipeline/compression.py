@@ -303,7 +303,7 @@ def _jsonable(value: Any) -> Any:
 def open_compressed(path: str | os.PathLike) -> zarr.Group:
     """Open a compressed set (a staged store written by ``compress_store``) after checking its contract;
     raises ``ValueError`` naming the broken rule."""
-    group = open_staged(path, needs_y="compress")
+    group = open_staged(path)
     summary = group.attrs.get("compression")
     if not isinstance(summary, dict):
         raise ValueError(f"data {path}: not a compressed set (no 'compression' attribute)")

@@ -29,7 +29,6 @@ from .cluster import broadcast, dask_client, resolve_scheduler
 from .damage import settle_reads
 from .model_store import load_model
 from .staging import open_staged, recode
-
 from .x_view import model_recoding
 
 __all__ = ["evaluate_store", "evaluate_chunk", "open_evaluation", "figure_path", "DEFAULT_LEVELS", "DEFAULT_COVERAGE", "PIT_BINS"]

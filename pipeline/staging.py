@@ -175,9 +175,10 @@ def stage(
                 digests[role].update(_fingerprint_bytes(parts[role]))
             rows += block.shape[0]
         missing.refuse_unless_dropped(drop_missing_y)
-        if rows < (2 if y else 1):
-            raise ValueError(f"source: {source.name} has {rows} row(s); at least {2 if y else 1} "
-                             f"{'are' if y else 'is'} needed")
+        least = 2 if y else 1  # a batch to score may be one row
+        if rows < least:
+            raise ValueError(f"source: {source.name} has {rows} row(s); at least {least} "
+                             f"{'are' if least > 1 else 'is'} needed")
         if y:  # rows to learn from; a batch to score may hold one level or one value of a column
             for encoder in (encoders or {}).values():
                 encoder.check_levels()

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .laws import crps as law_crps, energy_score as law_energy_score, quantiles as law_quantiles, randomised_pit
+from .laws import crps as law_crps, quantiles as law_quantiles, randomised_pit
 from .location_scale import LocationScale, cdf_per_row
 from .queries import check_levels
 
@@ -79,13 +79,6 @@ class RowLaws:
         if self.on is None:
             return law_crps(self.weights, values, y)
         return self.on.crps(self.weights, values, self._order, y)
-
-    def energy_score(self, y: np.ndarray) -> np.ndarray:
-        """The energy score E||Y - y|| - E||Y - Y'|| / 2 of each row's law at its observation y (q, d_y),
-        shape (q,): the CRPS for a scalar y."""
-        if self.on is not None:  # a scalar y: the energy score is the CRPS
-            return self.crps(y)
-        return law_energy_score(self.weights, self.atoms, np.asarray(y, dtype=np.float64).reshape(len(self), -1))
 
     def pit(self, y: np.ndarray, uniform: np.ndarray) -> np.ndarray:
         """The randomised probability integral transform F(y-) + V (F(y) - F(y-)) of each row's law at its

@@ -19,12 +19,12 @@ from ..features.missing import MissingValues
 from ..features.view import XView
 from ..validation import as_samples
 from .estimator import Estimator, UnsupportedQuery
+from .jdl import ON_Y_KINDS
 from .protocol import SCORE_ROWS, not_fitted
 
 __all__ = ["ConditionalModel"]
 
 OWN_ATTRIBUTES = ("law_", "view_", "columns_", "provenance_", "store_path_", "store_version_")
-ON_Y_QUERIES = ("mean", "second_moment", "cdf", "quantile")  # what a law of a standardised y answers on y's scale
 
 
 class ConditionalModel:
@@ -212,8 +212,12 @@ class ConditionalModel:
     def conditional_law(self, X: Any) -> RowLaws:
         """The conditional law of y at each x row, on y's scale (``RowLaws``): every other query is read
         from it."""
-        Z, on = self._read(X)
-        return RowLaws(self.law_.conditional_weights(Z), np.asarray(self.law_.law_atoms_, dtype=np.float64), on)
+        return self._laws(self.rows(X))
+
+    def _laws(self, Z: np.ndarray) -> RowLaws:
+        """The laws at kernel rows Z (q, d'), on y's scale."""
+        return RowLaws(self.law_.conditional_weights(Z), np.asarray(self.law_.law_atoms_, dtype=np.float64),
+                       self.view_.location_scale(Z))
 
     def conditional_weights(self, X: Any) -> np.ndarray:
         """The law's weights at each x row, (q, N), on ``law_atoms_`` (for a standardised y, each row's
@@ -233,16 +237,15 @@ class ConditionalModel:
     def prepare_requests(self, requests: dict[str, tuple[str, np.ndarray | None]]
                          ) -> dict[str, tuple[str, np.ndarray | None]]:
         """Check the named requests against what the model answers (``Estimator.prepare_requests``)."""
-        unknown = [name for name, (kind, _) in requests.items() if self.standardises and kind not in ON_Y_QUERIES]
+        unknown = [name for name, (kind, _) in requests.items() if self.standardises and kind not in ON_Y_KINDS]
         if unknown:
             raise ValueError(f"function {unknown[0]!r}: a model of a standardised y answers "
-                             f"{', '.join(ON_Y_QUERIES)} on y's scale")
+                             f"{', '.join(ON_Y_KINDS)} on y's scale")
         return self._fitted_law().prepare_requests(requests)
 
     def _one(self, kind: str, X: Any, parameters: np.ndarray | None = None) -> np.ndarray:
         """One request of a standardised law, read on y's scale (nothing registered at the law's atoms)."""
-        Z, on = self._read(X)
-        return self.law_.answer_requests({kind: (kind, parameters)}, Z, on=on)[kind]
+        return self.answer_requests({kind: (kind, parameters)}, X)[kind]
 
     def conditional_expectation(self, X: Any, f: Callable[[np.ndarray], np.ndarray] | None = None) -> np.ndarray:
         """E[f(y) | x] at each x row, (q, ...); f maps atoms (b, d_y) to (b, ...), default the identity
@@ -307,9 +310,7 @@ class ConditionalModel:
         """``conditional_law`` of the rows of X, ``SCORE_ROWS`` at a time (each block's weights are b x N)."""
         Z = self.rows(X)
         for start in range(0, Z.shape[0], SCORE_ROWS):
-            block = Z[start:start + SCORE_ROWS]
-            yield RowLaws(self.law_.conditional_weights(block), np.asarray(self.law_.law_atoms_, dtype=np.float64),
-                          self.view_.location_scale(block))
+            yield self._laws(Z[start:start + SCORE_ROWS])
 
     def register(self, name: str, f: Callable[[np.ndarray], np.ndarray]) -> None:
         """Keep f at the law's atoms, so that ``expectations([name], X)`` needs no evaluation of f (a law
