@@ -285,11 +285,9 @@ def run_jdl_python(train: pd.DataFrame, test: pd.DataFrame, target: str, work: P
     X, Xt, categorical = codes(train, test, target)
     Y, y = train[[target]].to_numpy(float), test[target].to_numpy(float)
     started = time.perf_counter()
-    result = tune(X, Y, estimator=JDL(kernel_x=GaussianKernel(1.0, categorical=categorical)), refit=False)
-    tune_seconds = time.perf_counter() - started
-    started = time.perf_counter()
-    model = result.model.fit(X, Y)
-    fit_seconds = time.perf_counter() - started
+    result = tune(X, Y, estimator=JDL(kernel_x=GaussianKernel(1.0, categorical=categorical)))
+    model, fit_seconds = result.model, result.fit_seconds
+    tune_seconds = time.perf_counter() - started - fit_seconds
     started = time.perf_counter()
     Q, mean = model.conditional_quantile(Xt, LEVELS), model.predict(Xt)[:, 0]
     predict_seconds = time.perf_counter() - started

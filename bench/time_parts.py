@@ -45,7 +45,7 @@ ONE_SPLIT_BELOW = round(MIN_VALIDATED_ROWS / VALIDATION_FRACTION)
 
 
 def _never_wins(job: Any) -> SimpleNamespace:
-    """A stand-in for ``_SearchJob.columns_alone``: a run whose validation score loses to any other."""
+    """A stand-in for ``ViewSearch.columns_alone``: a run whose validation score loses to any other."""
     return SimpleNamespace(best={"score": np.finfo(float).max, "rank_x": 0}, summaries=None)
 
 
@@ -54,12 +54,13 @@ def jdl_variant(train, test, target: str, work: Path, *, folds: int | None = Non
     """One jdl run (``jdl_pipeline_laws``) with the tuning's ``folds`` (None: the default) and, where not
     ``columns_alone``, the stand-in for the search on the columns alone; its seconds and crps_99."""
     import pipeline.tuning as tuning
+    from jdlcore.tuning.views import ViewSearch
 
     with ExitStack() as patches:
         if folds is not None:
             patches.enter_context(mock.patch.object(tuning, "tune_store", partial(tuning.tune_store, folds=folds)))
         if not columns_alone:
-            patches.enter_context(mock.patch.object(tuning._SearchJob, "columns_alone", _never_wins))
+            patches.enter_context(mock.patch.object(ViewSearch, "columns_alone", _never_wins))
         run = jdl_pipeline_laws(train, test, target, work)
     attrs = xr.open_zarr(work / "tuning.zarr", consolidated=False).attrs
     times = run["times"]

@@ -24,7 +24,7 @@ from jdlcore.models.degeneracy import MARGINAL_ROWS, factor_degeneracies
 from jdlcore.conditional.support import check_support_rows, sample_rows
 from jdlcore.scaling import DEFAULT_SCALING, SCALING_ROWS, check_scaling_choice, robust_scaling
 from jdlcore.features.view import XView
-from jdlcore.models.conditional_model import ConditionalModel
+from jdlcore.models.conditional_model import ConditionalModel, fit_law
 
 from .atomic import refuse_existing
 from .cluster import broadcast, dask_client, resolve_scheduler
@@ -218,7 +218,7 @@ def fit_store(
             raise ValueError(f"scheduler: method {method} fits in memory; use --scheduler memory or auto "
                              f"(got {scheduler!r})")
         scheduler = None
-        model = estimator.fit(*view.pair(group["x"][:], group["y"][:]))
+        model = fit_law(estimator, view, group["x"][:], group["y"][:])
     else:
         scheduler = resolve_scheduler(scheduler, n)
         model = _fit_from_reductions(estimator, data, group, scheduler, progress, view)

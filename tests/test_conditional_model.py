@@ -159,17 +159,16 @@ def test_the_energy_score_of_a_vector_y_is_its_pairwise_definition():
     np.testing.assert_allclose(model.energy_score(X[:20], Y[:20]), brute, rtol=1e-10, atol=1e-12)
 
 
-def test_a_stored_default_model_answers_as_score_and_evaluate_write(tmp_path):
-    """The default path with boosted summaries, y standardised by them, a column missing values and a
-    categorical column: the loaded model's answers at the staged rows are what ``jdl score`` and ``jdl
-    evaluate`` wrote, to 1e-12."""
+@pytest.fixture(scope="module")
+def default_path(tmp_path_factory):
+    """The default path on the command line: a table with boosted summaries, y standardised by them, a
+    column missing values and a categorical column staged, tuned, fitted, scored and evaluated; (the
+    folder, the table as a DataFrame, y, the functions scored)."""
     pd = pytest.importorskip("pandas")
-    zarr = pytest.importorskip("zarr")
-    import xarray as xr
-
+    pytest.importorskip("zarr")
     from jdl.cli import main
-    from pipeline.model_store import load_model
 
+    tmp_path = tmp_path_factory.mktemp("default-path")
     rng = np.random.default_rng(1)  # y's median and spread both depend on x; b misses a fifth of its values
     n = 2_000
     a, b, c = rng.standard_normal(n), rng.uniform(-2, 2, n), rng.integers(0, 4, n)
@@ -186,7 +185,21 @@ def test_a_stored_default_model_answers_as_score_and_evaluate_write(tmp_path):
     assert main(["score", str(model_path), str(data), "--out", str(tmp_path / "s.zarr"),
                  *[part for spec in functions for part in ("--function", spec)]]) == 0
     assert main(["evaluate", str(model_path), str(data), "--out", str(tmp_path / "e.zarr")]) == 0
+    return tmp_path, frame, y, functions
 
+
+def test_a_stored_default_model_answers_as_score_and_evaluate_write(default_path):
+    """The default path with boosted summaries, y standardised by them, a column missing values and a
+    categorical column: the loaded model's answers at the staged rows are what ``jdl score`` and ``jdl
+    evaluate`` wrote, to 1e-12."""
+    pd = pytest.importorskip("pandas")
+    zarr = pytest.importorskip("zarr")
+    import xarray as xr
+
+    from pipeline.model_store import load_model
+
+    tmp_path, frame, y, functions = default_path
+    data, model_path = tmp_path / "d.zarr", tmp_path / "m.zarr"
     model = load_model(model_path)
     assert isinstance(model, ConditionalModel) and model.standardises and model.view_.missing.flagged == (1,)
     rows = zarr.open_group(data, mode="r")["x"][:]  # as staged: category codes, NaN where missing
@@ -214,6 +227,63 @@ def test_a_stored_default_model_answers_as_score_and_evaluate_write(tmp_path):
         model.predict(with_na)  # the training rows of c missed no value
     # its parameters are its law's, and the codes of c are categorical: a clone refits the same model
     assert model.law.get_params(deep=False) == model.law_.get_params(deep=False) and model.categorical == (2,)
+
+
+def test_jdlcore_tune_gives_the_model_of_the_command_line_on_the_same_rows(default_path):
+    """``jdlcore.tune`` on the staged rows (category codes, NaN where missing) with the settings of the
+    command line's tuning chooses the same view and setting, and its refitted model answers as ``jdl
+    fit --tuning``'s: the 99 quantiles of the crps_99 and the crps to 1e-9. Neither model reports the law
+    of the standardised y as near the marginal: both compare with the marginal on y's scale."""
+    import json
+    import warnings
+
+    zarr = pytest.importorskip("zarr")
+    from jdlcore import tune
+    from jdlcore.models.degeneracy import DegeneracyWarning
+    from pipeline.model_store import load_model
+    from pipeline.tuning import load_tuning
+
+    tmp_path, _, y, _ = default_path
+    rows = zarr.open_group(tmp_path / "d.zarr", mode="r")["x"][:]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", DegeneracyWarning)  # the law of r is judged on y's scale (``fit_law``)
+        result = tune(rows, y, estimator=JDL(kernel_x=GaussianKernel(1.0, categorical=[2])), folds=1,
+                      summaries="standardised")
+    stored, tuning = load_model(tmp_path / "m.zarr"), load_tuning(tmp_path / "tuning.zarr")
+    for fitted in (result.model, stored):
+        assert "near_marginal" not in fitted.diagnostics_["degeneracies"] and fitted.diagnostics_["marginal_ratio"] < 0.6
+    best = json.loads(tuning.attrs["best"])
+    assert result.best["reg"] == best["reg"] and result.best["score"] == pytest.approx(best["score"], rel=1e-12)
+    np.testing.assert_allclose(result.best["lengthscale_x"], best["lengthscale_x"], rtol=1e-12)
+    model = result.model
+    assert isinstance(model, ConditionalModel) and model.view_.missing == stored.view_.missing
+    assert model.standardises and model.view_.summaries.in_use == stored.view_.summaries.in_use
+    assert result.summaries_gain == pytest.approx(tuning.attrs["summaries_gain"], rel=1e-9)
+    levels = np.arange(1, 100) / 100
+    np.testing.assert_allclose(model.conditional_quantile(rows, levels), stored.conditional_quantile(rows, levels),
+                               rtol=1e-9, atol=1e-9)
+    np.testing.assert_allclose(model.crps(rows, y), stored.crps(rows, y), rtol=1e-9, atol=1e-12)
+
+
+def test_state_rebuilds_the_whole_model(default_path):
+    """``state()`` holds the law, the missing-value rule, the summaries and the columns as arrays and JSON;
+    ``from_state`` rebuilds a model that answers to the bit, by level name too; a missing part is refused."""
+    import json
+
+    zarr = pytest.importorskip("zarr")
+    from pipeline.model_store import load_model
+
+    tmp_path, frame, y, _ = default_path
+    stored = load_model(tmp_path / "m.zarr")
+    state = stored.state()
+    json.dumps({part: value for part, value in state.items() if part != "law"})
+    again = ConditionalModel.from_state(state)
+    rows = zarr.open_group(tmp_path / "d.zarr", mode="r")["x"][:]
+    assert again.standardises and again.view_ == stored.view_ and again.columns_ == stored.columns_
+    np.testing.assert_array_equal(again.conditional_quantile(rows, LEVELS), stored.conditional_quantile(rows, LEVELS))
+    np.testing.assert_array_equal(again.crps(frame[["a", "b", "c"]], y), stored.crps(rows, y))
+    with pytest.raises(ValueError, match="^state: missing part 'summaries'"):
+        ConditionalModel.from_state({part: value for part, value in state.items() if part != "summaries"})
 
 
 def test_new_rows_staged_without_y_are_scored_and_refused_by_the_commands_that_need_y(tmp_path, capsys):

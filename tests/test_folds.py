@@ -42,16 +42,16 @@ def test_a_bad_number_of_folds_is_refused_naming_folds(folds):
     message = ("folds: must be 'auto' or an integer from 1 to 5 (the disjoint validation blocks of "
                f"validation_fraction 0.2 in 500 rows), got {folds!r}")
     with pytest.raises(ValueError, match="^" + re.escape(message) + "$"):
-        tune(X, X ** 2, folds=folds)
+        tune(X, X ** 2, folds=folds, summaries="none")
 
 
 def test_folds_with_a_validation_set_are_refused_and_one_is_taken():
     X = np.random.default_rng(1).normal(size=(300, 1))
     with pytest.raises(ValueError, match=r"^folds: the candidates are scored on the validation set given \(one "
                                          r"fold\), got 3$"):
-        tune(X[:200], X[:200] ** 2, validation=(X[200:], X[200:] ** 2), folds=3)
+        tune(X[:200], X[:200] ** 2, validation=(X[200:], X[200:] ** 2), folds=3, summaries="none")
     result = tune(X[:200], X[:200] ** 2, validation=(X[200:], X[200:] ** 2), lengthscales_x=[0.5],
-                  lengthscales_y=[0.5], regs=[1e-4], refit=False)
+                  lengthscales_y=[0.5], regs=[1e-4], refit=False, summaries="none")
     assert result.folds == 1
 
 
@@ -71,7 +71,7 @@ def test_jdl_tune_on_folds_equals_the_in_memory_tuning_and_records_them(tmp_path
     table = load_tuning(tmp_path / "t.zarr")
     assert table.attrs["folds"] == 3 and table.attrs["validation_rows"] == 360
     reference = tune(x[:, None], y[:, None], lengthscales_x=[0.3, 0.8], lengthscales_y=[0.2, 0.5],
-                     regs=[1e-5, 1e-3], folds=3, refit=False)
+                     regs=[1e-5, 1e-3], folds=3, refit=False, summaries="none")
     assert reference.folds == 3
     assert np.array_equal(table["validation_loss"].values.ravel(), reference.scores())
     # the default on 600 rows: all five folds

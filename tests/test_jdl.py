@@ -333,7 +333,7 @@ def test_tune_reuses_factors_picks_the_best_and_records_failures(data, monkeypat
     monkeypatch.setattr(tuning_module, "problem_from_factors",
                         lambda *a, **k: paired.append((a[2].lengthscale, a[3].lengthscale)) or real_pair(*a, **k))
     result = tune(X, Y, estimator=JDL(tol=1e-4, constraints="normalization"),
-                  lengthscales_x=(0.3, 1.0), lengthscales_y=(0.5,), regs=(1e-5, 1e-2), folds=2)
+                  lengthscales_x=(0.3, 1.0), lengthscales_y=(0.5,), regs=(1e-5, 1e-2), folds=2, summaries="none")
     assert len(result.table) == 4 and result.folds == 2
     # each side once per lengthscale and fold, then paired: one problem per pair and fold
     assert factorised == [0.3, 0.3, 0.5, 0.5, 1.0, 1.0]
@@ -341,7 +341,7 @@ def test_tune_reuses_factors_picks_the_best_and_records_failures(data, monkeypat
     factorised.clear()
     monkeypatch.setattr(tuning_module, "CACHE_MEMORY_SHARE", 0.0)  # no room to keep y factorisations
     again = tune(X, Y, estimator=JDL(tol=1e-4, constraints="normalization"),
-                 lengthscales_x=(0.3, 1.0), lengthscales_y=(0.5,), regs=(1e-5, 1e-2), folds=2)
+                 lengthscales_x=(0.3, 1.0), lengthscales_y=(0.5,), regs=(1e-5, 1e-2), folds=2, summaries="none")
     assert factorised == [0.3] * 2 + [0.5] * 2 + [1.0] * 2 + [0.5] * 2  # y again for each pair, the same results
     assert [row["score"] for row in again.table] == [row["score"] for row in result.table]
     scores = result.scores()
@@ -355,12 +355,12 @@ def test_tune_reuses_factors_picks_the_best_and_records_failures(data, monkeypat
         return 1.0
 
     custom = tune(X, Y, estimator=JDL(tol=1e-4), lengthscales_x=(0.5,), lengthscales_y=(0.5,), regs=(1e-4, 1e-2),
-                  criterion=fragile, refit=False)
+                  criterion=fragile, refit=False, summaries="none")
     assert custom.best["reg"] == 1e-4
     failed = [row for row in custom.table if "error" in row]
     assert len(failed) == 1 and np.isnan(failed[0]["score"]) and "this candidate broke" in failed[0]["error"]
     with pytest.raises(ValueError, match="threshold"):
-        tune(X, Y, criterion="logistic")
+        tune(X, Y, criterion="logistic", summaries="none")
 
 
 def test_grid_search_scores_equal_fits_on_the_training_rows(data):
@@ -393,7 +393,7 @@ def test_tune_screens_grid_positivity_through_the_projection(data, monkeypatch):
     real = jdl_module.solve_grid_positivity
     monkeypatch.setattr(jdl_module, "solve_grid_positivity", lambda *a, **k: solves.append(1) or real(*a, **k))
     result = tune(X, Y, estimator=JDL(tol=1e-4, positivity="grid"), lengthscales_x=(0.5, 1.0),
-                  lengthscales_y=(0.5,), regs=(1e-4, 1e-3))
+                  lengthscales_y=(0.5,), regs=(1e-4, 1e-3), summaries="none")
     assert len(solves) == 1  # the refit of the winner only
     assert result.model.positivity == "grid"
 

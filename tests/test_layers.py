@@ -166,8 +166,9 @@ def test_modules_and_functions_stay_small(package):
 
 
 def test_the_math_of_the_fitted_model_lives_in_jdlcore():
-    """The boosted summaries (trained with LightGBM), the view of x and the law's map of y are jdlcore's:
-    no module of the pipeline, the flows or the command imports LightGBM, and none defines the view."""
+    """The boosted summaries (trained with LightGBM), the view of x, the law's map of y and the choice
+    between views are jdlcore's: no module of the pipeline, the flows or the command imports LightGBM,
+    defines the view or a search over views, or fits summaries or searches a view itself."""
     for package in ("pipeline", "flows", "jdl"):
         for path in sorted((ROOT / package).rglob("*.py")):
             tree = ast.parse(path.read_text(), str(path))
@@ -177,4 +178,8 @@ def test_the_math_of_the_fitted_model_lives_in_jdlcore():
                          if isinstance(node, ast.ImportFrom) and node.module and node.level == 0}
             assert "lightgbm" not in imported, path
             classes = {node.name for node in ast.walk(tree) if isinstance(node, ast.ClassDef)}
-            assert not classes & {"XView", "BoostedSummaries", "LocationScale", "ConditionalModel"}, path
+            assert not classes & {"XView", "BoostedSummaries", "LocationScale", "ConditionalModel", "ViewSearch",
+                                  "SearchRun"}, path
+            called = {node.func.id if isinstance(node.func, ast.Name) else getattr(node.func, "attr", "")
+                      for node in ast.walk(tree) if isinstance(node, ast.Call)}
+            assert not called & {"fit_summaries", "search_grid", "refine", "choose_view"}, path

@@ -214,7 +214,7 @@ def test_the_python_recipe_reads_missing_values_as_the_pipeline_does():
     train, test = informative_gaps(rng, 600), informative_gaps(rng, 300)
     X, Y = train[["a", "b"]].to_numpy(), train[["y"]].to_numpy()
     rule = MissingValues.learn(X)
-    result = tune(rule.augment(X), Y, estimator=JDL(kernel_x=GaussianKernel(1.0, categorical=rule.categorical([]))))
+    result = tune(rule.augment(X), Y, estimator=JDL(kernel_x=GaussianKernel(1.0, categorical=rule.categorical([]))), summaries="none")
     gone = test["a"].isna().to_numpy()
     mean = result.model.predict(rule.augment(test[["a", "b"]].to_numpy()))
     assert np.abs(mean[gone] - 3.0).mean() < 0.3

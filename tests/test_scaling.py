@@ -114,7 +114,7 @@ def test_a_jdl_with_scaled_kernels_equals_a_jdl_on_hand_standardised_data():
 
 def test_tune_standardises_by_default_and_helps_on_mixed_units():
     X, Y = mixed_units(700, seed=5)
-    scaled, raw = tune(X, Y, refit=False), tune(X, Y, scaling="none", refit=False)
+    scaled, raw = tune(X, Y, refit=False, summaries="none"), tune(X, Y, scaling="none", refit=False, summaries="none")
     location, scale = robust_scaling(X)
     assert scaled.model.kernel_x.location.tobytes() == location.tobytes()
     assert scaled.model.kernel_x.scale.tobytes() == scale.tobytes()
@@ -122,7 +122,7 @@ def test_tune_standardises_by_default_and_helps_on_mixed_units():
     # one lengthscale on the raw columns cannot serve a column in thousands and one in thousandths
     assert scaled.best["score"] < 0.8 * raw.best["score"]
     with pytest.raises(ValueError, match="scaling: unknown value 'zscore'"):
-        tune(X, Y, scaling="zscore")
+        tune(X, Y, scaling="zscore", summaries="none")
 
 
 # -- the pipeline: stored with the model, applied at scoring ---------------------------------------

@@ -28,7 +28,8 @@ def tuned():
     moves are checked here, each data set's own default grid at 10,000 rows below."""
     X, Y, noise = relevant_and_noise(1500, 1)
     grid = default_lengthscales(X, 0, GaussianKernel(1.0).standardised(X))
-    return X, Y, noise, tune(X, Y, lengthscales_x=grid), tune(np.c_[X, noise], Y, lengthscales_x=grid)
+    return (X, Y, noise, tune(X, Y, lengthscales_x=grid, summaries="none"),
+            tune(np.c_[X, noise], Y, lengthscales_x=grid, summaries="none"))
 
 
 def test_each_search_score_is_the_mean_of_independent_refits_on_five_folds_scored_by_crps(tuned):
@@ -102,7 +103,7 @@ def test_a_noise_column_through_its_own_default_grid_changes_the_crps_by_under_o
     crossed small bumps, seed 6 at 10,000 rows moved by +3.7%; with y's lengthscale kept one step
     longer within the tolerance, seed 5 by +2.9%."""
     X, Y, noise = relevant_and_noise(rows, seed)
-    clean, noisy = tune(X, Y), tune(np.c_[X, noise], Y)
+    clean, noisy = tune(X, Y, summaries="none"), tune(np.c_[X, noise], Y, summaries="none")
     assert clean.folds == noisy.folds == (1 if rows == 10_000 else 5)
     Xt, Yt, noise_t = relevant_and_noise(4000, 99)
     crps_clean = CRPSLoss()(clean.model, Xt, Yt)
@@ -314,7 +315,7 @@ def test_the_search_finds_the_best_point_of_a_brute_force_grid():
     rng = np.random.default_rng(7)
     X = rng.normal(size=(600, 2))
     Y = (np.sin(2 * X[:, 0]) + 0.3 * X[:, 1] + 0.3 * rng.normal(size=600))[:, None]
-    result = tune(X, Y, regs=[1e-5], folds=1)  # one split: the brute force fits each pair once
+    result = tune(X, Y, regs=[1e-5], folds=1, summaries="none")  # one split: the brute force fits each pair once
     start = float(result.search[0]["lengthscale_x"][0])
     lattice = sorted({min(start * 2.0 ** k, SEARCH_LONGEST) for k in range(-4, 9)})
     train, val = split_rows(len(X), 0.2, 0)
@@ -421,7 +422,7 @@ def test_where_the_grid_reaches_the_rank_cap_it_and_the_search_run_on_a_screen_a
     X, Y, noise = relevant_and_noise(900, 4)
     features = np.c_[X, noise]
     result = tune(features, Y, estimator=JDL(max_rank=30), regs=[1e-5, 1e-4], folds=folds,
-                  search_rows=250)  # the longest needs 30
+                  search_rows=250, summaries="none")  # the longest needs 30
     splits = fold_rows(len(X), 0.2, folds, 0)
     screen = np.sort(np.random.default_rng(0).choice(len(splits[0][0]), 250, replace=False))  # the seeded screen
     assert all(row["subsample"] == 250 for row in result.table) and max(row["rank_x"] for row in result.table) == 30
@@ -455,7 +456,7 @@ def test_where_the_grid_reaches_the_rank_cap_it_and_the_search_run_on_a_screen_a
     assert all(np.array_equal(rows, screen) for rows in decided.rows)
     assert decided.factor_x.L.shape == (250, 30)
     # below the cap there is no screen, whatever the number of rows
-    plain = tune(features, Y, regs=[1e-5], search=False, folds=folds)
+    plain = tune(features, Y, regs=[1e-5], search=False, folds=folds, summaries="none")
     assert not any("subsample" in row for row in plain.table) and plain.search == []
 
 
@@ -467,8 +468,8 @@ def test_the_default_x_grid_stops_where_a_shorter_lengthscale_scores_worse():
     X, Y, noise = relevant_and_noise(600, 5)
     features = np.c_[X, noise]
     _, grid = standardised_grid(features, GaussianKernel(1.0), "robust", None, 0, "lengthscales_x")
-    default = tune(features, Y, regs=[1e-5, 1e-4], search=False)
-    every = tune(features, Y, lengthscales_x=grid, regs=[1e-5, 1e-4], search=False)
+    default = tune(features, Y, regs=[1e-5, 1e-4], search=False, summaries="none")
+    every = tune(features, Y, lengthscales_x=grid, regs=[1e-5, 1e-4], search=False, summaries="none")
     assert len(every.table) == 3 * 3 * 2
 
     def best_at(table, value):
@@ -504,8 +505,8 @@ def test_a_column_too_weak_for_the_screen_is_kept_when_the_search_is_judged_on_m
     tolerance gives the 300-row screen's candidates more basis functions, and so other calls.)"""
     X, Y = spread_column(seed)
     estimator = JDL(max_rank=100, tol=1e-3)
-    screened = tune(X, Y, estimator=estimator, folds=1, search_rows=300, refit=False)
-    whole = tune(X, Y, estimator=estimator, folds=1, search_rows=4000, refit=False)
+    screened = tune(X, Y, estimator=estimator, folds=1, search_rows=300, refit=False, summaries="none")
+    whole = tune(X, Y, estimator=estimator, folds=1, search_rows=4000, refit=False, summaries="none")
     assert any(row.get("subsample") == 300 for row in screened.search)  # the moves, judged on 300 rows
     assert {row.get("subsample") for row in screened.search} == {None, 300}  # the start and regs on all
     assert all("subsample" not in row for row in whole.table + whole.search)  # on every training row
@@ -517,7 +518,7 @@ def test_a_column_too_weak_for_the_screen_is_kept_when_the_search_is_judged_on_m
 def test_search_rows_is_checked_where_it_enters():
     X, Y = spread_column(0)
     with pytest.raises(ValueError, match=r"^search_rows: must be an integer >= 100, got 50$"):
-        tune(X[:200], Y[:200], search_rows=50)
+        tune(X[:200], Y[:200], search_rows=50, summaries="none")
 
 
 def test_the_search_starts_from_the_simplest_pair_within_the_tolerance():

@@ -81,7 +81,7 @@ def test_the_flows_take_their_signatures_from_the_settings():
 
 
 # each default that was written in several places, and the one place it is declared now
-ONE_DEFINITION = {r"\b(20_000|20000)\b": "pipeline/tuning.py", r"\b(65_536|65536)\b": "pipeline/staging.py",
+ONE_DEFINITION = {r"\b(20_000|20000)\b": "jdlcore/tuning/views.py", r"\b(65_536|65536)\b": "pipeline/staging.py",
                   r"(?<![\w.])0\.01\b": "jdlcore/compression/compress.py"}
 SETTINGS_USES = {"max_rows", "tune_rows", "chunk_size", "learning_rate"}
 

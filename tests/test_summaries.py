@@ -16,7 +16,8 @@ from jdlcore.features.summaries import (  # noqa: E402
     summary_rule,
 )
 from pipeline.staging import OTHER_CODE, categorical_levels, level_recoding, open_staged, recode  # noqa: E402
-from pipeline.tuning import CLEAR_GAIN, STANDARDISE_ROWS, load_tuning, tune_store  # noqa: E402
+from pipeline.tuning import load_tuning, tune_store  # noqa: E402
+from jdlcore.tuning.views import CLEAR_GAIN, STANDARDISE_ROWS  # noqa: E402
 from jdlcore.tuning import SEARCH_TOLERANCE  # noqa: E402
 
 
@@ -26,6 +27,30 @@ def _table(n: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
     X = np.column_stack([rng.standard_normal(n), rng.uniform(-2, 2, n), rng.integers(0, 4, n)]).astype(float)
     y = np.sin(1.5 * X[:, 0]) + 0.5 * X[:, 2] + (0.2 + 0.3 * np.abs(X[:, 1])) * rng.standard_normal(n)
     return X, y
+
+
+def _view_search(data, rows, splits, **settings):
+    """A tuning's ``ViewSearch`` on the staged store ``data``'s rows ``rows`` (store indices) and ``splits``,
+    the crps judging, ``settings`` given as keywords."""
+    from jdlcore import JDL
+    from jdlcore.tuning import as_regs, resolve_criterion
+    from jdlcore.tuning.views import ViewSearch
+    from pipeline.staging import categorical_indices
+
+    group = open_staged(data)
+    X, Y = group["x"][:][rows], group["y"][:][rows]
+    return ViewSearch(X, Y, rows, int(group.attrs["n_samples"]), splits, JDL(), as_regs(settings.pop("regs", None)),
+                      resolve_criterion("crps", None, 1), "robust", list(group.attrs["x_features"]),
+                      list(group.attrs["y_features"]), categorical_indices(group), **settings)
+
+
+def _summaries_of(data, job, rule):
+    """``fitted_summaries`` of ``job`` with the ``rule``, its sample read from the staged store ``data``."""
+    from jdlcore.tuning.views import fitted_summaries
+    from pipeline.staging import read_sample
+
+    return fitted_summaries(job, rule, lambda sample: (read_sample(data, "x", sample),
+                                                       read_sample(data, "y", sample)[:, 0]))
 
 
 def test_row_folds_are_a_function_of_the_row_and_balanced():
@@ -449,21 +474,17 @@ def test_tune_fit_and_score_carry_the_summaries_in_memory_and_on_dask(staged, da
 def test_auto_leaves_the_summaries_out_where_the_columns_alone_do_as_well(tmp_path, monkeypatch):
     """One smooth column: a kernel on x resolves the law, the boosters' summaries only add their noise;
     "auto" compares the two searches and keeps the columns alone, "boosted" keeps the summaries. Where y
-    is standardised the columns alone are searched once, on a thread of the pool beside the boosters,
-    and that search's result is the one kept."""
-    import threading
+    is standardised the columns alone are searched once, after the summarised runs, and that search's
+    result is the one kept."""
+    from jdlcore.tuning.views import ViewSearch
 
-    import jdlcore.pool as pool
-    from pipeline.tuning import _SearchJob
-
-    monkeypatch.setattr(pool, "_THREADS", 2)  # a pool of two threads on any machine
-    searched_on, search = [], _SearchJob.columns_alone
+    searched, search = [], ViewSearch.columns_alone
 
     def columns_alone(job):
-        searched_on.append(threading.current_thread().name)
+        searched.append(job)
         return search(job)
 
-    monkeypatch.setattr(_SearchJob, "columns_alone", columns_alone)
+    monkeypatch.setattr(ViewSearch, "columns_alone", columns_alone)
     rng = np.random.default_rng(2)
     x = rng.uniform(-3, 3, 3_000)
     np.savez(tmp_path / "s.npz", x=x, y=np.sin(x) + x / 3 + (0.15 + 0.25 * np.abs(x)) * rng.standard_normal(3_000))
@@ -471,105 +492,21 @@ def test_auto_leaves_the_summaries_out_where_the_columns_alone_do_as_well(tmp_pa
     auto = load_tuning(tune_store(tmp_path / "d.zarr", tmp_path / "auto.zarr", folds=1))  # one split: short
     assert auto.attrs["summaries_gain"] <= SEARCH_TOLERANCE and json.loads(auto.attrs["x_summaries"]) == []
     assert auto.attrs["summaries_standardise_y"] is False
-    assert searched_on == [threading.current_thread().name]  # after the summarised searches, in this thread
-    searched_on.clear()
+    assert len(searched) == 1
+    searched.clear()
     # y standardised by them scores 0.14% better on the 600 validation rows: below CLEAR_GAIN, the gain
     # "standardised" needs, so it too keeps the columns alone (the thresholds themselves: the unit tests
-    # of ``_with_or_without`` below)
+    # of ``choose_view`` below)
     standardised = load_tuning(tune_store(tmp_path / "d.zarr", tmp_path / "std.zarr", summaries="standardised",
                                           folds=1))
     assert 0 < standardised.attrs["summaries_gain"] <= CLEAR_GAIN
     assert json.loads(standardised.attrs["x_summaries"]) == []
-    assert len(searched_on) == 1 and searched_on[0].startswith("jdl-kernel")
-    searched_on.clear()
+    assert len(searched) == 1
+    searched.clear()
     assert "x_summaries" not in auto.variables and np.ndim(json.loads(auto.attrs["best"])["lengthscale_x"]) == 0
     boosted = load_tuning(tune_store(tmp_path / "d.zarr", tmp_path / "boosted.zarr", summaries="boosted", folds=1))
     assert boosted.attrs["summaries_gain"] is None and json.loads(boosted.attrs["x_summaries"]) == list(NAMES[:2])
-    assert len(json.loads(boosted.attrs["best"])["lengthscale_x"]) == 3 and searched_on == []
-
-
-def test_the_columns_alone_search_runs_beside_the_summaries_searches_where_it_outlasts_the_boosters(tmp_path,
-                                                                                                  monkeypatch,
-                                                                                                  dask_client):
-    """Where y is standardised the columns alone are searched beside the boosters; where that search is
-    still running when the boosters are done, the searches with the summaries start beside it, one after
-    the other in this thread, BLAS at one thread; otherwise after it, side by side: the summaries alone on
-    a thread of the pool, BLAS at one thread until both are done, as it was after. Either way the tuning
-    is the same, also with the grids of both searches on a real Dask scheduler at once. The two orders are
-    forced by events: the boosters wait for the columns' search to finish, or that search waits for the
-    searches with the summaries to start."""
-    import threading
-    from contextlib import contextmanager
-
-    from threadpoolctl import threadpool_info
-
-    import jdlcore.pool as pool
-    import pipeline.tuning as tuning
-
-    monkeypatch.setattr(pool, "_THREADS", 2)  # a pool of two threads on any machine
-    rng = np.random.default_rng(2)
-    x = rng.uniform(-3, 3, 3_000)
-    np.savez(tmp_path / "s.npz", x=x, y=np.sin(x) + x / 3 + (0.15 + 0.25 * np.abs(x)) * rng.standard_normal(3_000))
-    assert main(["stage", str(tmp_path / "s.npz"), "--x", "x", "--y", "y", "--out", str(tmp_path / "d.zarr")]) == 0
-    blas_before = [lib["num_threads"] for lib in threadpool_info() if lib["user_api"] == "blas"]
-    search, run, fitted_summaries, alongside = (tuning._SearchJob.columns_alone, tuning._SearchJob.run,
-                                                tuning._fitted_summaries, tuning.alongside)
-    order: list[str] = []
-    futures: list = []
-    summarised = threading.Event()
-
-    @contextmanager
-    def recorded(work):
-        with alongside(work) as future:
-            futures.append(future)
-            yield future
-
-    def columns_alone(job):
-        if late:  # the columns' search waits for the searches with the summaries to start
-            assert summarised.wait(timeout=120)
-        result = search(job)
-        order.append("columns alone done")
-        return result
-
-    first = threading.Lock()
-    threads: dict[str, str] = {}
-
-    def searched(job, summaries):
-        if summaries is not None:
-            threads["beside" if summaries.columns else "alone"] = threading.current_thread().name
-            with first:
-                if not summarised.is_set():
-                    order.append("summaries searched, BLAS at "
-                                 f"{[lib['num_threads'] for lib in threadpool_info() if lib['user_api'] == 'blas']}")
-                    summarised.set()
-        return run(job, summaries)
-
-    def boosters(*args):
-        fitted = fitted_summaries(*args)
-        if not late:  # the boosters wait for the columns' search to finish
-            futures[-1].result(timeout=120)
-        return fitted
-
-    for name, value in (("alongside", recorded), ("_fitted_summaries", boosters)):
-        monkeypatch.setattr(tuning, name, value)
-    monkeypatch.setattr(tuning._SearchJob, "columns_alone", columns_alone)
-    monkeypatch.setattr(tuning._SearchJob, "run", searched)
-    tunings = []
-    for late, scheduler in ((False, "memory"), (True, "memory"), (True, dask_client.scheduler.address)):
-        order.clear()
-        summarised.clear()
-        tunings.append(load_tuning(tune_store(tmp_path / "d.zarr", tmp_path / f"{len(tunings)}.zarr", folds=1,
-                                              summaries="standardised", scheduler=scheduler)))
-        held = f"summaries searched, BLAS at {[1] * len(blas_before)}"
-        assert order == ([held, "columns alone done"] if late else ["columns alone done", held])
-        assert threads["beside"] == "MainThread"
-        assert threads["alone"] == "MainThread" if late else threads["alone"].startswith("jdl-kernel")
-        assert [lib["num_threads"] for lib in threadpool_info() if lib["user_api"] == "blas"] == blas_before
-    after, *beside = (json.loads(store.attrs["best"]) for store in tunings)
-    for other, store in zip(beside, tunings[1:]):
-        assert other["lengthscale_x"] == after["lengthscale_x"] and other["reg"] == after["reg"]
-        assert other["score"] == pytest.approx(after["score"], rel=1e-9)
-        assert store.attrs["x_summaries"] == tunings[0].attrs["x_summaries"]
+    assert len(json.loads(boosted.attrs["best"])["lengthscale_x"]) == 3 and searched == []
 
 
 def test_stores_written_before_the_summaries_still_load_and_fit(staged):
@@ -670,13 +607,13 @@ def test_each_tuning_split_is_summarised_by_a_map_blind_to_its_validation_rows(s
     """The tuning's map of a split is the map refitted, at its rounds, without the split's validation
     rows (brute force); changing those rows' y leaves it as it is, and changes the tuning's own map."""
     from jdlcore.tuning import splits_for
-    from pipeline.tuning import _fitted_summaries, subsample_rows
+    from jdlcore.tuning import subsample_rows
 
     group = open_staged(staged / "src.zarr")
     X, y = group["x"][:], group["y"][:, 0]
     rows = subsample_rows(2_000, 1_500, 0)  # the tuning's subsample: store rows
     splits = splits_for(rows.size, 0.2, "auto", 0)
-    fitted, maps, _ = _fitted_summaries(staged / "src.zarr", group, "boosted", 0, rows, splits, None)
+    fitted, maps, _ = _summaries_of(staged / "src.zarr", _view_search(staged / "src.zarr", rows, splits), "boosted")
     assert len(maps) == len(splits) == 5  # 300 validation rows a split: cross-validation
     for read, (_, val) in zip(maps, splits):
         keep = np.setdiff1d(np.arange(2_000), rows[val])
@@ -694,18 +631,14 @@ def test_each_tuning_split_is_summarised_by_a_map_blind_to_its_validation_rows(s
 def _two_split_job(staged):
     """(a tuning's search job on the staged table's 2,000 rows, two splits each with its own map and
     lengthscales fixed, its map, the splits' maps, the splits, x's rows)."""
-    from jdlcore import JDL
-    from jdlcore.tuning import as_regs, resolve_criterion, splits_for
-    from pipeline.tuning import _fitted_summaries, _SearchJob, subsample_rows
+    from jdlcore.tuning import splits_for, subsample_rows
 
-    group = open_staged(staged / "src.zarr")
-    X, Y = group["x"][:], group["y"][:]
     rows = subsample_rows(2_000, 2_000, 0)
     splits = splits_for(rows.size, 0.2, 2, 0)
-    fitted, maps, _ = _fitted_summaries(staged / "src.zarr", group, "standardised", 0, rows, splits, None)
-    job = replace(_SearchJob(group, X, Y, splits, JDL(), as_regs([1e-4]), resolve_criterion("crps", None, 1), "robust",
-                             [1.0], [1.0], 0, False, 4_000, None, None, None, 2_000, None), fold_maps=maps)
-    return job, fitted, maps, splits, X
+    job = _view_search(staged / "src.zarr", rows, splits, regs=[1e-4], lengthscales_x=[1.0], lengthscales_y=[1.0],
+                       search=False, search_rows=4_000)
+    fitted, maps, _ = _summaries_of(staged / "src.zarr", job, "standardised")
+    return replace(job, fold_maps=maps), fitted, maps, splits, job.X
 
 
 def test_each_split_reads_its_map_as_the_run_reads_the_tunings(staged):
@@ -723,7 +656,7 @@ def test_each_split_reads_its_map_as_the_run_reads_the_tunings(staged):
 
 
 def test_a_job_s_runs_read_the_quantiles_made_once_to_the_bit(staged, monkeypatch):
-    """``_SearchJob.summarised`` predicts each map's quantiles at the subsample's rows once; every run then
+    """``ViewSearch.summarised`` predicts each map's quantiles at the subsample's rows once; every run then
     reads them (beside the columns or alone, y standardised or not, each split by its own map) without
     predicting again, and its rows and scores are those of a job that predicts them in each run."""
     job, fitted, maps, splits, X = _two_split_job(staged)
@@ -762,17 +695,19 @@ def test_one_split_with_few_validation_rows_has_one_map_that_never_saw_them(stag
     the tuning's map (the one the fit uses) is fitted on the store's rows less the split's validation
     rows (brute force). With more validation rows, the map has every row and the split a map of its own."""
     from jdlcore.tuning import splits_for
-    from pipeline.tuning import MAP_HOLDOUT_SHARE, _fitted_summaries, subsample_rows
+    from jdlcore.tuning import subsample_rows
+    from jdlcore.tuning.views import MAP_HOLDOUT_SHARE
 
     group = open_staged(staged / "src.zarr")
     X, y = group["x"][:], group["y"][:, 0]
     rows = subsample_rows(2_000, 1_500, 0)
     splits = splits_for(rows.size, 0.2, 1, 0)  # 300 validation rows: 15% of the 2,000
     assert splits[0][1].size > MAP_HOLDOUT_SHARE * 2_000
-    fitted, maps, _ = _fitted_summaries(staged / "src.zarr", group, "boosted", 0, rows, splits, None)
+    job = _view_search(staged / "src.zarr", rows, splits)
+    fitted, maps, _ = _summaries_of(staged / "src.zarr", job, "boosted")
     assert len(maps) == 1 and np.array_equal(fitted.features(X), fit_summaries(X, y, [2]).features(X))
-    monkeypatch.setattr("pipeline.tuning.MAP_HOLDOUT_SHARE", 0.15)
-    fitted, maps, _ = _fitted_summaries(staged / "src.zarr", group, "boosted", 0, rows, splits, None)
+    monkeypatch.setattr("jdlcore.tuning.views.MAP_HOLDOUT_SHARE", 0.15)
+    fitted, maps, _ = _summaries_of(staged / "src.zarr", job, "boosted")
     assert maps is None
     keep = np.setdiff1d(np.arange(2_000), rows[splits[0][1]])
     by_hand = fit_summaries(X[keep], y[keep], [2])
@@ -790,7 +725,7 @@ def test_the_runs_compared_and_the_one_kept():
     from types import SimpleNamespace
 
     from jdlcore.conditional.losses import SecondMomentLoss
-    from pipeline.tuning import CLEAR_GAIN, _with_or_without
+    from jdlcore.tuning.views import CLEAR_GAIN, choose_view
 
     X, y = _table(600)
     summaries = fit_summaries(X, y, [2], max_rounds=5)
@@ -798,7 +733,7 @@ def test_the_runs_compared_and_the_one_kept():
     class Job:
         progress = None
         score = SecondMomentLoss()
-        group = SimpleNamespace(attrs={"n_samples": STANDARDISE_ROWS})  # a criterion not on y's scale
+        n_rows = STANDARDISE_ROWS  # a criterion not on y's scale
         Y = np.zeros((1, 1))  # a scalar y
 
         def __init__(self, plain: float, beside: float, alone: float, left_out: float):
@@ -811,6 +746,9 @@ def test_the_runs_compared_and_the_one_kept():
             assert read is None or not read.standardises
             self.runs.append(name)
             return SimpleNamespace(name=name, best={"score": self.scores[name]}, summaries=read)
+
+        def marked(self, label):
+            return self
 
         def columns_alone(self):
             return self.run(None)
@@ -834,12 +772,12 @@ def test_the_runs_compared_and_the_one_kept():
     ]
     for scores, rule, kept, then, gain_of in cases:
         job = Job(*scores)
-        run, gain = _with_or_without(job, summaries, rule)
+        run, gain = choose_view(job, summaries, rule)
         assert run.name == kept, (scores, rule)
         assert job.runs == ["beside", "alone"] + then, (scores, rule)
         assert gain is None if gain_of is None else np.isclose(gain, (gain_of[0] - gain_of[1]) / gain_of[0])
     job = Job(1.0, 0.5, 0.5, 1.0)
-    assert _with_or_without(job, None, "auto")[0].name == "plain" and job.runs == ["plain"]
+    assert choose_view(job, None, "auto")[0].name == "plain" and job.runs == ["plain"]
 
 
 def test_a_standardised_y_is_kept_only_where_it_clearly_beats_the_columns():
@@ -852,7 +790,7 @@ def test_a_standardised_y_is_kept_only_where_it_clearly_beats_the_columns():
     from types import SimpleNamespace
 
     from jdlcore.conditional.losses import CRPSLoss
-    from pipeline.tuning import CLEAR_GAIN, _with_or_without
+    from jdlcore.tuning.views import CLEAR_GAIN, choose_view
 
     X, y = _table(600)
     summaries = fit_summaries(X, y, [2], max_rounds=5)
@@ -861,7 +799,7 @@ def test_a_standardised_y_is_kept_only_where_it_clearly_beats_the_columns():
     class Job:
         progress = None
         score = CRPSLoss()
-        group = SimpleNamespace(attrs={"n_samples": STANDARDISE_ROWS - 1})
+        n_rows = STANDARDISE_ROWS - 1
         Y = np.zeros((1, 1))  # a scalar y
 
         def __init__(self, plain: float, beside: float, alone: float, ranks: tuple[int, int] = (500, 50)):
@@ -875,6 +813,9 @@ def test_a_standardised_y_is_kept_only_where_it_clearly_beats_the_columns():
             return SimpleNamespace(name=name, best={"score": self.scores[name], "rank_x": self.ranks[name]},
                                    summaries=read)
 
+        def marked(self, label):
+            return self
+
         def columns_alone(self):
             return self.run(None)
 
@@ -886,7 +827,7 @@ def test_a_standardised_y_is_kept_only_where_it_clearly_beats_the_columns():
                          ((10.0, 10.0 * (1 - CLEAR_GAIN / 2), 10.0), "plain"),
                          ((10.0, 10.0 * (1 - 2 * CLEAR_GAIN), 10.0), "beside")]:
         job = Job(*scores)
-        run, gain = _with_or_without(job, summaries, "standardised")
+        run, gain = choose_view(job, summaries, "standardised")
         assert run.name == kept and job.runs == standardised, scores
         assert np.isclose(gain, (10.0 - min(scores[1:])) / 10.0)
         assert kept == "plain" or run.summaries.standardises and run.summaries.in_use == NAMES[:2]  # few rows
@@ -895,23 +836,23 @@ def test_a_standardised_y_is_kept_only_where_it_clearly_beats_the_columns():
                                 ((10.0, 9.0 * (1 + tol / 2), 9.0), (50, 2000), "beside"),
                                 ((10.0, 9.0, 9.0 * (1 + 2 * tol)), (2000, 50), "beside"),
                                 ((10.0, 9.0, 9.0 * (1 + tol / 2)), (50, 2000), "beside")]:
-        run, gain = _with_or_without(Job(*scores, ranks=ranks), summaries, "standardised")
+        run, gain = choose_view(Job(*scores, ranks=ranks), summaries, "standardised")
         assert run.name == kept, (scores, ranks)
         assert np.isclose(gain, (10.0 - scores[("beside", "alone").index(kept) + 1]) / 10.0)
     for read, rule in ((replace(summaries, kept=summaries.kept[:1]), "standardised"), (summaries, "auto")):
         job = Job(10.0, 9.0, 9.5)
         job.left_out = lambda run: 10.0
-        assert _with_or_without(job, read, rule)[0].name == "beside"
+        assert choose_view(job, read, rule)[0].name == "beside"
         assert job.runs == [("beside", False), ("alone", False)]
     # the columns alone searched already (beside the boosters): their result is read, not searched again
     for read, runs in ((summaries, standardised[:2]), (None, [])):
         job = Job(10.0, 10.0 * (1 - CLEAR_GAIN / 2), 10.0)
         searched = SimpleNamespace(name="plain", best={"score": 10.0, "rank_x": 100}, summaries=None)
-        assert _with_or_without(job, read, "standardised", lambda: searched)[0] is searched
+        assert choose_view(job, read, "standardised", lambda: searched)[0] is searched
         assert job.runs == runs
     job = Job(10.0, 9.0, 9.5)  # "auto" on a table that fills the tuning's subsample standardises too
-    job.group = SimpleNamespace(attrs={"n_samples": STANDARDISE_ROWS})
-    run, _ = _with_or_without(job, summaries, "auto")
+    job.n_rows = STANDARDISE_ROWS
+    run, _ = choose_view(job, summaries, "auto")
     assert run.name == "beside" and run.summaries.standardises and job.runs == standardised
     assert run.summaries.in_use == NAMES  # and, on that many rows, reads the skewness too
 
@@ -921,14 +862,11 @@ def test_auto_tries_the_summaries_beside_y_as_it_is_where_standardised_they_lose
     beat the columns alone by more than ``CLEAR_GAIN``, they are searched beside y as it is and kept
     where they beat the columns alone (searched once, their result read again; no left-out shortcut) by
     more than ``SEARCH_TOLERANCE``; where y standardised wins, or under "standardised", nothing more runs.
-    The columns alone are done by then, so the two runs beside y as it is run side by side: the one on
-    the summaries alone on a thread of the pool (on a pool of several)."""
-    import threading
+    The runs are made one after the other, in this order."""
     from types import SimpleNamespace
 
     from jdlcore.conditional.losses import CRPSLoss
-    from jdlcore.pool import pool_threads
-    from pipeline.tuning import CLEAR_GAIN, _with_or_without
+    from jdlcore.tuning.views import CLEAR_GAIN, choose_view
 
     X, y = _table(600)
     summaries = fit_summaries(X, y, [2], max_rounds=5)
@@ -936,20 +874,18 @@ def test_auto_tries_the_summaries_beside_y_as_it_is_where_standardised_they_lose
     class Job:
         progress = None
         score = CRPSLoss()
-        group = SimpleNamespace(attrs={"n_samples": STANDARDISE_ROWS})
+        n_rows = STANDARDISE_ROWS
         Y = np.zeros((1, 1))
 
         def __init__(self, standardised: float, as_it_is: float):
             self.scores = {("beside", True): standardised, ("alone", True): 11.0, ("plain", False): 10.0,
                            ("beside", False): as_it_is, ("alone", False): 11.0}
             self.runs: list[tuple[str, bool]] = []
-            self.threads: dict[tuple[str, bool], str] = {}
 
         def run(self, read):
             key = ("plain" if read is None else "beside" if read.columns else "alone",
                    read is not None and read.standardises)
             self.runs.append(key)
-            self.threads[key] = threading.current_thread().name
             return SimpleNamespace(key=key, best={"score": self.scores[key], "rank_x": 100}, summaries=read)
 
         def marked(self, label):
@@ -971,13 +907,9 @@ def test_auto_tries_the_summaries_beside_y_as_it_is_where_standardised_they_lose
             ((10.0 * (1 - 2 * CLEAR_GAIN), 9.0), "auto", ("beside", True), standardised, 2 * CLEAR_GAIN),
             ((short, 9.0), "standardised", ("plain", False), standardised, CLEAR_GAIN / 2)]:
         job = Job(*scores)
-        run, found = _with_or_without(job, summaries, rule)
+        run, found = choose_view(job, summaries, rule)
         assert run.key == kept and np.isclose(found, gain), (scores, rule)
-        assert job.runs[:3] == runs[:3] and sorted(job.runs[3:]) == sorted(runs[3:]), (scores, rule)
-        main = threading.current_thread().name
-        assert all(job.threads[key] == main for key in standardised)  # one after the other, as called
-        if len(runs) > 3 and pool_threads() > 1:
-            assert job.threads[("beside", False)] == main and job.threads[("alone", False)] != main
+        assert job.runs == runs, (scores, rule)
         if kept == ("beside", True):
             assert run.summaries.in_use == NAMES  # with y standardised on that many rows, the skewness too
         if kept == ("beside", False):
@@ -985,20 +917,17 @@ def test_auto_tries_the_summaries_beside_y_as_it_is_where_standardised_they_lose
 
 
 def test_the_summaries_left_out_score_as_the_columns_alone_at_those_lengthscales(staged):
-    """``_SearchJob.left_out`` scores the beside run's best setting with the summaries' lengthscales at
+    """``ViewSearch.left_out`` scores the beside run's best setting with the summaries' lengthscales at
     ``SEARCH_LONGEST`` and the columns' at each of ``LEFT_OUT_FACTORS`` times theirs, in turn while the
     score falls: the best of the same scores as search-free candidates fitted by hand at those kernels."""
 
     from jdlcore import JDL
-    from jdlcore.tuning import SEARCH_LONGEST, as_regs, kernels_at, resolve_criterion, score_grid, splits_for
-    from pipeline.tuning import LEFT_OUT_FACTORS, _SearchJob, subsample_rows
+    from jdlcore.tuning import SEARCH_LONGEST, kernels_at, score_grid, splits_for, subsample_rows
+    from jdlcore.tuning.views import LEFT_OUT_FACTORS
 
-    group = open_staged(staged / "src.zarr")
     rows = subsample_rows(2_000, 2_000, 0)
-    X, Y = group["x"][:], group["y"][:]
-    summaries = fit_summaries(X, Y[:, 0], [2], max_rounds=30)
-    job = _SearchJob(group, X, Y, splits_for(rows.size, 0.2, 1, 0), JDL(), as_regs(None), resolve_criterion(
-        "crps", None, 1), "robust", None, None, 0, False, 4_000, None, None, None, 2_000, None)
+    job = _view_search(staged / "src.zarr", rows, splits_for(rows.size, 0.2, 1, 0), search=False, search_rows=4_000)
+    summaries = fit_summaries(job.X, job.Y[:, 0], [2], max_rounds=30)
     beside = job.run(summaries)
     by_hand = np.array(np.broadcast_to(beside.best["lengthscale_x"], (5,)), dtype=np.float64)
     by_hand[-2:] = SEARCH_LONGEST
@@ -1030,7 +959,7 @@ def test_a_model_on_the_summaries_alone_through_fit_score_and_inspect(tmp_path, 
     from pipeline.evaluation import evaluate_store
     from pipeline.fitting import fit_store
 
-    monkeypatch.setattr("pipeline.tuning._cheapest_near_best", lambda beside, alone: alone)
+    monkeypatch.setattr("jdlcore.tuning.views._cheapest_near_best", lambda beside, alone: alone)
     rng = np.random.default_rng(7)
     X = rng.standard_normal((2_000, 3))
     y = 2.0 * (X[:, 0] > 0.3) + (0.3 + 0.4 * (X[:, 0] > 0.3)) * rng.standard_normal(2_000)

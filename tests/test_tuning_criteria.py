@@ -89,7 +89,7 @@ def test_tune_by_the_log_criterion(skewed):
 
     X, Y = skewed
     result = tune(X[:600], Y[:600], estimator=JDL(support_size=128), lengthscales_x=[0.3, 0.8],
-                  lengthscales_y=[0.2, 0.5], regs=[1e-5, 1e-3], criterion="log", validation=(X[600:], Y[600:]))
+                  lengthscales_y=[0.2, 0.5], regs=[1e-5, 1e-3], criterion="log", validation=(X[600:], Y[600:]), summaries="none")
     assert all(np.isfinite(row["score"]) for row in result.table)
     # the candidates trained on all of X[:600]: the refitted best model scores its own table entry
     assert LogLoss()(result.model, X[600:], Y[600:]) == pytest.approx(result.best["score"], rel=1e-10)
@@ -120,12 +120,12 @@ def test_criteria_are_parsed_and_refused_in_one_line():
 def test_tune_scores_an_explicit_validation_set(skewed):
     X, Y = skewed
     result = tune(X[:600], Y[:600], estimator=JDL(support_size=128), lengthscales_x=[0.3, 0.8],
-                  lengthscales_y=[0.2, 0.5], regs=[1e-5, 1e-3], criterion="crps", validation=(X[600:], Y[600:]))
+                  lengthscales_y=[0.2, 0.5], regs=[1e-5, 1e-3], criterion="crps", validation=(X[600:], Y[600:]), summaries="none")
     assert len(result.table) == 8 and all(np.isfinite(row["score"]) for row in result.table)
     # the candidates trained on all of X[:600]: the refitted best model scores its own table entry
     assert CRPSLoss()(result.model, X[600:], Y[600:]) == pytest.approx(result.best["score"], rel=1e-10)
     with pytest.raises(ValueError, match="X_val: has 2 features, the training rows have 1"):
-        tune(X[:600], Y[:600], validation=(np.hstack([X[600:], X[600:]]), Y[600:]), criterion="crps")
+        tune(X[:600], Y[:600], validation=(np.hstack([X[600:], X[600:]]), Y[600:]), criterion="crps", summaries="none")
 
 
 def test_jdl_tune_takes_a_criterion_and_a_validation_store(tmp_path, skewed, capsys):
@@ -144,7 +144,7 @@ def test_jdl_tune_takes_a_criterion_and_a_validation_store(tmp_path, skewed, cap
     table = load_tuning(tmp_path / "t.zarr")
     assert table.attrs["criterion"] == "crps" and table.attrs["validation_rows"] == 300
     reference = tune(X[:600], Y[:600], estimator=JDL(), lengthscales_x=[0.3, 0.8], lengthscales_y=[0.2, 0.5],
-                     regs=[1e-5, 1e-3], criterion="crps", validation=(X[600:], Y[600:]), refit=False)
+                     regs=[1e-5, 1e-3], criterion="crps", validation=(X[600:], Y[600:]), refit=False, summaries="none")
     assert np.array_equal(table["validation_loss"].values.ravel(), reference.scores())
 
     assert main(["stage", str(tmp_path / "train.npz"), "--x", "a", "--y", "b,c", "--out",
@@ -207,8 +207,8 @@ def test_the_default_tuning_walks_the_reg_ladder_to_the_full_ladders_best(skewed
     X, Y = skewed
     common = dict(lengthscales_x=(0.3, 0.6), lengthscales_y=(0.3,), search=False, refit=False,
                   estimator=JDL(tol=1e-3))
-    walked = tune(X, Y, **common)
-    full = tune(X, Y, regs=REG_LADDER, **common)
+    walked = tune(X, Y, **common, summaries="none")
+    full = tune(X, Y, regs=REG_LADDER, **common, summaries="none")
     assert as_regs(None) is DEFAULT_REGS and DEFAULT_REGS.walk and DEFAULT_REGS.values == REG_LADDER
     scores = {(row["lengthscale_x"], row["reg"]): row["score"] for row in full.table}
     assert 0 < len(walked.table) < len(full.table)
@@ -220,4 +220,4 @@ def test_the_default_tuning_walks_the_reg_ladder_to_the_full_ladders_best(skewed
         assert min(row["score"] for row in visited) == pytest.approx(min(ladder), rel=1e-12)
     assert walked.best["reg"] == full.best["reg"]
     with pytest.raises(ValueError, match="regs"):
-        tune(X, Y, regs=[1e-5, -1.0], **common)
+        tune(X, Y, regs=[1e-5, -1.0], **common, summaries="none")

@@ -74,7 +74,7 @@ def summary_rule(rule: str, y_width: int) -> bool:
     """Whether a tuning with ``rule`` ("auto": the default, "boosted", "standardised", "none") fits
     summaries for a y of ``y_width`` columns: all but "none" do for a scalar y ("auto" then keeps them
     only where they score better, with y standardised by them on a table of
-    ``pipeline.tuning.STANDARDISE_ROWS`` rows or more; "standardised" on any table; ``pipeline.tuning``);
+    ``jdlcore.tuning.views.STANDARDISE_ROWS`` rows or more; "standardised" on any table; ``jdlcore.tuning.views``);
     "boosted" or "standardised" with a wider y is a ``ValueError`` (the summaries are quantiles of one y
     column)."""
     if rule not in SUMMARY_RULES:

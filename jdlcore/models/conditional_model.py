@@ -8,23 +8,43 @@ through the view itself, and a model loaded from a store answers exactly as scor
 """
 from __future__ import annotations
 
+import warnings
 from typing import Any, Callable
 
 import numpy as np
 
 from ..conditional.location_scale import LocationScale
 from ..conditional.row_laws import RowLaws
+from ..conditional.support import sample_rows
 from ..features.levels import XColumns
 from ..features.missing import MissingValues
+from ..features.summaries import BoostedSummaries
 from ..features.view import XView
 from ..validation import as_samples
+from .degeneracy import MARGINAL_ROWS, DegeneracyWarning
 from .estimator import Estimator, UnsupportedQuery
 from .jdl import ON_Y_KINDS
 from .protocol import SCORE_ROWS, not_fitted
+from .registry import estimator_class
 
-__all__ = ["ConditionalModel"]
+__all__ = ["ConditionalModel", "fit_law"]
 
 OWN_ATTRIBUTES = ("law_", "view_", "columns_", "provenance_", "store_path_", "store_version_")
+
+
+def fit_law(law: Estimator, view: XView, X: Any, Y: Any) -> Estimator:
+    """``law`` fitted on the rows ``view`` reads from staged x rows X (n, d) and y rows Y (n, q); returns
+    it. For a y read standardised, the comparison with the marginal (``check_degeneracies``) is made on
+    y's scale: the law of the standardised y is near its own marginal by design."""
+    Z, R = view.pair(X, Y)
+    if not view.standardises:
+        return law.fit(Z, R)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DegeneracyWarning)  # announced below, on y's scale
+        law.fit(Z, R)
+    rows = sample_rows(len(Z), law.seed, MARGINAL_ROWS)
+    law.check_degeneracies(Z[rows], R[rows], on=view.location_scale(Z[rows]))
+    return law
 
 
 class ConditionalModel:
@@ -112,6 +132,34 @@ class ConditionalModel:
         columns = XColumns.of(names, provenance.get("x_levels")) if names else None
         categorical = tuple(columns.categorical) if columns is not None else ()
         return cls(law.with_params(), categorical=categorical)._assembled(law, view or XView(), provenance, columns)
+
+    def state(self) -> dict[str, Any]:
+        """The fitted model as arrays and JSON-able values (no pickles): the law's ``state()`` and its
+        ``method``, the view (the missing-value rule's record, the summaries' JSON record), the x columns
+        (names, and the levels of the categorical ones) and the provenance. ``from_state`` rebuilds it."""
+        law = self._fitted_law()
+        view, columns = self.view_, self.columns_
+        return {"method": law.method, "law": law.state(), "categorical": list(self.categorical),
+                "missing": None if view.missing is None else view.missing.to_dict(),
+                "summaries": None if view.summaries is None else view.summaries.to_bytes().decode(),
+                "columns": None if columns is None else {"names": list(columns.names),
+                                                         "levels": {k: list(v) for k, v in columns.levels.items()}},
+                "provenance": self.provenance_}
+
+    @classmethod
+    def from_state(cls, state: dict[str, Any]) -> "ConditionalModel":
+        """Rebuild a fitted model from ``state()``; ``ValueError`` on a missing part."""
+        missing = [part for part in ("method", "law", "missing", "summaries", "columns", "provenance")
+                   if part not in state]
+        if missing:
+            raise ValueError(f"state: missing part {missing[0]!r}")
+        law = estimator_class(state["method"]).from_state(state["law"])
+        view = XView(None if state["missing"] is None else MissingValues.from_dict(state["missing"]),
+                     None if state["summaries"] is None else BoostedSummaries.from_bytes(state["summaries"].encode()))
+        spec = state["columns"]
+        columns = None if spec is None else XColumns.of(spec["names"], spec["levels"])
+        model = cls(law.with_params(), categorical=tuple(state.get("categorical", ())))
+        return model._assembled(law, view, dict(state["provenance"]), columns)
 
     def _assembled(self, law: Estimator, view: XView, provenance: dict[str, Any], columns: XColumns | None
                    ) -> "ConditionalModel":

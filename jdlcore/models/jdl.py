@@ -554,7 +554,9 @@ class JDL(TrainingAtomDiagnostics, JDLState, Estimator):
         ``marginal_ratio`` and (rule "project") the ``projection_record`` at those x, a finding where any
         row failed, and warn once per finding (``DegeneracyWarning``). Returns the findings, kind -> message."""
         ratio, score = self.marginal_ratio(X, Y, on)
-        found = {**self.diagnostics_.get("degeneracies", {}), **marginal_degeneracy(ratio, len(X), score)}
+        earlier = {kind: message for kind, message in self.diagnostics_.get("degeneracies", {}).items()
+                   if kind != "near_marginal"}  # an earlier check's finding: this comparison replaces it
+        found = {**earlier, **marginal_degeneracy(ratio, len(X), score)}
         self.diagnostics_.update({"marginal_ratio": ratio, "marginal_score": score, "degeneracies": found})
         if self.law_rule == "project":
             record = self.projection_record(X)

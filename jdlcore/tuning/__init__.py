@@ -25,7 +25,8 @@ run on that screen, and the best lengthscales found there are scored on all of t
 The modules, each importing only those before it: ``criteria`` (the validation criteria), ``folds``
 (the train/validation splits), ``axes`` (the lengthscale axes), ``regs`` (the reg axis and its walk),
 ``grid`` (the scoring of a grid of candidates), ``screen`` (the subsample the grid and the search run
-on at the rank cap), ``search`` (the per-feature lengthscale search) and ``tune`` (the whole tuning).
+on at the rank cap), ``search`` (the per-feature lengthscale search), ``one_view`` (the whole search on
+one view of x), ``views`` (the views of x and the choice between them) and ``tune`` (the tuning on arrays).
 Their constants are read where they are defined: a test that patches one patches that module (e.g.
 ``jdlcore.tuning.screen.SEARCH_ROWS``). Why the search works as it does: docs/tuning.md.
 """
@@ -33,7 +34,10 @@ from __future__ import annotations
 
 from .axes import LENGTHSCALE_FACTORS, check_grid, default_lengthscales, standardised_grid
 from .criteria import CRITERIA, OnYScale, resolve_criterion
-from .folds import MIN_VALIDATED_ROWS, VALIDATION_FRACTION, Fold, fold_rows, make_folds, resolve_folds, split_rows, splits_for
+from .folds import (
+    MIN_VALIDATED_ROWS, VALIDATION_FRACTION, Fold, fold_rows, make_folds, resolve_folds, split_rows, splits_for,
+    subsample_rows,
+)
 from .grid import (
     CACHE_MEMORY_SHARE, best_row, kernels_at, near_best, score_grid, score_regs, screening_params, simplest_best,
 )
@@ -43,9 +47,10 @@ from .search import (
     RACE_FOLDS, RACE_MARGIN, SEARCH_KEPT_FACTORS, SEARCH_LONGEST, SEARCH_STEPS, scored_on_every_fold, search_best,
     search_lengthscales,
 )
-from .tune import TuneResult, refine, search_grid, tune
+from .one_view import refine, search_grid
+from .tune import TuneResult, tune
 
-__all__ = ["TuneResult", "tune", "Fold", "split_rows", "fold_rows", "resolve_folds", "splits_for", "make_folds",
+__all__ = ["TuneResult", "tune", "Fold", "subsample_rows", "split_rows", "fold_rows", "resolve_folds", "splits_for", "make_folds",
            "MIN_VALIDATED_ROWS", "score_grid", "best_row", "near_best", "simplest_best", "resolve_criterion",
            "screening_params",
            "Regs", "as_regs", "walk_ladder", "REG_LADDER", "REG_START",

@@ -8,7 +8,7 @@ from typing import Sequence
 
 import numpy as np
 
-__all__ = ["Fold", "MIN_VALIDATED_ROWS", "VALIDATION_FRACTION", "split_rows", "resolve_folds", "fold_rows", "splits_for", "make_folds"]
+__all__ = ["Fold", "MIN_VALIDATED_ROWS", "VALIDATION_FRACTION", "subsample_rows", "split_rows", "resolve_folds", "fold_rows", "splits_for", "make_folds"]
 
 # the validation rows of one split below which ``folds="auto"`` cross-validates (docs/tuning.md)
 MIN_VALIDATED_ROWS = 2_000
@@ -16,6 +16,15 @@ VALIDATION_FRACTION = 0.2  # of the rows in each fold's validation block (4:1 sp
 
 # one train/validation split of a tuning: (X_train, Y_train, X_val, Y_val), rows by features
 Fold = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
+
+
+def subsample_rows(n: int, max_rows: int, seed: int) -> np.ndarray:
+    """Sorted indices of a seeded random subset of min(n, max_rows) of n rows."""
+    if max_rows < 10:
+        raise ValueError(f"max_rows: must be at least 10, got {max_rows}")
+    if n <= max_rows:
+        return np.arange(n)
+    return np.sort(np.random.default_rng(seed).choice(n, max_rows, replace=False))
 
 
 def split_rows(n: int, validation_fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
