@@ -2,7 +2,9 @@
 
 ``JDLProbaRegressor(estimator)`` wraps any jdlcore estimator whose conditional laws are weights on
 atoms (``conditional_weights``: jdl, jpdl, cme, greedy, psd) for a scalar y, read through
-``jdlcore.ConditionalModel`` (so x may miss values, read by its missing-value rule):
+``jdlcore.ConditionalModel`` (so x may miss values, read by its missing-value rule). By default
+(``tune=True``) it is the command line's default model: a jdl tuned, with its view of x, as ``jdl tune``
+tunes (``ConditionalModel(tune=True)``); ``tune=False`` fits the estimator as it is given.
 
 * ``predict_proba`` returns skpro's ``Empirical`` distribution, per row the law's M support atoms
   with the law's weights, so every skpro metric reads the exact law (its CRPS is jdl's exact CRPS);
@@ -30,6 +32,7 @@ class JDLProbaRegressor(BaseProbaRegressor):
     Parameters
     ----------
     estimator: an unfitted jdlcore estimator whose laws are on atoms (cloned at fit; default ``JDL()``).
+    tune: tune the estimator (a jdl) and the view of x first, as ``jdl tune`` does (default True).
 
     Fitted attributes: ``estimator_`` (a ``jdlcore.ConditionalModel`` of the fitted clone).
 
@@ -52,8 +55,9 @@ class JDLProbaRegressor(BaseProbaRegressor):
         "python_dependencies": ["scikit-learn"],
     }
 
-    def __init__(self, estimator: Any = None):
+    def __init__(self, estimator: Any = None, tune: bool = True):
         self.estimator = estimator
+        self.tune = tune
         super().__init__()
 
     def _fit(self, X: pd.DataFrame, y: pd.DataFrame, C: Any = None) -> "JDLProbaRegressor":
@@ -63,7 +67,7 @@ class JDLProbaRegressor(BaseProbaRegressor):
         if not estimator.answers("conditional_weights"):
             raise ValueError(f"estimator: a {type(estimator).__name__} has no law on atoms (conditional_weights); "
                              "use jdl, jpdl, cme, greedy or psd")
-        self.estimator_ = ConditionalModel(estimator).fit(_values(X), _values(y))
+        self.estimator_ = ConditionalModel(estimator, tune=self.tune).fit(_values(X), _values(y))
         self._y_name = y.columns[0]
         return self
 
@@ -100,8 +104,9 @@ class JDLProbaRegressor(BaseProbaRegressor):
 
     @classmethod
     def get_test_params(cls, parameter_set: str = "default") -> list[dict[str, Any]]:
-        """Parameter sets for skpro's estimator checks: the default, and a small, fast jdl."""
-        return [{}, {"estimator": JDL(reg=1e-4, support_size=32, positivity="clip")}]
+        """Parameter sets for skpro's estimator checks: a jdl as given, and a small, fast one (the tuned
+        default is checked against ``ConditionalModel(tune=True)`` by jdl's own tests)."""
+        return [{"tune": False}, {"estimator": JDL(reg=1e-4, support_size=32, positivity="clip"), "tune": False}]
 
 
 def _values(frame: pd.DataFrame) -> np.ndarray:

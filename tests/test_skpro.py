@@ -24,6 +24,22 @@ def fitted():
     return regressor, X.iloc[500:], y.iloc[500:]
 
 
+def test_the_default_is_the_tuned_model_of_the_command_line(fitted):
+    """``JDLProbaRegressor(estimator)`` tunes the estimator and the view of x as ``jdlcore.tune`` does (the
+    model of ``jdl tune`` + ``jdl fit --tuning``) and answers as that model."""
+    from jdlcore import tune
+
+    regressor, X, _ = fitted
+    rng = np.random.default_rng(5)  # the fixture's training rows, drawn again
+    x = rng.uniform(-2, 2, 700)
+    X_train = np.column_stack([x, rng.standard_normal(700)])[:500]
+    y_train = (np.sin(x) + (0.2 + 0.3 * np.abs(x)) * rng.standard_normal(700))[:500]
+    tuned = tune(X_train, y_train, estimator=JDL(reg=1e-4, support_size=128)).model
+    np.testing.assert_array_equal(regressor.estimator_.conditional_quantile(X.to_numpy(), LEVELS),
+                                  tuned.conditional_quantile(X.to_numpy(), LEVELS))
+    assert regressor.estimator_.reg == tuned.reg and regressor.estimator_.view_ == tuned.view_
+
+
 def test_skpro_estimator_checks_pass():
     check_estimator(JDLProbaRegressor, raise_exceptions=True)
 
