@@ -1,60 +1,8 @@
 """Contract of a fitted-model store: an xarray Dataset in zarr v3, one variable set per method.
 
-The attribute ``method`` names the estimator: "jdl" (``jdlcore.JDL``), "jpdl" (``PolynomialJDL``),
-"greedy" (``GreedyJDL``), "cme" (``CME``), "klr" (``KLR``) or "psd" (``PSDJDL``): the registry,
-``jdlcore.METHODS``. ``METHOD_VARIABLES`` lists the
-variables of each and their dimensions (sizes: n samples, m_X / m_Y basis functions, d_X / d_Y
-features). For JDL:
-
-| variable | dims |
-|---|---|
-| coef | (basis_y, basis_x) |
-| y_atoms | (sample, y_feature) |
-| x_pivot_points / y_pivot_points | (pivot_x, x_feature) / (pivot_y, y_feature) |
-| x_coefficients / y_coefficients | (pivot_x, basis_x) / (pivot_y, basis_y) |
-| x_rotation / y_rotation | (pivot_x, basis_x) / (pivot_y, basis_y) |
-| x_eigenvalues / y_eigenvalues | (basis_x,) / (basis_y,) |
-| x_trace_error / y_trace_error | (step_x,) / (step_y,) |
-| reduction_lam_x, reduction_sum_x, reduction_min_x, reduction_max_x | (basis_x,) |
-| reduction_lam_y, reduction_sum_y, reduction_min_y, reduction_max_y | (basis_y,) |
-| reduction_cross | (basis_y, basis_x) |
-| registered_{k}_moments / registered_{k}_totals | (basis_y, registered_{k}_value) / (registered_{k}_value,) |
-| support_atoms / support_weights | (support, y_feature) / (support,) |
-| registered_{k}_support | (support, registered_{k}_value) |
-
-The polynomial JDL replaces a kernel basis by a monomial one (center, scale, exponents,
-coefficients, eigenvalues); the greedy JDL's X basis is its classes and their counts; CME keeps
-both kernel bases and its coefficients (its atoms are the Y pivots, no y_atoms); KLR keeps the X
-basis, logit coefficients, intercepts and classes; PSDJDL keeps both kernel bases, the factor R of
-its PSD matrix (M = R R^T) and the training atoms its laws live on. Only the methods of
-``ATOM_METHODS`` carry support atoms and registered test functions; ``ATOM_STORES`` carry y_atoms.
-
-The conditional laws live on the M support atoms (``jdlcore.conditional.support``: support_atoms with
-probabilities support_weights); every query reads them, never the n training atoms. Registered test
-functions (k = 0, 1, ...) hold their values at the support atoms and, for reference, their sums over
-the training atoms (A_Y^T f(y) and f(y)^T 1). The training atoms y_atoms are kept (the training
-marginal, for the paper's diagnostics on the training grid); their basis values A_Y are not stored
-(n x m_Y would be 40 GB at n = 1e7, m_Y = 500).
-
-Attributes: ``schema`` = "jdl.model", ``schema_version``, ``jdl_version``, ``method``, and JSON texts
-``kernel_x``, ``kernel_y`` (null where a method has no such kernel), ``params``, ``diagnostics``,
-``provenance``, ``registered`` (a list of {"name", "shape"}, entry k describing registered_{k}_*),
-``support`` (construction, exact, defect, requested of the support; atom methods),
-``checksums`` (SHA-256 of each variable's float64 bytes in C order, so missing chunk files cannot
-pass as fill values); ``n_samples``.
-
-Optional: the tuning table the hyperparameters came from (``TUNING_DIMS``, see ``data_schemas.tuning``).
-
-Version history: 1 stored A_y (sample, basis_y); 2 drops it and adds the registered functions;
-3 adds the methods other than "jdl" (a version 2 store reads as a "jdl" store of version 3);
-4 adds the support atoms (a store of version 2 or 3 reads with its support built from y_atoms on
-loading, in one pass, as the fit would build it); 5 adds the kernels' scalings (``location`` and
-``scale`` in ``kernel_x`` / ``kernel_y``, which earlier readers would ignore), with the same variables;
-6 adds the x kernel's categorical columns (``categorical`` in its spec: an earlier reader would
-compare their codes as numbers, so it must refuse the store) and the levels (``x_levels`` in the
-provenance); 7 adds the optional boosted summaries of x (``x_summaries``, as in ``data_schemas.tuning``:
-the x kernel reads x with them appended, so an earlier reader must refuse the store; their names in
-the provenance's ``x_summaries``).
+``METHOD_VARIABLES`` lists each method's variables and their dimensions, ``REQUIRED_ATTRS`` the
+attributes; the conditional laws live on the stored support atoms, never the n training atoms. The
+whole format, its attributes and its version history: docs/stores.md.
 """
 from __future__ import annotations
 

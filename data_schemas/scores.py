@@ -1,33 +1,8 @@
 """Contract of a scores store (``jdl score``): a zarr v3 group aligned with the scored data.
 
-One float64 array per scoring function, named exactly as given on the command line, with the
-scored data's ``sample`` axis first and these dimension names:
-
-| function | dims |
-|---|---|
-| mean | (sample, y_feature) |
-| second_moment | (sample, y_feature, y_feature_2) |
-| cdf:t1,... | (sample, threshold), attribute ``parameters`` = [t1, ...] |
-| quantile:l1,... | (sample, level), attribute ``parameters`` = [l1, ...] |
-| proba | (sample, class), attribute ``parameters`` = the class values |
-
-Group attributes: ``schema`` = "jdl.scores", ``schema_version``, ``model`` and ``data`` (absolute
-paths; ``model`` is the directory of the model version read), ``model_version`` (the version's name,
-"" for an unversioned model store; optional), ``n_samples``, ``functions`` (JSON list of the function
-names, in order). A name longer than ``MAX_NAME`` characters (99 quantile levels, say) would not
-fit a file name: its array is named ``KIND-HASH`` (``array_name``), and (schema 2) the attribute
-``arrays`` maps each function name to its array's; ``scores_array`` reads either. A model whose laws
-are projected (rule "project") adds ``projection_levels``: the number of scored rows at each level
-(JSON object, level -> count; ``jdlcore.conditional.laws.LEVELS``) and ``projection_full_level`` (2
-for a scalar y, 1 for a vector y: every moment the rule keeps, kept). Optional: older stores lack them.
-
-Schema 3: the parameters are coordinates, so xarray selects by them
-(``xr.open_zarr(path)["quantile:0.1,0.5,0.9"].sel(level=0.9)``). The first function of a kind has
-the dim above (``level``, ``threshold``, ``class``), each further one of that kind ``level_2``,
-``level_3``, ... (``scores_dims``), and for each such dim a float64 array of the same name holds the
-function's parameters; ``y_feature`` (and ``y_feature_2``), where a mean or second moment is scored,
-hold the y feature names. Stores of schema 2 (no coordinates; every function of a kind on one dim
-name) still load.
+One float64 array per scoring function, named as given on the command line, the scored data's
+``sample`` axis first and each function's parameters as coordinates (``scores_dims``; a long name is
+stored as ``KIND-HASH``, ``array_name``). The whole format and its versions: docs/stores.md.
 """
 from __future__ import annotations
 

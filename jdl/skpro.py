@@ -4,7 +4,7 @@
 atoms (``conditional_weights``: jdl, jpdl, cme, greedy, psd) for a scalar y, read through
 ``jdlcore.ConditionalModel`` (so x may miss values, read by its missing-value rule). By default
 (``tune=True``) it is the command line's default model: a jdl tuned, with its view of x, as ``jdl tune``
-tunes (``ConditionalModel(tune=True)``); ``tune=False`` fits the estimator as it is given.
+tunes (``jdlcore.TunedModel``); ``tune=False`` fits the estimator as it is given.
 
 * ``predict_proba`` returns skpro's ``Empirical`` distribution, per row the law's M support atoms
   with the law's weights, so every skpro metric reads the exact law (its CRPS is jdl's exact CRPS);
@@ -21,7 +21,7 @@ import pandas as pd
 from skpro.distributions import Empirical
 from skpro.regression.base import BaseProbaRegressor
 
-from jdlcore import JDL, ConditionalModel
+from jdlcore import JDL, ConditionalModel, TunedModel
 
 __all__ = ["JDLProbaRegressor"]
 
@@ -67,7 +67,8 @@ class JDLProbaRegressor(BaseProbaRegressor):
         if not estimator.answers("conditional_weights"):
             raise ValueError(f"estimator: a {type(estimator).__name__} has no law on atoms (conditional_weights); "
                              "use jdl, jpdl, cme, greedy or psd")
-        self.estimator_ = ConditionalModel(estimator, tune=self.tune).fit(_values(X), _values(y))
+        model = TunedModel(estimator) if self.tune else ConditionalModel(estimator)
+        self.estimator_ = model.fit(_values(X), _values(y))
         self._y_name = y.columns[0]
         return self
 
@@ -105,7 +106,7 @@ class JDLProbaRegressor(BaseProbaRegressor):
     @classmethod
     def get_test_params(cls, parameter_set: str = "default") -> list[dict[str, Any]]:
         """Parameter sets for skpro's estimator checks: a jdl as given, and a small, fast one (the tuned
-        default is checked against ``ConditionalModel(tune=True)`` by jdl's own tests)."""
+        default is checked against ``jdlcore.TunedModel`` by jdl's own tests)."""
         return [{"tune": False}, {"estimator": JDL(reg=1e-4, support_size=32, positivity="clip"), "tune": False}]
 
 

@@ -53,7 +53,7 @@ from .psd.conditional_fit import conditional_loss, fit_psd_conditional, tune_psd
 from .psd.fit import fit_psd_density
 from .psd.filter import PSDFilter
 from .psd.model import GaussianPSDModel
-from .tuning import TuneResult, tune
+from .tuning import TunedModel, TuneResult, tune
 
 __version__ = "0.1.0"
 
@@ -68,5 +68,5 @@ __all__ = [
     "PSDJDL", "amcmd", "jmmd",
     "compress",
     "run_compression", "DegeneracyWarning", "GridBudgetWarning", "METHODS", "estimator_class", "Estimator",
-    "NotFittedError", "UnsupportedQuery", "ConditionalModel",
+    "NotFittedError", "UnsupportedQuery", "ConditionalModel", "TunedModel",
 ]

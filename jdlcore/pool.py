@@ -21,7 +21,7 @@ from typing import Any, Callable, Iterator
 
 from threadpoolctl import ThreadpoolController
 
-__all__ = ["pool_threads", "pool_map", "stop_point", "Stopped"]
+__all__ = ["pool_threads", "pool_map", "alongside", "stop_point", "Stopped"]
 
 _THREADS = max(1, int(os.environ.get("JDL_KERNEL_THREADS", 0)) or min(4, os.cpu_count() or 1))
 _POOL_PREFIX = "jdl-kernel"
@@ -79,6 +79,12 @@ def pool_threads() -> int:
 def _on_pool_thread() -> bool:
     """Whether this thread is one of the pool's."""
     return threading.current_thread().name.startswith(_POOL_PREFIX)
+
+
+def _runs_inline() -> bool:
+    """Whether work handed to ``alongside`` from this thread runs in it: a pool of one thread, or this
+    thread one of the pool's."""
+    return _THREADS == 1 or _on_pool_thread()
 
 
 def pool_map(work: Callable[[Any], Any], items: list, *, one_blas_thread: bool = False) -> list:
@@ -144,6 +150,31 @@ def _shared(work: Callable[[Any], Any], items: list) -> list:
     if failed:
         raise failed[min(failed)]
     return results
+
+
+@contextmanager
+def alongside(work: Callable[[], Any]) -> Iterator[Future]:
+    """``work()`` on a thread of the kernel pool while the body of the ``with`` runs in this one; yields
+    its ``Future``: ``result()`` waits for it and returns its result, or raises its error (an error of a
+    result never read is not raised), ``done()`` says whether it has finished. BLAS is held at one thread
+    until both are done (``_one_blas_thread``), so that each keeps about a core busy and computes every
+    BLAS product the same way whatever the other is doing; pool work handed out inside ``work`` runs in
+    its thread (and on pool threads free meanwhile, ``_shared``), and the body's on the pool's other
+    threads. Leaving the block waits for ``work`` (also
+    where the body raised). With a pool of one thread, or from a thread of the pool, ``work`` runs first,
+    in this thread, and the body after it."""
+    if _runs_inline():
+        done: Future = Future()
+        try:
+            done.set_result(work())
+        except Exception as error:  # raised where the result is read, as from the pool
+            done.set_exception(error)
+        yield done
+        return
+    with _one_blas_thread():
+        future = _pool().submit(_one_openmp_thread(work))
+        with _waited([future]):
+            yield future
 
 
 def _one_openmp_thread(work: Callable) -> Callable:

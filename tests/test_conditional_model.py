@@ -77,7 +77,7 @@ def test_the_law_s_row_methods_do_not_read_through(gappy_model):
 
 def test_params_follow_the_estimator_contract():
     model = ConditionalModel(JDL(reg=1e-3), categorical=(2,))
-    assert model.get_params(deep=False) == {"law": model.law, "categorical": (2,), "tune": False, "summaries": "auto"}
+    assert model.get_params(deep=False) == {"law": model.law, "categorical": (2,)}
     assert model.set_params(law__reg=1e-2).law.reg == 1e-2
     with pytest.raises(ValueError, match="not a parameter of ConditionalModel"):
         model.set_params(regs=1)
@@ -350,26 +350,27 @@ def test_scikit_learn_clones_and_cross_validates_it_on_rows_with_missing_values(
 
 
 def test_the_tuned_default_is_jdlcore_tune_s_model_and_scikit_learn_cross_validates_it():
-    """``ConditionalModel(tune=True)`` fits the model ``jdlcore.tune`` chooses (the same answers to the
+    """``TunedModel`` fits the model ``jdlcore.tune`` chooses (the same answers to the
     bit), keeps its parameters through a clone, and ``cross_val_score`` tunes it on each fold."""
     from sklearn.base import clone
     from sklearn.model_selection import cross_val_score
 
-    from jdlcore import tune
+    from jdlcore import TunedModel, tune
 
     X, y = _gappy(400, seed=9)
-    default = ConditionalModel(tune=True, categorical=(2,))
+    default = TunedModel(categorical=(2,))
     model = clone(default).fit(X, y)
     tuned = tune(X, y, estimator=JDL(kernel_x=GaussianKernel(1.0, categorical=[2]))).model
     np.testing.assert_array_equal(model.conditional_quantile(X[:50], LEVELS), tuned.conditional_quantile(X[:50], LEVELS))
     assert model.view_ == tuned.view_ and model.view_.missing.flagged == (1,)
-    assert clone(default).get_params(deep=False) == {"law": None, "categorical": (2,), "tune": True,
-                                                     "summaries": "auto"}
-    assert repr(default) == "ConditionalModel(law=None, categorical=(2,), tune=True)"
+    assert isinstance(model, ConditionalModel)
+    assert clone(default).get_params(deep=False) == {"law": None, "categorical": (2,), "summaries": "auto"}
+    assert repr(default) == "TunedModel(law=None, categorical=(2,))"
+    assert repr(clone(default).set_params(summaries="none")) == "TunedModel(law=None, categorical=(2,), summaries='none')"
     scores = cross_val_score(default, X, y, cv=2)
     assert scores.shape == (2,) and np.all(scores < 0)
-    with pytest.raises(ValueError, match="^tune: tunes a jdl law"):
-        ConditionalModel(CME(), tune=True).fit(X, y)
+    with pytest.raises(ValueError, match="^law: TunedModel tunes a jdl law"):
+        TunedModel(CME()).fit(X, y)
 
 
 def test_laws_read_in_blocks_of_rows_answer_as_all_rows_at_once(standardised_model, monkeypatch):

@@ -121,8 +121,54 @@ def _blas_threads() -> list[int]:
     return [lib["num_threads"] for lib in threadpool_info() if lib["user_api"] == "blas"]
 
 
+def test_work_alongside_runs_on_the_pool_beside_the_body_with_single_threaded_blas(monkeypatch):
+    """``alongside``: the work runs on a pool thread while the body runs (each waits for the other to
+    have started: run one after the other, they would time out), BLAS at one thread in both until both
+    are done; its result or its error is read afterwards, and leaving waits for the work, also where the
+    body raised."""
+    import threading
+    import time
+
+    import jdlcore.pool as pool
+
+    monkeypatch.setattr(pool, "_THREADS", 2)
+    before = _blas_threads()
+    started, release, seen = threading.Event(), threading.Event(), {}
+
+    def work():
+        started.set()
+        seen["work"] = (threading.current_thread().name, _blas_threads(), release.wait(timeout=60))
+        return 42
+
+    with pool.alongside(work) as result:
+        seen["body"] = (started.wait(timeout=60), _blas_threads(), result.done())
+        release.set()
+        assert result.result() == 42 and result.done()
+    name, threads, released = seen["work"]
+    assert name.startswith("jdl-kernel") and released and all(t == 1 for t in threads)
+    assert seen["body"][0] and all(t == 1 for t in seen["body"][1]) and not seen["body"][2]
+    assert _blas_threads() == before
+
+    def failing():
+        raise RuntimeError("from the work")
+
+    with pool.alongside(failing) as result:
+        with pytest.raises(RuntimeError, match="from the work"):
+            result.result()
+    finished = []
+
+    def slow():
+        time.sleep(0.2)
+        finished.append(True)
+
+    with pytest.raises(ValueError, match="from the body"):
+        with pool.alongside(slow):
+            raise ValueError("from the body")
+    assert finished == [True] and _blas_threads() == before
+
+
 def test_a_pool_thread_runs_openmp_at_one_thread_and_the_calling_thread_keeps_its_count(monkeypatch):
-    """Work on the pool (``pool_map``) finds every OpenMP library loaded held at one thread in
+    """Work on the pool (``pool_map``, ``alongside``) finds every OpenMP library loaded held at one thread in
     its thread, also one loaded after the pool's threads started; the calling thread keeps its count. An
     OpenMP runtime keeps a team of threads per thread that runs a parallel region at several, and with
     more of them than cores every wait of every team sleeps."""
@@ -143,6 +189,9 @@ def test_a_pool_thread_runs_openmp_at_one_thread_and_the_calling_thread_keeps_it
         if not here or max(here) < 2:
             pytest.skip("no OpenMP library loaded")
         seen = pool.pool_map(openmp_threads, list(range(8)))
+        with pool.alongside(openmp_threads) as beside:
+            pass
+        seen.append(beside.result())
         assert {name for name, _ in seen} <= {f"jdl-kernel_{k}" for k in range(2)}
         assert all(counts and max(counts) == 1 for _, counts in seen), seen
         assert openmp_threads()[1] == here
@@ -204,23 +253,52 @@ def test_nested_maps_on_every_pool_thread_finish_and_raise_an_item_s_error_once_
     assert started == [0, 1]
 
 
+def test_work_alongside_runs_first_without_a_second_thread(monkeypatch):
+    """With a pool of one thread the work runs first, in the calling thread, BLAS left as it is; its
+    error is raised where its result is read."""
+    import threading
+
+    import jdlcore.pool as pool
+
+    monkeypatch.setattr(pool, "_THREADS", 1)
+    before, order = _blas_threads(), []
+    with pool.alongside(lambda: order.append(("work", threading.current_thread().name)) or 7) as result:
+        order.append(("body", threading.current_thread().name))
+        assert _blas_threads() == before and result.done() and result.result() == 7
+    here = threading.current_thread().name
+    assert order == [("work", here), ("body", here)]
+
+    def failing():
+        raise RuntimeError("from the work")
+
+    with pool.alongside(failing) as result:
+        with pytest.raises(RuntimeError, match="from the work"):
+            result.result()
+
+
 def test_an_interrupt_stops_the_pool_s_work_at_its_next_step_and_the_next_call_runs(monkeypatch):
-    """Ctrl-C in the calling thread (a ``KeyboardInterrupt`` while ``pool_map`` waits): the work on the
-    pool stops at its next ``stop_point`` (``Stopped``) instead of running to its end, items not started
-    are not run, and a later call runs in full."""
+    """Ctrl-C in the calling thread (a ``KeyboardInterrupt`` in the body of ``alongside``, or while
+    ``pool_map`` waits): the work on the pool stops at its next ``stop_point`` (``Stopped``) instead of
+    running to its end, items not started are not run, and a later call runs in full."""
     import threading
 
     import jdlcore.pool as pool
 
     monkeypatch.setattr(pool, "_THREADS", 2)
-    steps = []
+    steps, started = [], threading.Event()
 
     def long_work():
         for step in range(10_000):
+            started.set()
             pool.stop_point()
             steps.append(step)
             threading.Event().wait(0.001)
 
+    with pytest.raises(KeyboardInterrupt):
+        with pool.alongside(long_work) as beside:
+            started.wait(timeout=60)
+            raise KeyboardInterrupt
+    assert isinstance(beside.exception(), pool.Stopped) and len(steps) < 10_000
     ran = []
 
     def item(k):
@@ -229,8 +307,12 @@ def test_an_interrupt_stops_the_pool_s_work_at_its_next_step_and_the_next_call_r
         ran.append(k)
         long_work()
 
+    steps.clear()
     with pytest.raises(KeyboardInterrupt):
         pool.pool_map(item, list(range(6)))
     assert len(ran) <= 2 and len(steps) < 10_000  # the items after those running were skipped or stopped
     assert not pool._STOP.is_set()
     assert pool.pool_map(lambda k: k * k, list(range(6))) == [0, 1, 4, 9, 16, 25]
+    with pool.alongside(lambda: 5) as beside:
+        pass
+    assert beside.result() == 5

@@ -750,6 +750,9 @@ def test_the_runs_compared_and_the_one_kept():
         def marked(self, label):
             return self
 
+        def beside_and_alone(self, read):  # one after the other, so that the order of the runs is read
+            return self.run(read), self.run(read.alone())
+
         def columns_alone(self):
             return self.run(None)
 
@@ -815,6 +818,9 @@ def test_a_standardised_y_is_kept_only_where_it_clearly_beats_the_columns():
 
         def marked(self, label):
             return self
+
+        def beside_and_alone(self, read):  # one after the other, so that the order of the runs is read
+            return self.run(read), self.run(read.alone())
 
         def columns_alone(self):
             return self.run(None)
@@ -890,6 +896,9 @@ def test_auto_tries_the_summaries_beside_y_as_it_is_where_standardised_they_lose
 
         def marked(self, label):
             return self
+
+        def beside_and_alone(self, read):  # one after the other, so that the order of the runs is read
+            return self.run(read), self.run(read.alone())
 
         def columns_alone(self):
             return self.run(None)

@@ -17,19 +17,9 @@ Gaussian l.
 JKIP (eq. 4): L(C) = (1/m^2) sum_jk Kc_jk Lc_jk - (2/(mn)) sum_ji P_ji Q_ji, the squared JMMD between
 the data and C up to the constant (1/n^2) sum_ii' k l.
 
-Gradients by reverse mode written out once: J depends on M and N linearly with coefficients that
-do not depend on the data (dJ/dM = (1/n) W Lc W, dJ/dN = -(2/n) W), so the sensitivities
-dJ/dP = (2/n) W Lc W P - (2/n) W Q and dJ/dQ = -(2/n) W P are known chunk by chunk and one pass
-over the data yields the value and the whole gradient. The (m, m) remainder goes through
-dJ/dW = (1/n)(M W Lc + Lc W M) - (2/n) N^T, dJ/dKc = -W (dJ/dW) W and dJ/dLc = (1/n) W M W.
-The paper's B.10 misprint (D := C B for C A) does not arise here.
-
-Discrete y (indicator kernel l, classes c_1..c_C): with the one-hot matrix E (m, C) of the
-compressed labels, Lc = E E^T and N = R E^T, where R = P onehot(Y) (m, C) is one more reduction.
-Both objectives then read a Tr(E^T V E) - b sum_t U[t, label_t] (ACKIP: a = 1/n, V = W M W,
-U = W R, b = 2/n; JKIP: a = 1/m^2, V = Kc, U = R, b = 2/(mn)), and ``search_labels`` changes one
-label at a time to the exact best class given the others (the paper's eq. 31/32 search, with the
-diagonal term handled exactly), never increasing the objective.
+The gradients are reverse-mode derivatives written out by hand: one pass over the data gives the
+value and the whole gradient (``ACKIPObjective``). A discrete y's labels are searched exactly
+(``search_labels``).
 """
 from __future__ import annotations
 
@@ -135,7 +125,15 @@ class SetObjective:
 
 
 class ACKIPObjective(SetObjective):
-    """J(C) of ACKIP (eq. 11): the compressed KCME's mean squared RKHS error, less a constant."""
+    """J(C) of ACKIP (eq. 11): the compressed KCME's mean squared RKHS error, less a constant.
+
+    Gradients by reverse mode written out once: J depends on M and N linearly with coefficients that
+    do not depend on the data (dJ/dM = (1/n) W Lc W, dJ/dN = -(2/n) W), so the sensitivities
+    dJ/dP = (2/n) W Lc W P - (2/n) W Q and dJ/dQ = -(2/n) W P are known chunk by chunk and one pass
+    over the data yields the value and the whole gradient. The (m, m) remainder goes through
+    dJ/dW = (1/n)(M W Lc + Lc W M) - (2/n) N^T, dJ/dKc = -W (dJ/dW) W and dJ/dLc = (1/n) W M W.
+    The paper's B.10 misprint (D := C B for C A) does not arise here.
+    """
 
     name = "ackip"
 
@@ -208,7 +206,15 @@ def search_labels(labels: np.ndarray, pieces: tuple[float, np.ndarray, np.ndarra
                   order: np.ndarray | None = None) -> np.ndarray:
     """One sweep of exact coordinate descent over the class indices ``labels`` (m,) of the compressed
     set: each label in turn (``order``, default 0..m-1) moves to the class minimising the label
-    objective with the others held; returns the new indices. O(m C) per label."""
+    objective with the others held; returns the new indices. O(m C) per label.
+
+    Discrete y (indicator kernel l, classes c_1..c_C): with the one-hot matrix E (m, C) of the
+    compressed labels, Lc = E E^T and N = R E^T, where R = P onehot(Y) (m, C) is one more reduction.
+    Both objectives then read a Tr(E^T V E) - b sum_t U[t, label_t] (ACKIP: a = 1/n, V = W M W,
+    U = W R, b = 2/n; JKIP: a = 1/m^2, V = Kc, U = R, b = 2/(mn)), and ``search_labels`` changes one
+    label at a time to the exact best class given the others (the paper's eq. 31/32 search, with the
+    diagonal term handled exactly), never increasing the objective.
+    """
     a, V, U, b = pieces
     labels = np.array(labels, dtype=np.int64)
     one_hot = np.zeros((labels.size, U.shape[1]))

@@ -2,30 +2,25 @@
 
 Two 1-D data-generating processes with Gaussian conditionals Y | X=x ~ N(f(x), s2(x)):
 
-* ``GaussianLinearModel`` (paper Sec. 5.1): X ~ N(mu, sigma2), f(x) = a0 + a1 x, s2(x) = noise2.
-  With Gaussian kernels k (lengthscale alpha, on x) and l (lengthscale ell, on y) every expectation
-  needed for the *population* AMCMD of a compressed set C = {(xt_j, yt_j)}_{j=1..m} is closed-form.
+* ``GaussianLinearModel`` (paper Sec. 5.1): X ~ N(mu, sigma2), f(x) = a0 + a1 x, s2(x) = noise2;
+  with Gaussian kernels k (on x) and l (on y) the *population* AMCMD of a compressed set is exact.
 * ``HeteroscedasticModel`` (the paper's heteroscedastic task): X ~ N(0, 2^2), f a sum of four
   Gaussian bumps, s2(x) = noise_base + |noise_amp sin x|.
 
-KCME of C: mu_C(x) = sum_i beta_i(x) l(yt_i, .), beta(x) = W k(Xt, x), W = (K_tt + lam I)^{-1}
-(lam without a factor m). With P_{X*} = P_X the squared AMCMD is
+The KCME of C = {(xt_j, yt_j)}: mu_C(x) = sum_i beta_i(x) l(yt_i, .), beta(x) = W k(Xt, x),
+W = (K_tt + lam I)^{-1} (lam without a factor m). With P_{X*} = P_X the squared AMCMD is
 
-    AMCMD^2 = E_x ||mu_{Y|X=x} - mu_C(x)||^2
-            = E_x ||mu_{Y|X=x}||^2 - 2 Tr(W Q) + Tr(W L_tt W M),
-
+    AMCMD^2 = E_x ||mu_{Y|X=x} - mu_C(x)||^2 = E_x ||mu_{Y|X=x}||^2 - 2 Tr(W Q) + Tr(W L_tt W M),
     M[q, j] = E_x[k(x, xt_q) k(x, xt_j)]                 (``marginal_moments``)
     Q[j, i] = E_{(x,y)}[k(x, xt_j) l(y, yt_i)]           (``joint_moments``)
     E_x ||mu_{Y|X=x}||^2 = E[l(Y, Y') | same x]          (``embedding_norm``)
 
-All closed forms rest on one Gaussian identity, for x ~ N(mu, s2) and v > 0:
-
+All closed forms rest on one Gaussian identity, for x ~ N(mu, s2) and v > 0, written with every
+exponent <= 0 (no large terms cancelling inside ``exp``):
     E exp(-(x - c)^2 / (2 v)) = sqrt(v / (v + s2)) exp(-(c - mu)^2 / (2 (v + s2)))        (G)
 
-and are written with every exponent <= 0 (no large terms cancelling inside ``exp``).
-
-``TEST_FUNCTIONS`` are the test functions h whose conditional expectations E[h(Y) | X=x] serve
-to score compressed sets; ``gaussian_expectations`` gives them exactly for Y ~ N(f, s2).
+``TEST_FUNCTIONS`` score compressed sets by E[h(Y) | X=x], exact for Y ~ N(f, s2) by
+``gaussian_expectations``.
 """
 from __future__ import annotations
 

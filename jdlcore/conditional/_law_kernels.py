@@ -4,8 +4,8 @@ and the CRPS.
 Each kernel walks the M support atoms of one row a few times and writes its row of the output, so a
 block of rows costs O(rows M) memory traffic and no (rows x M x K) temporaries. ``jdlcore.conditional.laws``
 documents the mathematics; ``_law_newton`` holds the passes and the Newton step the two projections
-share, ``_law_exact`` the exact path and the certificates. This module is imported on first use (compiling takes a few seconds
-once, then the machine code is cached next to this file).
+share, ``_law_exact`` the exact path and the certificates. This module is imported on first use
+(compiling takes a few seconds once; the machine code is cached next to this file).
 
 The projection solves, per row, the dual of min sum_k (p_k - pi_k u_k)^2 / pi_k subject to p >= 0 and
 sum_k p_k c(z_k) = b: minimise phi(theta) = 0.5 sum_k pi_k max(0, t_k)^2 - b . theta with
@@ -16,14 +16,8 @@ sums that make it (``_FLOOR`` times their magnitudes). The moment functions c ar
 own coordinates (centred at its mean, scaled by its spread), where the multipliers stay of the size
 of u instead of growing with the inverse width of a narrow law.
 
-Two solvers share that test. The fast path is a regularised semi-smooth Newton method with Armijo
-steps on phi (``iterations``); Armijo compares values of phi, whose rounding can exceed the decrease
-left near the boundary of the moment set, so a row can stall there. Such rows go on from where the
-fast path stopped with the exact path (``_exact_newton``): Newton steps on the current active set with
-an exact line search along each step (the root of the piecewise-linear directional derivative, found
-by walking its breakpoints), at the precision of the gradient. On a convex piecewise-quadratic dual,
-Newton's method with exact line search ends in finitely many steps (Li & Swetits, SIAM J. Optim. 3,
-1993); it also proves a row infeasible when the dual falls without bound along a step.
+Two solvers share that test, a fast semi-smooth Newton path and an exact one for the rows that
+stall (``project_scalar`` states both).
 """
 from __future__ import annotations
 
@@ -128,6 +122,15 @@ def project_scalar(R, pi, z, tol, iterations, exact_steps, P, level, exact):
     (``_inside_moment_set``); the solvers then keep them, and a row where they fail to is
     LEVEL_FAILED, with the vector of the highest lower level that converged (the mass alone is
     always kept exactly: ``_mass_multiplier``).
+
+    Two solvers share that test. The fast path is a regularised semi-smooth Newton method with Armijo
+    steps on phi (``iterations``); Armijo compares values of phi, whose rounding can exceed the decrease
+    left near the boundary of the moment set, so a row can stall there. Such rows go on from where the
+    fast path stopped with the exact path (``_exact_newton``): Newton steps on the current active set with
+    an exact line search along each step (the root of the piecewise-linear directional derivative, found
+    by walking its breakpoints), at the precision of the gradient. On a convex piecewise-quadratic dual,
+    Newton's method with exact line search ends in finitely many steps (Li & Swetits, SIAM J. Optim. 3,
+    1993); it also proves a row infeasible when the dual falls without bound along a step.
     """
     q, M = R.shape
     b = np.zeros(3)

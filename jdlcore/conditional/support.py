@@ -12,18 +12,8 @@ so the normalisation Z(x), the conditional mean and the conditional second momen
 law are the same on the support as on all n atoms, at every x. Every query then costs O(M m_Y)
 per row, whatever n is.
 
-Construction, in one pass over the atoms (blocks, so chunked and lazily read data work too):
-* "distinct": a Y with at most M distinct values (class labels, counts) keeps them all, weighted by
-  their counts: the empirical marginal itself, no approximation.
-* "bins" (scalar Y): M / 2 bins, half with edges at equal-count quantiles of a seeded sample, half on
-  an even grid fine enough for the Y kernel; each bin holds two atoms between its least and greatest
-  member that keep the bin's count, sum and sum of squares (``two_point_rule``: its members' mean
-  plus and minus their standard deviation, with half their count each, where those lie in that range).
-* "cells" (vector Y): M centres drawn from a seeded sample (distances in units of the sample's
-  standard deviations); each atom is the mean of the members of its nearest-centre cell.
-The bins keep sum y and sum y^2 exactly, the cells sum y; the counts are then moved, as little as
-possible in the chi-square sense and never below zero, so the weights reproduce the other sums
-(``reweight``): as many groups as the atoms can carry, reported as ``Support.exact``.
+The atoms are built in one pass over the rows, in blocks (``plan_support``, ``support_partial``,
+``reweight``), so chunked and lazily read data work too.
 """
 from __future__ import annotations
 
@@ -175,6 +165,19 @@ def sample_rows(n: int, seed: int | None, rows: int = SAMPLE_ROWS) -> np.ndarray
 def plan_support(sample: np.ndarray, size: int, seed: int | None = 0, resolution: float | None = None,
                  span: np.ndarray | None = None) -> SupportPlan:
     """Bin edges (scalar Y) or cell centres (vector Y) for ``size`` cells from a sample (s, d) of the atoms.
+
+    Construction, in one pass over the atoms (blocks, so chunked and lazily read data work too):
+    * "distinct": a Y with at most M distinct values (class labels, counts) keeps them all, weighted by
+      their counts: the empirical marginal itself, no approximation.
+    * "bins" (scalar Y): M / 2 bins, half with edges at equal-count quantiles of a seeded sample, half on
+      an even grid fine enough for the Y kernel; each bin holds two atoms between its least and greatest
+      member that keep the bin's count, sum and sum of squares (``two_point_rule``: its members' mean
+      plus and minus their standard deviation, with half their count each, where those lie in that range).
+    * "cells" (vector Y): M centres drawn from a seeded sample (distances in units of the sample's
+      standard deviations); each atom is the mean of the members of its nearest-centre cell.
+    The bins keep sum y and sum y^2 exactly, the cells sum y; the counts are then moved, as little as
+    possible in the chi-square sense and never below zero, so the weights reproduce the other sums
+    (``reweight``): as many groups as the atoms can carry, reported as ``Support.exact``.
 
     Scalar Y: half the edges at equal-count quantiles of the sample, half on an even grid over the
     atoms' range (``span``: their least and greatest values (2, d), ``value_range``; default: the

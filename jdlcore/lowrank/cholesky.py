@@ -13,21 +13,9 @@ residual diagonal d and performs the only operations that touch all n samples:
 ``InMemoryFactorStorage`` implements this with NumPy; the chunked Dask storage of ``pipeline`` does
 the same chunk by chunk, so both paths run exactly this driver.
 
-Blocking. Each round proposes c candidates and accepts a prefix of them by sequential pivoted
-Cholesky on the c x c block R = K[S, S] - L[S] L[S]^T. The accepted columns are then computed with
-matrix-matrix products (BLAS-3) instead of one matrix-vector product per pivot.
-
-* Greedy pivoting proposes the c largest residual diagonal entries and accepts the block's next
-  greedy pivot only while its updated residual is at least the largest residual outside the block
-  (an upper bound for every outside entry, since d only decreases). The pivots are therefore exactly
-  those of the column-by-column Algorithm 1, with far fewer passes over L.
-* Random pivoting (RPCholesky, Chen, Epperly, Tropp & Webber) proposes c i.i.d. indices with
-  probability proportional to d and accepts proposal i with probability R_cur[i, i] / R[i, i]
-  (rejection sampling, as in their accelerated variant); the accepted pivots follow the law of
-  sequential RPCholesky.
-* Near the tolerance a round computes only about twice the columns the remaining residual trace
-  should need (estimated from the previous round's trace reduction per pivot): the last round of
-  a large factorisation would otherwise compute up to c columns to keep one.
+Blocking: each round proposes c candidates and accepts a prefix of them by sequential pivoted
+Cholesky on the c x c block, so the accepted columns are computed with BLAS-3 products
+(``run_pivoted_cholesky`` states the acceptance rules of greedy and random pivoting).
 
 Identities kept exactly: L[P, :] is lower triangular in pivot order (entries above the diagonal are
 set to 0, not left at rounding level), so B[P, :] = L[P, :]^{-T} is upper triangular, B^T L = I and
@@ -332,7 +320,16 @@ def _accept_block(
     limit: int,
     rng: np.random.Generator,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Sequential pivoted Cholesky on the candidate block R (c x c).
+    """Sequential pivoted Cholesky on the candidate block R = K[S, S] - L[S] L[S]^T (c x c).
+
+    * Greedy pivoting proposes the c largest residual diagonal entries and accepts the block's next
+      greedy pivot only while its updated residual is at least the largest residual outside the block
+      (an upper bound for every outside entry, since d only decreases). The pivots are therefore exactly
+      those of the column-by-column Algorithm 1, with far fewer passes over L.
+    * Random pivoting (RPCholesky, Chen, Epperly, Tropp & Webber) proposes c i.i.d. indices with
+      probability proportional to d and accepts proposal i with probability R_cur[i, i] / R[i, i]
+      (rejection sampling, as in their accelerated variant); the accepted pivots follow the law of
+      sequential RPCholesky.
 
     Returns the accepted positions (into the candidate list, in pivot order) and the lower-triangular
     Cholesky factor C of R[acc, acc] in that order. Greedy: take the largest current residual while
@@ -387,6 +384,12 @@ def run_pivoted_cholesky(
     progress: Any = None,
 ) -> "CholeskyRun":
     """Drive a pivoted Cholesky decomposition over any ``FactorStorage`` (see module docstring).
+
+    Blocking. Each round proposes c candidates, accepts a prefix of them (``_accept_block``) and
+    computes the accepted columns with matrix-matrix products (BLAS-3) instead of one matrix-vector
+    product per pivot. Near the tolerance a round computes only about twice the columns the remaining
+    residual trace should need (estimated from the previous round's trace reduction per pivot): the
+    last round of a large factorisation would otherwise compute up to c columns to keep one.
 
     Stops at the first pivot after which trace(K - L L^T) <= max(tol * trace K, atol), at
     ``max_rank`` pivots, or when every residual is below ``pivot_floor * max(diag K)``.

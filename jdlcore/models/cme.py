@@ -20,10 +20,8 @@ Since B_Y is zero outside the Y pivots, the estimator puts weights only on the m
 These weights are signed and not normalized: that is the point of the comparison, so every query
 reports them as they are (``total_mass`` gives E[1 | x], the paper's normalization check).
 
-Constraints (``constraints``): "none"; "normalization", the unconditional normalization (53)
-1^T B_Y V_Y Ftil V_X^T L_X^T 1 / n = 1, i.e. u^T Ftil s_X = n with u = C_Y^T 1; "positivity", (53) and
-the unconditional positivity (54) C_Y Ftil s_X >= 0 (m_Y inequalities), solved exactly by the
-Goldfarb–Idnani active-set method. Both constraints concern the average over the training x only.
+Constraints (``constraints``: "none", "normalization", "positivity") concern the average over the
+training x only (``solve_cme``).
 """
 from __future__ import annotations
 
@@ -53,6 +51,11 @@ def solve_cme(red: JDLReductions, reg: float, coefficients_y: np.ndarray, constr
     """Ftil (m_Y, m_X) minimising the low-rank CME objective under ``constraints``, and diagnostics.
 
     red: the JDL reductions (uses n, lam_x, cross = A_Y^T A_X, sum_x); coefficients_y: C_Y (m_Y, m_Y).
+
+    Constraints (``constraints``): "none"; "normalization", the unconditional normalization (53)
+    1^T B_Y V_Y Ftil V_X^T L_X^T 1 / n = 1, i.e. u^T Ftil s_X = n with u = C_Y^T 1; "positivity", (53) and
+    the unconditional positivity (54) C_Y Ftil s_X >= 0 (m_Y inequalities), solved exactly by the
+    Goldfarb–Idnani active-set method. Both constraints concern the average over the training x only.
     """
     D = np.broadcast_to(red.lam_x[None, :] + red.n * reg, red.cross.shape)
     if constraints == "none":

@@ -18,7 +18,7 @@ from ..conditional.row_laws import RowLaws
 from ..conditional.support import sample_rows
 from ..features.levels import XColumns
 from ..features.missing import MissingValues
-from ..features.summaries import DEFAULT_SUMMARIES, BoostedSummaries
+from ..features.summaries import BoostedSummaries
 from ..features.view import XView
 from ..validation import as_samples
 from .degeneracy import MARGINAL_ROWS, DegeneracyWarning
@@ -30,7 +30,6 @@ from .registry import estimator_class
 __all__ = ["ConditionalModel", "fit_law"]
 
 OWN_ATTRIBUTES = ("law_", "view_", "columns_", "provenance_", "store_path_", "store_version_")
-OWN_PARAMETERS = ("law", "categorical", "tune", "summaries")
 
 
 def fit_law(law: Estimator, view: XView, X: Any, Y: Any) -> Estimator:
@@ -51,9 +50,8 @@ def fit_law(law: Estimator, view: XView, X: Any, Y: Any) -> Estimator:
 class ConditionalModel:
     """A law read through an x view: ``law`` (an unfitted jdlcore estimator; default JDL) fitted on x
     rows read through the missing-value rule that ``fit`` learns (``categorical``: the positions of the
-    category-code columns of X). ``ConditionalModel(tune=True)`` is the default model of the command
-    line: its fit tunes the law and the view of x as ``jdl tune`` does (``summaries``: "auto", "boosted",
-    "standardised" or "none"), then fits it as ``jdl fit --tuning`` does.
+    category-code columns of X). ``jdlcore.TunedModel`` is the default model of the command line: a
+    ``ConditionalModel`` whose fit tunes the law and the view of x first, as ``jdl tune`` does.
 
     Fitted attributes: ``law_`` (the fitted law), ``view_`` (the ``XView``), ``columns_`` (the x columns
     by name and the levels of the categorical ones, ``XColumns``; None for a model fitted on an array
@@ -65,17 +63,15 @@ class ConditionalModel:
     A model assembled from fitted parts (the pipeline's fit, ``load_model``) is made by ``of``.
     """
 
-    def __init__(self, law: Estimator | None = None, *, categorical: tuple[int, ...] = (), tune: bool = False,
-                 summaries: str = DEFAULT_SUMMARIES):
+    PARAMETERS: dict[str, Any] = {"law": None, "categorical": ()}  # each parameter and its default
+
+    def __init__(self, law: Estimator | None = None, *, categorical: tuple[int, ...] = ()):
         self.law = law
         self.categorical = categorical
-        self.tune = tune
-        self.summaries = summaries
 
     # -- the estimator contract -----------------------------------------------------------------
     def get_params(self, deep: bool = True) -> dict[str, Any]:
-        params: dict[str, Any] = {"law": self.law, "categorical": self.categorical, "tune": self.tune,
-                                  "summaries": self.summaries}
+        params: dict[str, Any] = {key: getattr(self, key) for key in self.PARAMETERS}
         if deep and self.law is not None:
             params.update({f"law__{key}": value for key, value in self.law.get_params(deep=True).items()})
         return params
@@ -85,18 +81,17 @@ class ConditionalModel:
         for key, value in params.items():
             if key.startswith("law__"):
                 continue
-            if key not in OWN_PARAMETERS:
-                raise ValueError(f"{key}: not a parameter of ConditionalModel; it has {', '.join(OWN_PARAMETERS)}")
+            if key not in self.PARAMETERS:
+                raise ValueError(f"{key}: not a parameter of {type(self).__name__}; it has {', '.join(self.PARAMETERS)}")
             setattr(self, key, value)
         if inner:
             self.law = self._law().set_params(**inner)
         return self
 
     def __repr__(self) -> str:
-        given = {"categorical": self.categorical, "tune": self.tune, "summaries": self.summaries}
-        defaults = {"categorical": (), "tune": False, "summaries": DEFAULT_SUMMARIES}
-        shown = "".join(f", {key}={value!r}" for key, value in given.items() if value != defaults[key])
-        return f"ConditionalModel(law={self.law!r}{shown})"
+        shown = "".join(f", {key}={getattr(self, key)!r}" for key, default in self.PARAMETERS.items()
+                        if key != "law" and getattr(self, key) != default)
+        return f"{type(self).__name__}(law={self.law!r}{shown})"
 
     def _law(self) -> Estimator:
         if self.law is None:
@@ -108,11 +103,8 @@ class ConditionalModel:
     def fit(self, X: Any, Y: Any) -> "ConditionalModel":
         """Learn the missing-value rule from X (n, d) (NaN where a value is missing; ``categorical``
         columns hold codes) and fit a copy of ``law`` on the rows it reads, its x kernel comparing the
-        category codes and the missingness indicators as categories. With ``tune``, the law (a JDL) is
-        tuned first as ``jdl tune`` tunes (``jdlcore.tuning.tune``, seeded by the law's ``seed``): its
-        lengthscales, reg and the view of x (the boosted summaries as ``summaries`` says), then fitted
-        on all the rows. A table X (a pandas DataFrame) gives the model its column names (``columns_``;
-        its numbers only: code categorical cells first)."""
+        category codes and the missingness indicators as categories. A table X (a pandas DataFrame)
+        gives the model its column names (``columns_``; its numbers only: code categorical cells first)."""
         columns = XColumns.of([str(name) for name in X.columns]) if hasattr(X, "columns") else None
         X = np.asarray(X, dtype=np.float64)
         if X.ndim != 2:
@@ -120,8 +112,13 @@ class ConditionalModel:
         law = self._law().with_params()
         kernel = law._kernel("kernel_x") if "kernel_x" in law.KERNELS else None
         categorical = sorted({int(j) for j in self.categorical} | set(getattr(kernel, "categorical", None) or ()))
-        if self.tune:
-            return self._tuned(law, kernel, categorical, X, Y, columns)
+        law, view = self._fitted_parts(law, kernel, categorical, X, Y)
+        return self._assembled(law, view, {}, columns)
+
+    def _fitted_parts(self, law: Estimator, kernel: Any, categorical: list[int], X: np.ndarray, Y: Any
+                      ) -> tuple[Estimator, XView]:
+        """The fitted law and the view it reads x through, from X (n, d) with ``categorical`` code columns
+        (the law's x ``kernel`` may be None); a subclass that chooses the view (``TunedModel``) replaces it."""
         view = XView(MissingValues.learn(X, categorical))
         width = len(view.columns([str(j) for j in range(X.shape[1])]))
         if kernel is not None:
@@ -133,20 +130,7 @@ class ConditionalModel:
             if codes:
                 law.set_params(kernel_x=type(kernel)(kernel.lengthscale, location=kernel.location, scale=kernel.scale,
                                                      categorical=codes))
-        law.fit(*view.pair(X, Y))
-        return self._assembled(law, view, {}, columns)
-
-    def _tuned(self, law: Estimator, kernel: Any, categorical: list[int], X: np.ndarray, Y: Any,
-               columns: XColumns | None) -> "ConditionalModel":
-        """``fit`` with ``tune``: the tuning's model, its view and law, as this model's."""
-        from ..tuning.tune import tune  # the tuning builds its model with this module
-
-        if law.method != "jdl":
-            raise ValueError(f"tune: tunes a jdl law (its lengthscales, reg and view of x); the law is {law.method}")
-        law.set_params(kernel_x=type(kernel)(kernel.lengthscale, location=kernel.location, scale=kernel.scale,
-                                             categorical=categorical or None))
-        tuned = tune(X, Y, estimator=law, summaries=self.summaries, seed=law.seed).model
-        return self._assembled(tuned.law_, tuned.view_, {}, columns)
+        return law.fit(*view.pair(X, Y)), view
 
     @classmethod
     def of(cls, law: Estimator, view: XView | None = None, provenance: dict[str, Any] | None = None

@@ -3,28 +3,25 @@
 * Hyperparameters: the constructor's arguments, keyword-only after the kernels, listed in
   ``KERNELS`` (jdlcore Kernels or None) and declared in ``parameters`` (``{name: jdlcore.params.Param}``:
   each one's rule and meaning; JSON values, what ``state()`` stores); the constructor holds the
-  defaults and ``_keep_params`` keeps the values. ``get_params`` / ``set_params`` follow from them, and
-  ``check_params`` validates them all when ``fit`` starts: each declared rule, then the rules across
-  parameters (``_check_together``) and the kernels. The pipeline reads the same declarations
-  (``Param.option``) for its fit options.
-* Fitted attributes end in ``_``; ``_fitted()`` is the one check that a model was fitted and
-  ``_queries(Xq)`` the one validation of query points.
+  defaults and ``_keep_params`` keeps the values. ``get_params`` / ``set_params`` follow, and
+  ``check_params`` validates them when ``fit`` starts (each rule, then ``_check_together`` and the
+  kernels). The pipeline reads the same declarations (``Param.option``) for its fit options.
+* Fitted attributes end in ``_``; ``_fitted()`` is the one fitted check, ``_queries(Xq)`` the one
+  validation of query points.
 * One query surface, with the same names and shapes for every method: ``conditional_weights``,
   ``conditional_expectation``, ``register`` / ``expectations``, ``conditional_cdf``,
   ``conditional_quantile``, ``predict_proba``, ``negative_share``, ``predict`` (the conditional mean),
   ``total_mass``; a query a method cannot answer raises ``UnsupportedQuery`` naming the method, and
-  ``answers(query)`` says beforehand which it is. ``law_atoms_`` are the atoms the weights are on.
-  ``prepare_requests`` / ``answer_requests`` answer the pipeline's named requests (mean,
-  second_moment, cdf, quantile, proba) through that surface.
+  ``answers(query)`` says so beforehand. ``law_atoms_`` are the atoms the weights are on;
+  ``prepare_requests`` / ``answer_requests`` answer the pipeline's named requests through it.
 * Class declarations, read by the registry (``jdlcore.models.registry``) and everything derived from it
   (CLI choices, flow settings, the model store's schema): ``method`` (the registry name), ``summary``
   (one line), ``positivity_rules`` (the first is what "auto" means), ``laws_on_atoms`` (conditional
   laws are weights on support atoms, with the training atoms stored), ``fits_from_reductions``
   (fitted from the m x m reductions, which Dask computes chunk by chunk), ``bases`` (the kinds of
-  the x and y bases, None where there is none), ``state_dims`` (the dims of the state's own
-  arrays, beyond the bases and reductions) and ``reads_x_values`` (the fit reads the x basis values
-  at the training rows, an n x m_X array a kernel problem computes only then; JDL's depends on its
-  positivity rule).
+  the x and y bases, None where there is none), ``state_dims`` (the state's own arrays' dims) and
+  ``reads_x_values`` (the fit reads the n x m_X x basis values, which a kernel problem computes
+  only then).
 """
 from __future__ import annotations
 

@@ -1,14 +1,12 @@
 """Greedy JDL for a discrete X (Lahjouji 2022, "A greedy approach to joint distribution learning").
 
 Setting. X takes D classes; with the delta kernel on X every h in H_X (x) H_Y is h(i, y) =
-Psi_Y(y) h_i with one coefficient vector h_i (m_Y,) per class, where Psi_Y is the double-orthogonal
-Y basis (pivoted Cholesky + ``spectral_basis``; values A_Y at the atoms, = L_Y V_Y up to rounding
-but computed through the kernel exactly as the fitted model's queries recompute them; Lambda_Y =
-diag(A_Y^T A_Y)). The class indicators e_i are the delta kernel's double-orthogonal basis
-(orthonormal in the RKHS, empirical squared norms n_i), so the model is a JDL whose X basis is the
-one-hot map (``ClassBasis``) and whose coefficients are H = [h_1 ... h_D] (m_Y x D, ascending class
-order). With n_i the class counts, a_i = A_Y^T 1[class i], s_Y = A_Y^T 1, JDL's empirical risk
-(paper (14)/(22), jdlcore's scaling) separates over the classes:
+Psi_Y(y) h_i, one coefficient vector h_i (m_Y,) per class, Psi_Y the double-orthogonal Y basis
+(values A_Y at the atoms, computed through the kernel as the fitted model's queries recompute them;
+Lambda_Y = diag(A_Y^T A_Y)). The class indicators are the delta kernel's double-orthogonal basis,
+so the model is a JDL whose X basis is the one-hot map (``ClassBasis``) and whose coefficients are
+H = [h_1 ... h_D] (m_Y x D, ascending class order). With class counts n_i, a_i = A_Y^T 1[class i]
+and s_Y = A_Y^T 1, JDL's empirical risk (paper (14)/(22), jdlcore's scaling) separates by class:
 
     R(H) = sum_i r_i(h_i),  r_i(h) = (n_i/n^2) h^T Lambda_Y h - (2/n) a_i^T h + (2 n_i/n^2) s_Y^T h + reg |h|^2,
 
@@ -21,21 +19,9 @@ v_i = (1/n_i) sum_{i' before i} n_i' h_i' and c_i = (n - sum_{i' up to i} n_i') 
                       1 + Psi_Y(y) h >= 0                (positivity)
                       Psi_Y(y) (v_i + h) <= c_i          (the running sum sum_{i'<=i} P_i'(1 + h_i'(y)) <= 1)
 
-"for all y", read either at every training atom y_j (``positivity="atoms"``: exact where the model's
-weights live) or over the thesis's box a <= Psi_Y(y) <= b (``positivity="cube"``: min over the box
-vertices for positivity, max for the running bound; ``bounds="sample"`` takes the column extremes
-of A_Y, ``bounds="global"`` the whole-domain bounds of a bounded kernel, ``SpectralBasis.ranges``).
-The box form is the LP over h = w+ - w-, written as its vertex cuts.
-
-Each step is a diagonal QP with one equality and linear cuts, solved by cutting planes on the
-Goldfarb-Idnani ``ProjectionQP``: atoms add the most violated atoms of each family per round, the
-box adds its most violated vertex (a_j or b_j per coordinate by the sign), until no cut is violated
-beyond ``feasibility_tol``. h_i = -v_i / (c_i + 1) is always feasible (by induction from the
-previous step's running bound), so a solver failure is a bug and raises ``RuntimeError``.
-At the last class c_D = 0: the running sum is then 1 at every atom, for both variants (both boxes
-contain every atom's Psi_Y, and its mean over the atoms is 1), so JDL's Y-marginal constraint holds
-too. Tolerances: the cuts close at ``feasibility_tol`` (1e-11, in the units of 1 + h and of c_i);
-no margin is used, since the last step's feasible set can be a single point (h_D = -v_D).
+for all y: at every training atom (``positivity="atoms"``) or over the thesis's box (``"cube"``);
+``solve_class_step`` states how a step is solved and why it is always feasible. At the last class
+the running sum is 1 at every atom, so JDL's Y-marginal constraint holds too.
 """
 from __future__ import annotations
 
@@ -236,6 +222,22 @@ def solve_class_step(
 ) -> ClassStep:
     """Minimise r_i(h) s.t. s_Y^T h = 0, 1 + psi h >= 0 and psi (v + h) <= c for all psi in the
     family: the rows of ``A_y`` (``positivity="atoms"``) or the box ``bounds`` = (a, b) ("cube").
+
+    "For all psi" reads "for all y": at every training atom y_j (``positivity="atoms"``: exact where the model's
+    weights live) or over the thesis's box a <= Psi_Y(y) <= b (``positivity="cube"``: min over the box
+    vertices for positivity, max for the running bound; ``bounds="sample"`` takes the column extremes
+    of A_Y, ``bounds="global"`` the whole-domain bounds of a bounded kernel, ``SpectralBasis.ranges``).
+    The box form is the LP over h = w+ - w-, written as its vertex cuts.
+
+    Each step is a diagonal QP with one equality and linear cuts, solved by cutting planes on the
+    Goldfarb-Idnani ``ProjectionQP``: atoms add the most violated atoms of each family per round, the
+    box adds its most violated vertex (a_j or b_j per coordinate by the sign), until no cut is violated
+    beyond ``feasibility_tol``. h_i = -v_i / (c_i + 1) is always feasible (by induction from the
+    previous step's running bound), so a solver failure is a bug and raises ``RuntimeError``.
+    At the last class c_D = 0: the running sum is then 1 at every atom, for both variants (both boxes
+    contain every atom's Psi_Y, and its mean over the atoms is 1), so JDL's Y-marginal constraint holds
+    too. Tolerances: the cuts close at ``feasibility_tol`` (1e-11, in the units of 1 + h and of c_i);
+    no margin is used, since the last step's feasible set can be a single point (h_D = -v_D).
 
     Raises ``RuntimeError`` (naming ``label`` and the round) when the QP fails or does not close
     within ``max_rounds``: with a feasible v, c (see the module docstring) that is a bug.

@@ -19,16 +19,7 @@ loss is the multinomial one with class 0 as reference: Z = A W + b (n x (C-1)), 
 b (C-1,), and sample i costs log(1 + sum_k exp(Z_ik)) - Z_{i, y_i} (Z_{i, 0} := 0), penalty
 reg ||W||_F^2. For C = 2 this is the binary loss above.
 
-Solver. F is smooth and strictly convex in W, and convex in (W, b), with m (C-1) + (C-1)
-unknowns, so Newton's method on the exact Hessian is cheap: with P_ik the softmax probabilities
-of classes 1..C-1 and T the one-hot targets,
-
-    grad_W = A^T (P - T) + 2 reg W,        grad_b = 1^T (P - T),
-    Hess[(j, k), (j', k')] = sum_i A_ij A_ij' (delta_kk' P_ik - P_ik P_ik') + 2 reg delta_jj' delta_kk'.
-
-Sums over samples run in slabs of rows (O(slab x m) temporaries). Steps are damped by a
-backtracking (Armijo) line search, and the iteration stops once ||grad||_inf <= gtol max(1, |F|).
-The log-partition is computed with a shifted log-sum-exp, so no exp overflows.
+The solver is damped Newton on the exact Hessian (``_newton``).
 """
 from __future__ import annotations
 
@@ -151,6 +142,17 @@ def _newton(
     features: np.ndarray, targets: np.ndarray, reg: float, fit_intercept: bool, max_iter: int, gtol: float,
 ) -> tuple[np.ndarray, np.ndarray, dict[str, Any]]:
     """Minimise the objective by damped Newton; returns W (m, K), b (K,) and solver diagnostics.
+
+    Solver. F is smooth and strictly convex in W, and convex in (W, b), with m (C-1) + (C-1)
+    unknowns, so Newton's method on the exact Hessian is cheap: with P_ik the softmax probabilities
+    of classes 1..C-1 and T the one-hot targets,
+
+        grad_W = A^T (P - T) + 2 reg W,        grad_b = 1^T (P - T),
+        Hess[(j, k), (j', k')] = sum_i A_ij A_ij' (delta_kk' P_ik - P_ik P_ik') + 2 reg delta_jj' delta_kk'.
+
+    Sums over samples run in slabs of rows (O(slab x m) temporaries). Steps are damped by a
+    backtracking (Armijo) line search, and the iteration stops once ||grad||_inf <= gtol max(1, |F|).
+    The log-partition is computed with a shifted log-sum-exp, so no exp overflows.
 
     Starts at W = 0 and, with an intercept, b = log(n_k / n_0) (the optimum for W = 0).
     Raises ``RuntimeError`` when the gradient criterion is not met within ``max_iter`` steps.

@@ -5,14 +5,11 @@ Model. With the augmented bases a~(x) = [1, Psi_X(x)] (q_X = m_X + 1) and b~(y) 
 
     g(x, y) = 1 + h(x, y) = phi(x, y)^T M phi(x, y),      M PSD (p x p).
 
-M = E0 = e_0 e_0^T is independence (g = 1). Because M is PSD, g >= 0 at every (x, y), on and off
-the data; the fitted M is kept as a factor R (M = R R^T) and g is evaluated as a sum of squares,
-so non-negativity holds exactly in floating point too.
+M = E0 = e_0 e_0^T is independence (g = 1). M PSD makes g >= 0 at every (x, y), on and off the
+data; M is kept as a factor R (M = R R^T) and g evaluated as a sum of squares, exactly >= 0 in floats.
 
-Fit. The empirical JDL risk in g (the paper's (14), constants dropped), n samples:
-
+Fit: the empirical JDL risk in g (the paper's (14), constants dropped), n samples,
     R(M) = (1/n^2) sum_{s,t} g(x_s, y_t)^2 - (2/n) sum_i g(x_i, y_i) + reg |M - E0|_F^2
-
 subject to the (linear) normalization sum_{s,t} g(x_s, y_t) = n^2, i.e. <N, M> = 1 with
 N = (G~_X / n) (x) (G~_Y / n), G~_X = sum_s a~_s a~_s^T. Closed forms (no p^2 x p^2 object):
 
@@ -21,16 +18,9 @@ N = (G~_X / n) (x) (G~_Y / n), G~_X = sum_s a~_s a~_s^T. Closed forms (no p^2 x 
   (q_X^2, q_Y^2) matrix Mr[(j j'), (k k')] = M[(j k), (j' k')] and F_X[(j j'), (l l')] =
   sum_s a~_sj a~_sj' a~_sl a~_sl' (q_X^2 x q_X^2, likewise F_Y) are the fourth-moment matrices.
 
-The solver is ADMM with the Hessian inverted exactly through its Kronecker structure
-(``jdlcore.models.psd_jdl_admm``): one eigendecomposition of a p x p matrix (its positive part) and
-four products of q^2-sized matrices per iteration, a certified relative duality gap every few
-iterations, and a stop where it is at most ``solver_tol``. M is p x p, so p is limited
-(``max_features``, default 400; raise it deliberately: p = 2,000 costs seconds per iteration).
-
-Queries. For x, M_x = sum_{j j'} a~_j(x) a~_j'(x) M[j, :, j', :] (q_Y x q_Y, PSD) and the weight of the
-training atom y_t is w_t(x) = b~_t^T M_x b~_t / Tr(M_x G~_Y) (non-negative, sums to 1). Expectations
-use R_f = sum_t f(y_t) b~_t b~_t^T: E[f | x] = <M_x, R_f> / <M_x, G~_Y>, O(p q_Y) per query after
-the O(n q_Y^2) sums of f.
+The solver is ADMM with the Hessian inverted through its Kronecker structure, stopped on a certified
+duality gap (``jdlcore.models.psd_jdl_admm``). M is p x p, so p is limited (``max_features``, default
+400; p = 2,000 costs seconds per iteration). Queries read M per x as a PSD form (``radon_nikodym``).
 """
 from __future__ import annotations
 
@@ -263,7 +253,13 @@ class PSDJDL(Estimator):
         return [slice(a, min(a + step, q)) for a in range(0, q, step)]
 
     def radon_nikodym(self, Xq: Any) -> np.ndarray:
-        """g(x_q, y_t) = 1 + h for queries x_q and every training atom y_t, shape (q, n); >= 0."""
+        """g(x_q, y_t) = 1 + h for queries x_q and every training atom y_t, shape (q, n); >= 0.
+
+        Queries. For x, M_x = sum_{j j'} a~_j(x) a~_j'(x) M[j, :, j', :] (q_Y x q_Y, PSD) and the weight of the
+        training atom y_t is w_t(x) = b~_t^T M_x b~_t / Tr(M_x G~_Y) (non-negative, sums to 1). Expectations
+        use R_f = sum_t f(y_t) b~_t b~_t^T: E[f | x] = <M_x, R_f> / <M_x, G~_Y>, O(p q_Y) per query after
+        the O(n q_Y^2) sums of f.
+        """
         Xq = self._queries(Xq)
         out = np.empty((Xq.shape[0], self.n_samples_))
         for sl in self._batches(Xq.shape[0]):

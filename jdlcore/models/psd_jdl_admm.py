@@ -2,15 +2,14 @@
 
 The problem (``jdlcore.models.psd_jdl``): minimise over {M PSD (p x p), <N, M> = 1}
 
-    f(M) = 1/2 <M, Hess M> - <C, M> + reg,     Hess M = 2 T(M) / n^2 + 2 reg M,  C = 2 D / n + 2 reg E0,
+    f(M) = 1/2 <M, Hess M> - <C, M> + reg,     Hess M = 2 T(M) / n^2 + 2 reg M,  C = 2 D / n + 2 reg E0
 
-which is R(M). In the pair indexing Mr (``_to_pairs``) T acts as Mr -> F_x Mr F_y^T, so with the
+(which is R(M)). In the pair indexing Mr (``_to_pairs``) T acts as Mr -> F_x Mr F_y^T, so with the
 eigendecompositions F_x = U_x diag(a) U_x^T and F_y = U_y diag(b) U_y^T (once, O(q_X^6 + q_Y^6))
 
     (Hess + rho I)^-1 B = U_x [(U_x^T Br U_y) / (2 a b^T / n^2 + 2 reg + rho)] U_y^T     (entrywise division),
 
-four products of q^2-sized matrices, whatever the conditioning of Hess (reg 1e-5 against curvatures
-of order 1 is what stalls a gradient method).
+four products of q^2-sized matrices, whatever the conditioning of Hess (which stalls a gradient method).
 
 ADMM in scaled form (Boyd et al., "Distributed optimization and statistical learning via the
 alternating direction method of multipliers", 2011, section 3) on M = Z:
@@ -19,17 +18,10 @@ alternating direction method of multipliers", 2011, section 3) on M = Z:
     Z <- the PSD part of M + U                                 (one symmetric eigendecomposition, positive part only)
     U <- U + M - Z
 
-with rho started at the geometric mean of Hess's least and largest eigenvalues and balanced between
-the primal and dual residuals (halved or doubled where one exceeds the other tenfold; section 3.4.1).
+rho starts at the geometric mean of Hess's extreme eigenvalues and is balanced between the primal and
+dual residuals (halved or doubled where one exceeds the other tenfold; section 3.4.1).
 
-**Certificate.** U = (M + U_old) - PSD part of (M + U_old) is negative semidefinite, so W = -rho U is
-PSD (its PSD part is taken, against rounding), the multiplier of "M PSD". Weak duality: for any PSD
-W, g(W) = min_{<N, M> = 1} f(M) - <W, M> (closed form: the solve at rho = 0, defined for reg > 0) is
-at most the optimum, and Z / <N, Z> is feasible. The relative gap (f(Z / <N, Z>) - g(W)) / max(1, |f|)
-therefore bounds how far the returned M is from optimal; it is computed every ``CHECK_EVERY``
-iterations, and the solver stops where it is at most ``tol``. For reg = 0 (Hess may be singular) the
-bound is the Frank-Wolfe gap (``jdlcore.solvers.fista.affine_psd_gap``), valid for every convex f but
-much looser.
+ADMM stops on a certified relative duality gap (``_gap``), checked every ``CHECK_EVERY`` iterations.
 """
 from __future__ import annotations
 
@@ -155,7 +147,17 @@ def solve_psd_jdl(F_x: np.ndarray, F_y: np.ndarray, D: np.ndarray, N: np.ndarray
 def _gap(quadratic: _KroneckerQuadratic, Z: np.ndarray, W: np.ndarray, N: np.ndarray,
          solved_N0: np.ndarray | None) -> float:
     """The relative duality gap of the feasible Z / <N, Z> against the dual point W (PSD); solved_N0 =
-    Hess^-1 N where reg > 0 (else the Frank-Wolfe gap)."""
+    Hess^-1 N where reg > 0 (else the Frank-Wolfe gap).
+
+    U = (M + U_old) - PSD part of (M + U_old) is negative semidefinite, so W = -rho U is
+    PSD (its PSD part is taken, against rounding), the multiplier of "M PSD". Weak duality: for any PSD
+    W, g(W) = min_{<N, M> = 1} f(M) - <W, M> (closed form: the solve at rho = 0, defined for reg > 0) is
+    at most the optimum, and Z / <N, Z> is feasible. The relative gap (f(Z / <N, Z>) - g(W)) / max(1, |f|)
+    therefore bounds how far the returned M is from optimal; it is computed every ``CHECK_EVERY``
+    iterations, and the solver stops where it is at most ``tol``. For reg = 0 (Hess may be singular) the
+    bound is the Frank-Wolfe gap (``jdlcore.solvers.fista.affine_psd_gap``), valid for every convex f but
+    much looser.
+    """
     scale = float(np.sum(N * Z))
     if not scale > 0:
         return math.inf

@@ -21,17 +21,7 @@ needs margin 0). For odd q the top-degree monomials (|a| = q or |b| = q) cannot 
 formed, so their coefficients vanish; with the triangular W this is H[i, j] = 0 for every basis
 function psi_Y,i or psi_X,j of degree q, imposed exactly by fixing those entries to zero.
 
-Certificate
------------
-With r = coefficients(1 + h(H)) - GramMap(S), the residuals the solver leaves, every monomial in
-the model is z^(u + v) for Gram monomials u, v, so |z^(u+v)| <= (z^(2u) + z^(2v)) / 2 <=
-||tau_g(z)||^2 and
-
-    1 + h(z) = tau_g S tau_g^T + sum_gamma r_gamma z^gamma >= (lambda_min(S) - ||r||_1) ||tau_g(z)||^2
-
-for every z = (x~, y~), i.e. every (x, y). ``sos_certificate`` checks
-lambda_min(S) - ||r||_1 - (a floating-point rounding bound) >= 0; since ||tau_g||^2 >= 1 this
-makes 1 + h > 0 everywhere, not only on the training grid.
+The certificate that 1 + h > 0 everywhere, not only on the training grid, is ``sos_certificate``.
 """
 from __future__ import annotations
 
@@ -132,6 +122,16 @@ def sos_certificate(
     H: np.ndarray, S: np.ndarray, basis_x: PolynomialBasis, basis_y: PolynomialBasis, gram_exps: np.ndarray,
 ) -> dict[str, Any]:
     """Check that 1 + h(H) >= 0 everywhere from the Gram matrix S (g x g) of the Gram basis ``gram_exps``.
+
+    With r = coefficients(1 + h(H)) - GramMap(S), the residuals the solver leaves, every monomial in
+    the model is z^(u + v) for Gram monomials u, v, so |z^(u+v)| <= (z^(2u) + z^(2v)) / 2 <=
+    ||tau_g(z)||^2 and
+
+        1 + h(z) = tau_g S tau_g^T + sum_gamma r_gamma z^gamma >= (lambda_min(S) - ||r||_1) ||tau_g(z)||^2
+
+    for every z = (x~, y~), i.e. every (x, y). ``sos_certificate`` checks
+    lambda_min(S) - ||r||_1 - (a floating-point rounding bound) >= 0; since ||tau_g||^2 >= 1 this
+    makes 1 + h > 0 everywhere, not only on the training grid.
 
     Returns sos_certified (bool), sos_min_eigenvalue (lambda_min(S)), sos_residual_l1 (||r||_1 over the
     formable monomials, r = coefficients(1 + h) - GramMap(S)), sos_unformable_residual (max |r| over

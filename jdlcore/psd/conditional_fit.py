@@ -20,10 +20,8 @@ one linear constraint): the least-squares fit estimates the normalised condition
 over the training x. A joint density fitted by (12) instead would be tau(x' | x) pi(x), which the
 filter's recursion would read as one more factor pi per step.
 
-``conditional_loss`` is J without the regulariser on other pairs: held out, it estimates
-E_x int (tau(x' | x) - p(x' | x))^2 dx' less a constant that does not depend on the model, so it
-compares fits. ``tune_psd_conditional`` chooses the lengthscales and reg by it on a held-out share of
-the pairs and refits the best on all of them.
+``conditional_loss`` (J without the regulariser, on held-out pairs) compares fits;
+``tune_psd_conditional`` chooses the lengthscales and reg by it.
 """
 from __future__ import annotations
 

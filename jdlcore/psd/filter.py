@@ -10,28 +10,17 @@ The filter's recursion (20),
 
   p(x_t | y_1..t)  propto  omega(y_t, x_t) int tau(x_t, x_{t-1}) p(x_{t-1} | y_1..t-1) dx_{t-1},
 
-keeps every belief a Gaussian PSD model, in closed form. With the transition on centres (X'_i, X_i),
-precisions (eta', eta) and matrix B (n x n), the observation on centres (Y_a, Z_a), precisions
-(eta_y, eta_z) and matrix C (m x m), and a belief on centres Xb (N of them), precision eb, matrix A:
-
-1. **Predict** (the transition integrated against the belief; Prop. 1 and 2 with the reduction (7),
-   the n^2 N x n^2 N product never formed): a model over x' on the centres X' with precision eta' and
-
-     D_ij = B_ij K_{eta/2}(X_i, X_j) c_{2 eta + 2 eb} sum_ab A_ab K_{eb/2}(Xb_a, Xb_b) k_{e*}(m_ij, mb_ab),
-
-   m_ij = (X_i + X_j) / 2, mb_ab = (Xb_a + Xb_b) / 2, e* = 2 eta eb / (eta + eb): the Gaussian integral of
-   four kernels, per coordinate. D is the Gram matrix of the functions k_eta(X_i, .) in L2(belief) times
-   B, entrywise: positive semi-definite by the Schur product theorem. Cost O(n^2 N^2 d_x), in blocks.
-2. **Observe**: omega at y_t (partial evaluation, eq. 3) times the prediction (the product rule, Prop. 2):
-   a model on the centres (eta' X'_i + eta_z Z_a) / (eta' + eta_z), n m of them, precision eta' + eta_z.
-   **The centres are the same at every step**, so the belief's size stays n m.
-3. **Normalise**: the constant int omega(y_t, x) p(x | y_1..t-1) dx is the one-step predictive density
-   of y_t (the prediction normalised first), and its logarithms sum to the log-likelihood.
+keeps every belief a Gaussian PSD model, in closed form. The transition has centres (X'_i, X_i),
+precisions (eta', eta) and matrix B (n x n), the observation centres (Y_a, Z_a), precisions
+(eta_y, eta_z) and matrix C (m x m). Each step predicts (``predict``: the transition integrated
+against the belief), observes (``update``: omega at y_t times the prediction; **the centres are the
+same at every step**, so the belief's size stays n m) and normalises by the one-step predictive
+density of y_t, whose logarithms sum to the log-likelihood.
 
 ``compress_to`` projects each belief onto k fixed centres (Nystrom compression, eq. 9) as the
-observation's product is formed (``_compressed_product``: O(k n m) memory, never the n m x n m matrix),
-to bound the cost where n m is large. Filtered means, covariances, quantiles and the one-step predictive law of y are in
-closed form (``FilterResult``).
+observation's product is formed (``_compressed_product``: O(k n m) memory, never the n m x n m
+matrix). Filtered means, covariances, quantiles and the one-step predictive law of y are in closed
+form (``FilterResult``).
 """
 from __future__ import annotations
 
@@ -115,7 +104,15 @@ class PSDFilter:
     # -- one step ----------------------------------------------------------------------------------
     def predict(self, belief: GaussianPSDModel) -> GaussianPSDModel:
         """p(x_t | y_1..t-1) from the belief p(x_{t-1} | y_1..t-1): a normalised model over x on the
-        transition's next-state centres (step 1 of the module)."""
+        transition's next-state centres X' with precision eta' and matrix (Prop. 1 and 2 with the
+        reduction (7), the n^2 N x n^2 N product never formed; the belief on centres Xb, precision eb,
+        matrix A)
+
+          D_ij = B_ij K_{eta/2}(X_i, X_j) c_{2 eta + 2 eb} sum_ab A_ab K_{eb/2}(Xb_a, Xb_b) k_{e*}(m_ij, mb_ab),
+
+        m_ij = (X_i + X_j) / 2, mb_ab = (Xb_a + Xb_b) / 2, e* = 2 eta eb / (eta + eb): the Gaussian
+        integral of four kernels, per coordinate. D is the Gram matrix of the functions k_eta(X_i, .) in
+        L2(belief) times B, entrywise: PSD by the Schur product theorem. Cost O(n^2 N^2 d_x), in blocks."""
         d = self.state_dim
         if belief.d != d:
             raise ValueError(f"belief: must have d_x = {d} coordinates, got {belief.d}")
@@ -126,8 +123,11 @@ class PSDFilter:
         return GaussianPSDModel._from_parts(D, later, eta_later).normalized()
 
     def update(self, predicted: GaussianPSDModel, y: Any) -> tuple[GaussianPSDModel, float]:
-        """(p(x_t | y_1..t), log p(y_t | y_1..t-1)) from the prediction and the observation y_t (d_y,)
-        (steps 2 and 3). ``ValueError`` where the observation has density 0 under the prediction."""
+        """(p(x_t | y_1..t), log p(y_t | y_1..t-1)) from the prediction and the observation y_t (d_y,):
+        omega at y_t (partial evaluation, eq. 3) times the prediction (the product rule, Prop. 2), a
+        model on the centres (eta' X'_i + eta_z Z_a) / (eta' + eta_z), n m of them, precision
+        eta' + eta_z, normalised by int omega(y_t, x) p(x | y_1..t-1) dx. ``ValueError`` where the
+        observation has density 0 under the prediction."""
         y = np.asarray(y, dtype=np.float64).reshape(-1)
         if y.size != self.obs_dim or not np.all(np.isfinite(y)):
             raise ValueError(f"y: must be {self.obs_dim} finite value(s), got {y!r}")

@@ -1,70 +1,27 @@
 """Fitting a Gaussian PSD density model to data (Rudi & Ciliberto 2021, estimator (12)).
 
-The model is f_A(x) = sum_ij A_ij k(x, c_i) k(x, c_j) with A in S^m_+ (PSD), centres c_1..c_m
-(shape (m, d)) and jdlcore's Gaussian kernel k(x, x') = exp(-|x - x'|^2 / (2 l^2)) (per-feature l
-allowed). Internally we use the paper's precision eta = 1 / (2 l^2) (shape (d,)), so that
-k = k_eta(x, x') = exp(-sum_t eta_t (x_t - x'_t)^2), and c_eta = pi^{d/2} prod_t eta_t^{-1/2}.
+The model is f_A(x) = sum_ij A_ij k(x, c_i) k(x, c_j), A in S^m_+ (PSD), centres C (m, d), the
+Gaussian kernel k = exp(-|x - x'|^2 / (2 l^2)) written with the paper's precision eta = 1 / (2 l^2)
+(d,): k_eta(x, x') = exp(-sum_t eta_t (x_t - x'_t)^2), and c_eta = pi^{d/2} prod_t eta_t^{-1/2}.
+The estimator minimises over A in S^m_+, K = K_{C,C,eta},
 
-The estimator minimises over A in S^m_+
+    J(A) = int_{R^d} f_A^2 dx - (2/n) sum_i f_A(x_i) + reg * Tr(A K A K),
 
-    J(A) = int_{R^d} f_A^2 dx - (2/n) sum_i f_A(x_i) + reg * Tr(A K A K),      K = K_{C,C,eta},
-
-which is, up to the constant int p^2, an empirical version of |f_A - p|^2_{L2} plus an RKHS
-regulariser. All terms have closed forms:
+an empirical |f_A - p|^2_{L2} (up to the constant int p^2) plus an RKHS regulariser, in closed forms:
 
 * linear term: (2/n) sum_i f_A(x_i) = 2 <A, S>,  S = (1/n) K_{C,X} K_{X,C}            (m, m)
 * L2 term: int f_A^2 = vec(A)^T G vec(A) with the (m^2, m^2) Gram matrix of the functions
   phi_ij(x) = k(x, c_i) k(x, c_j) in L2(R^d):
       G_(ij),(kl) = c_{4 eta} K½_ij K½_kl k_eta(m_ij, m_kl),   K½ = K_{C,C,eta/2},  m_ij = (c_i+c_j)/2.
-  (Q_ijkl = c_{4eta} K½_ik K½_jl k_eta(m_ik, m_jl), the same with the middle two indices swapped,
-  gives the same quadratic form on every A. G is PSD and is the matrix returned by
-  ``psd_l2_gram``; vec is row-major, vec(A)[i*m + j] = A_ij.)
+  (``psd_l2_gram``; vec is row-major, vec(A)[i*m + j] = A_ij.)
 * normalisation: int f_A = c_{2 eta} Tr(A K½) = <A, N>,  N = c_{2 eta} K½.
 
-Because G is invariant under (ij) <-> (ji), the solvers work on the p = m(m+1)/2 upper-triangle
-entries only (a p x p matrix, a quarter of the memory of G): for m = 100 that is 5050^2 doubles
-(204 MB) instead of 10^8 (800 MB). The default ``max_centers = 150`` (p^2 ~ 1.3e8 doubles, ~1 GB)
-is the hard limit; above it the O(m^4) memory is refused with a ValueError.
+G is invariant under (ij) <-> (ji), so the solvers work on the p = m(m+1)/2 upper-triangle entries
+(a quarter of G's memory: 204 MB at m = 100); past ``max_centers`` (150, about 1 GB) the O(m^4)
+memory is refused with a ValueError.
 
-Solvers
--------
-Both solvers work in whitened coordinates B = K^{1/2} A K^{1/2} (A = R B R, R = K^{-1/2}, K's
-eigenvalues floored at 1e-12 * max). The PSD cone is invariant under this congruence, the
-regulariser becomes reg |B|_F^2 and f = psi^T B psi with psi = K^{-1/2} k_C(x), |psi|^2 <= 1.
-In the raw A-coordinates the Hessian is badly conditioned and |A| is large, and neither solver
-reached the optimum there (docs/methods.md, PSD models).
-Centres that make K numerically singular (cond(K) beyond ~1e10) still defeat both solvers: the
-default centre choice stops adding centres before that (see ``_default_centers``), and
-fit_info_["cond_K"] reports it.
-
-``"cvxpy"``: B is a PSD cvxpy variable; the L2 term is sum_squares(F t) with t the weighted
-upper-triangle entries of A = R B R and F^T F the eigen-factorisation of the reduced Gram
-(eigenvalues below p * eps * max are dropped; both solvers use this same factor); the regulariser is sum_squares(K^{1/2} A K^{1/2}).
-Clarabel (tolerances 1e-11) first, SCS as a fallback; the solver status is in fit_info_["status"]
-and tiny negative eigenvalues of the solver's answer are clipped.
-
-``"pgd"``: FISTA (accelerated projected gradient) on B with adaptive (gradient-scheme) restart,
-step 1/L where L = 2 * largest eigenvalue of the whitened operator B -> R (mat(G vec A) + reg K A K) R,
-A = R B R, on symmetric matrices (power iteration, +2 % safety margin). The projection is exact
-(N below is then the whitened R N R):
-* ``normalize=False``: onto S^m_+ (clip negative eigenvalues).
-* ``normalize=True``: onto {A PSD, <N, A> = 1}. The Euclidean projection of B is
-  Pi_+(B + mu N) where the scalar multiplier mu solves phi(mu) = <N, Pi_+(B + mu N)> = 1; phi is
-  continuous and nondecreasing (Pi_+ is monotone), with phi(-inf) = 0 since N is positive
-  definite. mu is found by a safeguarded Newton iteration (derivative from the eigen-decomposition,
-  bisection fallback inside a bracket), warm-started from the previous step's mu. The result is
-  finally rescaled by 1/<N, A> (a relative change below the root tolerance) so <N, A> = 1 holds
-  to rounding.
-
-With ``normalize=True`` pgd stops on a certificate: the Frank-Wolfe duality gap of its iterate over that
-bounded set (``jdlcore.solvers.fista.affine_psd_gap``), an upper bound on J - J*, at most ``gap_tol``
-relative to max(1, |J|). Without it (the PSD cone is unbounded) it stops on a small step (``tol``).
-
-``"auto"``: cvxpy for m <= 40, else pgd.
-
-With ``normalize=False`` the problem is solved without the equality and the returned A is
-divided by its integral (fit_info_["objective"] is J at the returned, renormalised A;
-fit_info_["objective_unnormalized"] and ["integral_before_normalization"] describe the raw minimiser).
+Both solvers work in whitened coordinates B = K^{1/2} A K^{1/2}, where the Hessian is well
+conditioned (``_solve_cvxpy``, ``_solve_pgd`` state how each solves; docs/methods.md, PSD models).
 """
 from __future__ import annotations
 
@@ -117,8 +74,9 @@ def psd_l2_gram(centers: Any, lengthscale: Any, *, max_centers: int = 150) -> np
     """Gram matrix G, shape (m^2, m^2), with vec(A)^T G vec(A) = int_{R^d} f_A(x)^2 dx.
 
     vec is row-major (``A.ravel()``); G_(ij),(kl) = c_{4eta} K½_ij K½_kl k_eta(m_ij, m_kl) with
-    K½ = K_{C,C,eta/2}, m_ij = (c_i + c_j)/2 and eta = 1/(2 l^2). G is symmetric PSD.
-    centers: (m, d); lengthscale: positive scalar or (d,). Refuses m > max_centers (O(m^4) memory;
+    K½ = K_{C,C,eta/2}, m_ij = (c_i + c_j)/2 and eta = 1/(2 l^2). G is symmetric PSD. (The form with
+    the middle two indices swapped, c_{4eta} K½_ik K½_jl k_eta(m_ik, m_jl), gives the same quadratic
+    form on every A.) centers: (m, d); lengthscale: positive scalar or (d,). Refuses m > max_centers (O(m^4) memory;
     the full matrix for m = 100 already takes 800 MB).
     """
     C = _check_centers(centers)
@@ -250,7 +208,9 @@ def fit_psd_density(
     normalize: impose int f = 1 as a linear equality (default); else solve without it and divide
         the result by its integral.
     solver: "auto" (cvxpy for m <= 40, else pgd), "cvxpy" (Clarabel, SCS fallback) or "pgd"
-        (FISTA with exact projection; see the module docstring).
+        (FISTA with exact projection): ``_solve_cvxpy``, ``_solve_pgd``. Without ``normalize`` the
+        returned A is the minimiser divided by its integral (fit_info_["objective"] is J there;
+        "objective_unnormalized" and "integral_before_normalization" describe the raw minimiser).
     max_iter: pgd's iteration cap; a run that stops there unconverged warns (``ConvergenceWarning``).
     gap_tol: with ``normalize``, pgd stops where its certified relative duality gap is <= gap_tol
         (``jdlcore.solvers.fista.affine_psd_gap``: an upper bound on J(A) - J*, over max(1, |J(A)|));
@@ -405,6 +365,14 @@ class _Problem:
 
 
 def _solve_cvxpy(p: _Problem, normalize: bool) -> tuple[np.ndarray, dict[str, Any]]:
+    """B = K^{1/2} A K^{1/2} a PSD cvxpy variable (A = R B R, R = K^{-1/2}); the L2 term is
+    sum_squares(F t) with t the weighted upper-triangle entries of A and F^T F the eigen-factorisation
+    of the reduced Gram (eigenvalues below p * eps * max dropped; pgd uses the same factor); the
+    regulariser is sum_squares(K^{1/2} A K^{1/2}). Clarabel (tolerances 1e-11) first, SCS as a
+    fallback; the status is in the info's "status", and tiny negative eigenvalues of the answer are
+    clipped. In the raw A-coordinates neither solver reached the optimum; centres that make K
+    numerically singular (cond(K) beyond ~1e10) still defeat both, so ``_default_centers`` stops
+    adding centres before that, and fit_info_["cond_K"] reports it."""
     import cvxpy as cp
     import scipy.sparse as sp
 
@@ -514,7 +482,17 @@ def _solve_pgd(p: _Problem, normalize: bool, max_iter: int, tol: float, seed: in
     """FISTA in whitened coordinates B = K^{1/2} A K^{1/2} (A = R B R, R = K^{-1/2}; K's eigenvalues
     floored at 1e-12 * max). The PSD cone is invariant under this congruence, the regulariser
     becomes reg |B|_F^2 and the model is f = psi^T B psi with psi = K^{-1/2} k_C(x) (|psi|^2 <= 1),
-    which removes most of the ill-conditioning of the A-parametrisation."""
+    which removes most of the ill-conditioning of the A-parametrisation.
+
+    Step 1/L, L = 2 * the largest eigenvalue of the whitened operator B -> R (mat(G vec A) + reg K A K) R
+    on symmetric matrices (power iteration, +2% margin), with adaptive (gradient-scheme) restart. The
+    projection is exact: without ``normalize`` onto S^m_+ (negative eigenvalues clipped); with it onto
+    {B PSD, <N, B> = 1} (N whitened), which is Pi_+(B + mu N) where the scalar mu solves
+    phi(mu) = <N, Pi_+(B + mu N)> = 1 (phi is continuous and nondecreasing, phi(-inf) = 0 as N is
+    positive definite): a safeguarded Newton iteration warm-started from the last step's mu
+    (``project_psd_affine``), the result rescaled by 1/<N, A> so the equality holds to rounding. With
+    ``normalize`` it stops on a certificate, the Frank-Wolfe duality gap over that bounded set
+    (``affine_psd_gap``, an upper bound on J - J*); without, on a small step."""
     m = p.m
     lk, Uk = np.linalg.eigh(p.K)
     lk = np.clip(lk, _WHITEN_FLOOR * lk[-1], None)

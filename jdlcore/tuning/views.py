@@ -5,9 +5,10 @@ A scalar y's tuning may read x's columns alone, or the boosted summaries of x
 summaries' median and spread. ``ViewSearch`` holds one tuning's inputs (the subsample as the
 missing-value rule reads it, its splits, the search's settings); ``ViewSearch.run`` searches one view
 (``search_grid``); ``choose_view`` is the rule that picks the view from the runs' validation scores;
-``tuned_view`` fits the summaries the rule asks for (``fitted_summaries``) and makes the choice. The
-runs are made one after the other in an order fixed by the rule and the scores, so a tuning is the
-same function of its inputs whatever the machine's threads do.
+``tuned_view`` fits the summaries the rule asks for (``fitted_summaries``) and makes the choice. Which
+runs are made is fixed by the rule, the table's size and the scores, never by timing; runs that read
+nothing of each other go side by side on jdl's pool, with BLAS at one thread, so a tuning is the same
+function of its inputs for a given thread count.
 """
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ from ..features.summaries import MAX_ROWS as SUMMARY_ROWS, BoostedSummaries, fit
 from ..features.view import XView
 from ..kernels import Kernel
 from ..models.jdl import JDL
+from ..pool import alongside
 from .axes import standardised_grid
 from .criteria import OnYScale
 from .folds import Fold, make_folds, subsample_rows
@@ -139,6 +141,15 @@ class ViewSearch:
                             start=simplest_best if view.standardises else best_row)
         return SearchRun(summaries, kernel_x, grid_x, kernel_y, grid_y, folds, *found)
 
+    def beside_and_alone(self, read: BoostedSummaries) -> tuple["SearchRun", "SearchRun"]:
+        """(``run`` with the summaries ``read`` beside x's columns, ``run`` on them alone), side by side:
+        the run alone on a thread of jdl's pool (``alongside``, BLAS at one thread), its progress lines
+        marked "summaries alone". Either run by itself keeps two cores busy only part of the time (one
+        split, or five folds on two threads), and each reads what the other does not."""
+        with alongside(lambda: self.marked("summaries alone").run(read.alone())) as alone:
+            beside = self.run(read)
+        return beside, alone.result()
+
     def columns_alone(self) -> "SearchRun":
         """``run`` on the columns alone, its progress lines marked as such."""
         return self.marked("columns alone").run(None)
@@ -193,11 +204,26 @@ def tuned_view(job: ViewSearch, rule: str, read: Callable[[np.ndarray], tuple[np
                ) -> tuple[SearchRun, float | None, float]:
     """(the run that decides the tuning, the summaries' gain (``choose_view``), the boosters' seconds),
     with the boosted summaries the ``rule`` asks for fitted on the table's rows that ``read`` returns
-    (``fitted_summaries``)."""
-    fitted, fold_maps, seconds = fitted_summaries(job, rule, read)
+    (``fitted_summaries``).
+
+    Where the rule reads y standardised (``standardises``) it searches the columns alone whatever the
+    summaries score, and that search reads none of the boosters' output: it runs beside the boosters
+    and the searches that read them, on a thread of jdl's pool (``alongside``, BLAS at one thread until
+    all are done), and the rule reads its result when it needs it. Which runs are made never depends on
+    which finishes first."""
+    if not standardises(job, rule):
+        fitted, fold_maps, seconds = fitted_summaries(job, rule, read)
+        return (*choose_view(_summarised(job, fitted, fold_maps), fitted, rule), seconds)
+    with alongside(job.columns_alone) as plain:
+        fitted, fold_maps, seconds = fitted_summaries(job, rule, read)
+        return (*choose_view(_summarised(job, fitted, fold_maps), fitted, rule, plain.result), seconds)
+
+
+def _summarised(job: ViewSearch, fitted: BoostedSummaries | None, fold_maps: list[BoostedSummaries] | None
+                ) -> ViewSearch:
+    """``job`` with the splits' maps, and every map's quantiles at the subsample made once."""
     maps = [m for m in [fitted, *(fold_maps or [])] if m is not None]
-    job = replace(job, fold_maps=fold_maps).summarised(maps)
-    return (*choose_view(job, fitted, rule), seconds)
+    return replace(job, fold_maps=fold_maps).summarised(maps)
 
 
 def fitted_summaries(job: ViewSearch, rule: str, read: Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]]
@@ -257,8 +283,9 @@ def choose_view(job: ViewSearch, summaries: BoostedSummaries | None, rule: str,
                 columns_alone: Callable[[], SearchRun] | None = None,
                 standardise: bool | None = None) -> tuple[SearchRun, float | None]:
     """The run that decides the tuning, and the summaries' gain (None where not compared).
-    ``columns_alone``: the result of ``job.columns_alone`` where it was searched already, else None;
-    ``standardise``: False to read y as it is whatever the rule (None: as ``standardises`` decides).
+    ``columns_alone``: the result of ``job.columns_alone`` where it was searched already (or is being
+    searched beside), else None; ``standardise``: False to read y as it is whatever the rule (None: as
+    ``standardises`` decides).
 
     With the rule "standardised" (or "auto" on a table of ``STANDARDISE_ROWS`` rows or more), the median
     and the spread kept and a criterion read on y's scale (``OnYScale``), every run that reads the
@@ -284,7 +311,7 @@ def choose_view(job: ViewSearch, summaries: BoostedSummaries | None, rule: str,
         return columns_alone(), None
     standardise = (standardises(job, rule) if standardise is None else standardise) and summaries.can_standardise
     read = summaries.standardised(skew=_large(job)) if standardise else summaries
-    beside, alone = job.run(read), job.marked("summaries alone").run(read.alone())
+    beside, alone = job.beside_and_alone(read)
     summarised = (_cheapest_near_best(beside, alone) if standardise
                   else alone if relative_gain(beside.best["score"], alone.best["score"]) > SEARCH_TOLERANCE
                   else beside)
