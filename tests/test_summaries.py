@@ -715,6 +715,20 @@ def test_one_split_with_few_validation_rows_has_one_map_that_never_saw_them(stag
     np.testing.assert_array_equal(fitted.features(X), by_hand.features(X))
 
 
+class _RecordedViewSearch:
+    """The part of a ``ViewSearch`` that ``choose_view`` calls besides ``run``, for fakes that record the
+    runs: the runs beside and alone one after the other, so that their order is read."""
+
+    def marked(self, label):
+        return self
+
+    def beside_and_alone(self, read):
+        return self.run(read), self.run(read.alone())
+
+    def columns_alone(self):
+        return self.run(None)
+
+
 def test_the_runs_compared_and_the_one_kept():
     """The summaries alone are kept over the columns with the summaries beside them only where they
     score better by more than the tolerance; "auto" then keeps the better summarised run only where it
@@ -730,7 +744,7 @@ def test_the_runs_compared_and_the_one_kept():
     X, y = _table(600)
     summaries = fit_summaries(X, y, [2], max_rounds=5)
 
-    class Job:
+    class Job(_RecordedViewSearch):
         progress = None
         score = SecondMomentLoss()
         n_rows = STANDARDISE_ROWS  # a criterion not on y's scale
@@ -746,15 +760,6 @@ def test_the_runs_compared_and_the_one_kept():
             assert read is None or not read.standardises
             self.runs.append(name)
             return SimpleNamespace(name=name, best={"score": self.scores[name]}, summaries=read)
-
-        def marked(self, label):
-            return self
-
-        def beside_and_alone(self, read):  # one after the other, so that the order of the runs is read
-            return self.run(read), self.run(read.alone())
-
-        def columns_alone(self):
-            return self.run(None)
 
         def left_out(self, run):
             assert run.name == "beside"
@@ -799,7 +804,7 @@ def test_a_standardised_y_is_kept_only_where_it_clearly_beats_the_columns():
     summaries = fit_summaries(X, y, [2], max_rounds=5)
     assert summaries.can_standardise and not summaries.standardises
 
-    class Job:
+    class Job(_RecordedViewSearch):
         progress = None
         score = CRPSLoss()
         n_rows = STANDARDISE_ROWS - 1
@@ -815,15 +820,6 @@ def test_a_standardised_y_is_kept_only_where_it_clearly_beats_the_columns():
             self.runs.append((name, read is not None and read.standardises))
             return SimpleNamespace(name=name, best={"score": self.scores[name], "rank_x": self.ranks[name]},
                                    summaries=read)
-
-        def marked(self, label):
-            return self
-
-        def beside_and_alone(self, read):  # one after the other, so that the order of the runs is read
-            return self.run(read), self.run(read.alone())
-
-        def columns_alone(self):
-            return self.run(None)
 
         def left_out(self, run):
             raise AssertionError("a standardised y reads the summaries even when the kernel leaves them out")
@@ -877,7 +873,7 @@ def test_auto_tries_the_summaries_beside_y_as_it_is_where_standardised_they_lose
     X, y = _table(600)
     summaries = fit_summaries(X, y, [2], max_rounds=5)
 
-    class Job:
+    class Job(_RecordedViewSearch):
         progress = None
         score = CRPSLoss()
         n_rows = STANDARDISE_ROWS
@@ -893,15 +889,6 @@ def test_auto_tries_the_summaries_beside_y_as_it_is_where_standardised_they_lose
                    read is not None and read.standardises)
             self.runs.append(key)
             return SimpleNamespace(key=key, best={"score": self.scores[key], "rank_x": 100}, summaries=read)
-
-        def marked(self, label):
-            return self
-
-        def beside_and_alone(self, read):  # one after the other, so that the order of the runs is read
-            return self.run(read), self.run(read.alone())
-
-        def columns_alone(self):
-            return self.run(None)
 
         def left_out(self, run):
             raise AssertionError("the columns alone were searched already: no left-out shortcut")
