@@ -160,9 +160,8 @@ def alongside(work: Callable[[], Any]) -> Iterator[Future]:
     until both are done (``_one_blas_thread``), so that each keeps about a core busy and computes every
     BLAS product the same way whatever the other is doing; pool work handed out inside ``work`` runs in
     its thread (and on pool threads free meanwhile, ``_shared``), and the body's on the pool's other
-    threads. Leaving the block waits for ``work`` (also
-    where the body raised). With a pool of one thread, or from a thread of the pool, ``work`` runs first,
-    in this thread, and the body after it."""
+    threads. Leaving the block waits for ``work`` (also where the body raised). With a pool of one
+    thread, or from a thread of the pool, ``work`` runs first, in this thread, and the body after it."""
     if _runs_inline():
         done: Future = Future()
         try:

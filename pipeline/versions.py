@@ -8,9 +8,9 @@ The layout of a versioned store ``model.zarr``::
     model.zarr.versions/<version>.diagnostics.png   a file that belongs to that version (``COMPANIONS``)
     model.zarr.diagnostics.png          a link to the current version's file, moved with the pointer
 
-A version is named ``<UTC time>-<run key, first 12 hex digits>`` (a random tag without a run key). Anything that opens ``model.zarr`` (xarray, zarr, the jdl
-commands) reads the current version through the link; a version directory is itself a complete store
-and can be opened by its own path.
+A version is named ``<UTC time>-<run key, first 12 hex digits>`` (a random tag without a run key), so
+that names sort by publication time. Anything that opens ``model.zarr`` (xarray, zarr, the jdl
+commands) reads the current version through the link; a version directory is itself a complete store.
 
 - **Publishing** (``publish``) writes the new version under a temporary name, renames it into
   ``<name>.versions/`` and then swaps the link in one ``rename`` of a new link over the old one: a

@@ -27,7 +27,7 @@ from .jdl import ON_Y_KINDS
 from .protocol import SCORE_ROWS, not_fitted
 from .registry import estimator_class
 
-__all__ = ["ConditionalModel", "fit_law"]
+__all__ = ["ConditionalModel", "fit_law", "comparing_categories"]
 
 OWN_ATTRIBUTES = ("law_", "view_", "columns_", "provenance_", "store_path_", "store_version_")
 
@@ -45,6 +45,13 @@ def fit_law(law: Estimator, view: XView, X: Any, Y: Any) -> Estimator:
     rows = sample_rows(len(Z), law.seed, MARGINAL_ROWS)
     law.check_degeneracies(Z[rows], R[rows], on=view.location_scale(Z[rows]))
     return law
+
+
+def comparing_categories(kernel: Any, categorical: list[int]) -> Any:
+    """A copy of the x ``kernel`` (lengthscales and scaling kept) that compares the columns ``categorical``
+    (indices; none where empty) as categories."""
+    return type(kernel)(kernel.lengthscale, location=kernel.location, scale=kernel.scale,
+                        categorical=categorical or None)
 
 
 class ConditionalModel:
@@ -128,8 +135,7 @@ class ConditionalModel:
                                  f"values: {list(view.missing.flagged)}); give {width} or one")
             codes = view.categorical(categorical)
             if codes:
-                law.set_params(kernel_x=type(kernel)(kernel.lengthscale, location=kernel.location, scale=kernel.scale,
-                                                     categorical=codes))
+                law.set_params(kernel_x=comparing_categories(kernel, codes))
         return law.fit(*view.pair(X, Y)), view
 
     @classmethod

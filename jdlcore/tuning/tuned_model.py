@@ -14,7 +14,7 @@ import numpy as np
 
 from ..features.summaries import DEFAULT_SUMMARIES
 from ..features.view import XView
-from ..models.conditional_model import ConditionalModel
+from ..models.conditional_model import ConditionalModel, comparing_categories
 from ..models.estimator import Estimator
 from .tune import tune
 
@@ -41,7 +41,6 @@ class TunedModel(ConditionalModel):
         if law.method != "jdl":
             raise ValueError(f"law: TunedModel tunes a jdl law (its lengthscales, reg and view of x); "
                              f"the law is {law.method}")
-        law.set_params(kernel_x=type(kernel)(kernel.lengthscale, location=kernel.location, scale=kernel.scale,
-                                             categorical=categorical or None))
+        law.set_params(kernel_x=comparing_categories(kernel, categorical))
         tuned = tune(X, Y, estimator=law, summaries=self.summaries, seed=law.seed).model
         return tuned.law_, tuned.view_

@@ -13,6 +13,7 @@ function of its inputs for a given thread count.
 from __future__ import annotations
 
 import time
+from contextlib import nullcontext
 from dataclasses import dataclass, replace
 from typing import Any, Callable, Sequence
 
@@ -211,12 +212,10 @@ def tuned_view(job: ViewSearch, rule: str, read: Callable[[np.ndarray], tuple[np
     and the searches that read them, on a thread of jdl's pool (``alongside``, BLAS at one thread until
     all are done), and the rule reads its result when it needs it. Which runs are made never depends on
     which finishes first."""
-    if not standardises(job, rule):
+    with alongside(job.columns_alone) if standardises(job, rule) else nullcontext() as plain:
         fitted, fold_maps, seconds = fitted_summaries(job, rule, read)
-        return (*choose_view(_summarised(job, fitted, fold_maps), fitted, rule), seconds)
-    with alongside(job.columns_alone) as plain:
-        fitted, fold_maps, seconds = fitted_summaries(job, rule, read)
-        return (*choose_view(_summarised(job, fitted, fold_maps), fitted, rule, plain.result), seconds)
+        columns_alone = plain.result if plain is not None else None
+        return (*choose_view(_summarised(job, fitted, fold_maps), fitted, rule, columns_alone), seconds)
 
 
 def _summarised(job: ViewSearch, fitted: BoostedSummaries | None, fold_maps: list[BoostedSummaries] | None
