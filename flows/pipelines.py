@@ -48,7 +48,7 @@ def fit(**parameters: Any) -> StageResult:
         report(f"fit: tuning store {settings.tuning} is missing or from other data; tuning first")
         run_stage("tune", validated(TuneSettings, "tune", **given(dict(
             data=settings.data, out=settings.tuning, tol=settings.tol, seed=settings.seed,
-            scaling=settings.scaling, scheduler=settings.scheduler))))
+            scaling=settings.scaling, kernel_x=settings.kernel_x, scheduler=settings.scheduler))))
     return run_stage("fit", settings)
 
 

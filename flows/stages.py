@@ -22,6 +22,8 @@ from data_schemas.evaluation import SCHEMA_NAME as EVALUATION_SCHEMA
 from data_schemas.model import SCHEMA_NAME as MODEL_SCHEMA
 from data_schemas.scores import SCHEMA_NAME as SCORES_SCHEMA
 from data_schemas.tuning import SCHEMA_NAME as TUNING_SCHEMA
+from jdlcore import JDL
+from jdlcore.tuning import SEARCH_ROWS
 from pipeline.compression import compress_store, open_compressed
 from pipeline.damage import naming_damage
 from pipeline.evaluation import evaluate_store, open_evaluation
@@ -90,6 +92,10 @@ def stage(s: StageSettings) -> StageResult:
         drop_missing_y=s.drop_missing_y, overwrite=overwrite, run_key=key))
 
 
+# tune options added after runs were keyed, and the value those runs had: keyed only where it differs
+LATER_TUNE_OPTIONS = {"search_rows": SEARCH_ROWS, "kernel_x": "gaussian", "threshold": None}
+
+
 def _unless_default(s: BaseModel, *names: str) -> dict[str, Any]:
     """The fields ``names`` of the settings ``s`` whose values differ from their declared defaults. A field
     added after runs were keyed is keyed only where it is given otherwise, so the keys of those runs hold."""
@@ -97,18 +103,23 @@ def _unless_default(s: BaseModel, *names: str) -> dict[str, Any]:
 
 
 def tune_key(s: TuneSettings, fingerprint: str) -> str:
+    """The tuning's run key: the data, the held-out rows and the options as the tuning will run them
+    (``TuneOptions.settled``), so an option given at its default is the same run. The options added after
+    runs were keyed (``LATER_TUNE_OPTIONS``) are keyed only where they differ from what those runs used."""
+    options = s.options()
+    settled = options.settled(options.base_estimator(JDL(seed=options.seed))).record()
     held_out = {} if s.validation is None else {"validation": data_fingerprint(open_staged(s.validation))}
-    return run_key("tune", data=fingerprint, **{**s.model_dump(exclude={"data", "out", "scheduler", "search_rows"}),
-                                                **held_out, **_unless_default(s, "search_rows")})
+    keyed = {name: value for name, value in settled.items()
+             if name not in LATER_TUNE_OPTIONS or value != LATER_TUNE_OPTIONS[name]}
+    return run_key("tune", data=fingerprint, **keyed, **{"validation": s.validation, **held_out})
 
 
 def tune(s: TuneSettings) -> StageResult:
     """Score the hyperparameter grid (pairs of lengthscales fanned out on Dask) into a tuning store."""
     key = tune_key(s, data_fingerprint(open_staged(s.data)))
-    options = s.model_dump(exclude={"data", "out"})
     return _run("tune", s.out, TUNING_SCHEMA, key, load_tuning, lambda overwrite: tune_store(
-        s.data, s.out, **options, overwrite=overwrite, run_key=key, progress=report),
-        reads={"data": s.data, "validation": s.validation})
+        s.data, s.out, s.options(), validation=s.validation, scheduler=s.scheduler, overwrite=overwrite, run_key=key,
+        progress=report), reads={"data": s.data, "validation": s.validation})
 
 
 def fit_hyperparameters(s: FitSettings) -> tuple[dict[str, Any], str | None]:
@@ -132,10 +143,10 @@ def fit(s: FitSettings) -> StageResult:
     # keyed by every parameter the estimator will have, so a default given explicitly is the same run
     params = run_parameters(s.method, hyper["reg"], options)
     key = run_key("fit", data=fingerprint, tuning=tuning_key, method=s.method, scaling=s.scaling, **hyper,
-                  **{name: value for name, value in params.items() if name not in hyper})
+                  **{name: value for name, value in params.items() if name not in hyper}, **_unless_default(s, "kernel_x"))
 
     def write(overwrite: bool) -> None:
-        path, model = fit_store(s.data, s.out, **hyper, method=s.method, scaling=s.scaling, **options,
+        path, model = fit_store(s.data, s.out, **hyper, method=s.method, scaling=s.scaling, kernel_x=s.kernel_x, **options,
                                 scheduler=s.scheduler, keep_versions=s.keep_versions,
                                 overwrite=overwrite,
                                 tuning=s.tuning if tuning_key is not None else None, run_key=key,

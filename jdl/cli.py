@@ -244,8 +244,10 @@ def _settings_flags(parser: _Parser, settings: str) -> Callable[..., argparse.Ac
         for action in actions:
             field = fields[action.dest]
             action.default = field.get_default(call_default_factory=True)
-            if typing.get_origin(field.annotation) is typing.Literal:  # checked by the settings, with their error
-                action.help = action.help.replace("{choices}", ", ".join(map(str, typing.get_args(field.annotation))))
+            literal = next((kind for kind in (field.annotation, *typing.get_args(field.annotation))
+                            if typing.get_origin(kind) is typing.Literal), None)  # a choice, or None
+            if literal is not None:  # checked by the settings, with their error
+                action.help = action.help.replace("{choices}", ", ".join(map(str, typing.get_args(literal))))
             action.help = action.help.replace("{default}", str(action.default))
 
     parser.deferred.append(read_defaults)
@@ -330,42 +332,33 @@ def _add_tune(commands) -> None:
     tune = commands.add_parser("tune", help="score a grid of lengthscales and reg on a staged store (a validation "
                                             "criterion on 4:1 splits of a subsample, or on a validation store)",
                                epilog=_REUSE_NOTE)
-    setting = _settings_flags(tune, "TuneSettings")
     tune.add_argument("data", help="staged data store (from jdl stage)")
     tune.add_argument("--out", required=True, help="the tuning store to write")
-    tune.add_argument("--lengthscales-x", type=_floats, help="comma-separated (default: 1/8, 1/4, 1/2 of the median "
-                                                             "pairwise distance)")
-    tune.add_argument("--lengthscales-y", type=_floats, help="comma-separated (default as for x)")
-    tune.add_argument("--regs", type=_floats, help="comma-separated, all scored (default: the decades 1e-10 to "
-                                                    "1e-3, walked from 1e-6 toward the lower validation loss)")
-    setting("--tol", type=float, help="relative pivoted-Cholesky tolerance of jdl's factorisations (default {default})")
-    setting("--criterion",
-            help="auto (default: crps for a scalar y, else second_moment) | crps (the exact CRPS of the "
-                 "laws; scalar y) | pinball:L1,L2,... (the mean pinball loss at those levels; scalar y) | "
-                 "log (the negative log density of the laws smoothed by the y kernel) | second_moment "
-                 "(the paper's loss (40))")
     tune.add_argument("--validation", help="a staged store of held-out rows to score on (default: seeded fifths of "
                                            "the subsample, --folds)")
-    tune.add_argument("--folds", help="how many disjoint fifths of the subsample to validate on, each candidate fitted "
-                                      "on the other rows of each: 1 to 5, or auto (default: one from 10,000 rows of "
-                                      "subsample on, else 5, cross-validation)")
-    tune.deferred.append(_add_scaling("TuneSettings"))
-    setting("--search", action=argparse.BooleanOptionalAction,
-            help="refine the grid's best to one lengthscale per feature where x (or y) has several; "
-                 "features that do not help end up long (default: on)")
-    setting("--search-rows", type=int,
-            help="where the grid's factorisations reach their rank cap, the grid and the search are judged on this "
-                 "many of the subsample's training rows (default {default}); more keeps effects too weak to show on "
-                 "fewer, at the cost of factorisations at the cap on more rows (docs/tuning.md)")
-    setting("--summaries",
-            help="{choices}: boosted summaries of x for the x kernel, cross-fitted quantile boosters' median and log "
-                 "spread beside the columns or alone (boosted); auto (the default) keeps them where they score 0.2%% "
-                 "better, and from 10,000 rows learns y as (y - median) / spread where that scores 1%% better; "
-                 "standardised: that on any table; docs/tuning.md")
-    setting("--max-rows", type=int, help="rows of the subsample (default {default})")
-    setting("--seed", type=int, help="seed of the subsample, the folds and the pivoting (default {default})")
+    tune.deferred.append(_add_tune_options)
     _add_scheduler(tune)
     tune.set_defaults(run=_tune)
+
+
+def _add_tune_options(parser: argparse.ArgumentParser) -> None:
+    """A flag per tune option (``jdlcore.tuning.TUNE_PARAMETERS``): its meaning, its default and its kind
+    from the declaration; the values are checked by the settings, with their errors."""
+    from jdlcore.params import Flag, Numbers
+    from jdlcore.tuning import TUNE_PARAMETERS, TuneOptions
+
+    defaults = TuneOptions()
+    for name, param in TUNE_PARAMETERS.items():
+        rule, default = param.rule, getattr(defaults, name)
+        help = param.help.replace("%", "%%")
+        if isinstance(rule, Flag):  # argparse states the default
+            kwargs: dict = {"action": argparse.BooleanOptionalAction}
+        else:
+            kwargs = ({"type": _floats, "metavar": "X,..."} if isinstance(rule, Numbers)
+                      else {"metavar": "{" + ",".join(rule.choices) + "}"} if rule.choices
+                      else {"type": rule.kind} if rule.kind in (int, float) else {})
+            help += "" if default is None else f" (default {default})"
+        parser.add_argument(f"--{name.replace('_', '-')}", default=default, help=help, **kwargs)
 
 
 def _add_fit(commands) -> None:
@@ -376,10 +369,11 @@ def _add_fit(commands) -> None:
     fit.add_argument("data", help="staged data store (from jdl stage)")
     fit.add_argument("--out", required=True, help="the model store to write")
     fit.add_argument("--tuning", help="a tuning store to take the best hyperparameters from (tuned first if missing)")
-    fit.add_argument("--lengthscale-x", type=_lengthscale, help="Gaussian kernel lengthscale on x, or one per x "
-                                                                "feature (comma-separated), in the scaling's units")
-    fit.add_argument("--lengthscale-y", type=_lengthscale, help="Gaussian kernel lengthscale on y (or one per y "
+    fit.add_argument("--lengthscale-x", type=_lengthscale, help="the x kernel's lengthscale, or one per x feature "
+                                                                "(comma-separated), in the scaling's units")
+    fit.add_argument("--lengthscale-y", type=_lengthscale, help="the Gaussian y kernel's lengthscale (or one per y "
                                                                 "feature)")
+    setting("--kernel-x", help="the x kernel's family: {choices} (default: the tuning store's, else gaussian)")
     fit.add_argument("--reg", type=float, help="regularisation lambda")
     setting("--keep-versions", type=int, help="model versions kept at OUT, the new one included (default {default}; "
                                               "a version being read is kept until it is free)")

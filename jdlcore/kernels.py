@@ -34,6 +34,9 @@ __all__ = [
     "DeltaKernel",
     "kernel_from_dict",
     "median_heuristic",
+    "LENGTHSCALE_KERNELS",
+    "DEFAULT_KERNEL",
+    "kernel_family",
 ]
 
 _SLAB_ELEMENTS = 1 << 19  # entries per slab: about 4 MB of float64, cache-friendly
@@ -448,6 +451,18 @@ class DeltaKernel(Kernel):
 _KERNELS: dict[str, type[Kernel]] = {
     cls.name: cls for cls in (GaussianKernel, LaplaceKernel, Matern32Kernel, Matern52Kernel, DeltaKernel)
 }
+
+
+# the kernel families of a lengthscale (those a tuning searches; the delta kernel has none)
+LENGTHSCALE_KERNELS = tuple(name for name in _KERNELS if name != "delta")
+DEFAULT_KERNEL = GaussianKernel.name  # of an estimator given no kernel, and of a fit given no family
+
+
+def kernel_family(name: str) -> type[Kernel]:
+    """The kernel class of a family of ``LENGTHSCALE_KERNELS`` by name; ``ValueError`` naming the choices."""
+    if name not in LENGTHSCALE_KERNELS:
+        raise ValueError(f"kernel: unknown family {name!r}; choose one of {', '.join(LENGTHSCALE_KERNELS)}")
+    return _KERNELS[name]
 
 
 def kernel_from_dict(spec: dict[str, Any]) -> Kernel:

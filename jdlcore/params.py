@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["Param", "Rule", "Number", "Integer", "Choice", "Flag", "ParameterError"]
+__all__ = ["Param", "Rule", "Number", "Numbers", "Integer", "Choice", "AutoOr", "Flag", "ParameterError"]
 
 
 class ParameterError(ValueError):
@@ -51,9 +51,13 @@ class Rule:
     def _meets(self, value: Any) -> bool:  # pragma: no cover - every rule defines it
         raise NotImplementedError
 
+    def clause(self, value: Any) -> str:
+        """What ``value`` breaks, without the value: ``text`` unless a rule says more."""
+        return self.text
+
     def message(self, value: Any) -> str:
         """The clause after "NAME: " in the error for ``value``."""
-        return f"{self.text}, got {value!r}"
+        return f"{self.clause(value)}, got {value!r}"
 
 
 def _is_bool(value: Any) -> bool:
@@ -121,9 +125,10 @@ class Integer(Rule):
 
 @dataclass(frozen=True)
 class Choice(Rule):
-    """One of the strings ``options``."""
+    """One of the strings ``options`` (or None, where ``optional``)."""
 
     options: tuple[str, ...]
+    optional: bool = False
     kind = str
 
     @property
@@ -139,6 +144,40 @@ class Choice(Rule):
 
     def message(self, value: Any) -> str:
         return f"unknown value {value!r}; choose one of {', '.join(map(repr, self.options))}"
+
+
+@dataclass(frozen=True)
+class Numbers(Rule):
+    """A non-empty sequence (list, tuple or 1-d array) of numbers, each meeting ``each`` (a ``Number``)."""
+
+    each: Number
+    optional: bool = False
+    kind = list
+
+    @property
+    def text(self) -> str:
+        clause = self.each.text.removeprefix("must be ")
+        return f"must be one or more numbers, each {clause}" + (", or None" if self.optional else "")
+
+    def _meets(self, value: Any) -> bool:
+        if isinstance(value, (str, bytes)) or np.ndim(value) != 1:
+            return False
+        return len(value) > 0 and all(self.each.violation(v) is None for v in value)
+
+
+@dataclass(frozen=True)
+class AutoOr(Rule):
+    """The word "auto" (decided from the data), or a value meeting ``rule``."""
+
+    rule: Rule
+    kind = str  # as a command line gives it: the settings read a number in it
+
+    @property
+    def text(self) -> str:
+        return f"must be 'auto' or {self.rule.text.removeprefix('must be ')}"
+
+    def _meets(self, value: Any) -> bool:
+        return (isinstance(value, str) and value == "auto") or self.rule.violation(value) is None
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,7 @@ import numpy as np
 import zarr
 
 from jdlcore import GaussianKernel, build_problem
+from jdlcore.kernels import DEFAULT_KERNEL, Kernel, kernel_family
 from jdlcore.lowrank.cholesky import Factorisation
 from jdlcore.models.estimator import Estimator
 from jdlcore.models.registry import METHODS as REGISTRY, estimator_class, method_options
@@ -63,30 +64,33 @@ Scaling = tuple[np.ndarray, np.ndarray]  # (location, scale) per feature: see jd
 
 def make_estimator(method: str, *, lengthscale_x: float | np.ndarray, lengthscale_y: float | np.ndarray, reg: float,
                    scaling: dict[str, Scaling] | None = None, categorical: list[int] | None = None,
-                   **options: Any) -> Estimator:
-    """The unfitted, validated estimator of ``method`` (``jdlcore.METHODS``): Gaussian kernels of the
-    given lengthscales (scalars, or one per feature) for the kernels it has (the other lengthscale is
-    unused), standardised by ``scaling`` ({"x": (location, scale), "y": ...}; the lengthscales are
+                   kernel_x: str = DEFAULT_KERNEL, **options: Any) -> Estimator:
+    """The unfitted, validated estimator of ``method`` (``jdlcore.METHODS``): kernels of the given
+    lengthscales (scalars, or one per feature) for the kernels it has (the other lengthscale is
+    unused), the x kernel of the family ``kernel_x`` and y's Gaussian, standardised by ``scaling``
+    ({"x": (location, scale), "y": ...}; the lengthscales are
     then in standard units), the x kernel with the ``categorical`` columns (indices) compared as
     category codes, ``reg``, and the fit options it declares
     (``jdlcore.models.registry.method_options``: None or positivity "auto" is the method's default; an
     option it does not have is refused)."""
     cls = estimator_class(method)
     kernels = method_kernels(method, lengthscale_x=lengthscale_x, lengthscale_y=lengthscale_y, scaling=scaling,
-                             categorical=categorical)
+                             categorical=categorical, kernel_x=kernel_x)
     estimator = cls(**kernels, reg=reg, **method_options(method, options))
     estimator.check_params()
     return estimator
 
 
 def method_kernels(method: str, *, lengthscale_x: float | np.ndarray, lengthscale_y: float | np.ndarray,
-                   scaling: dict[str, Scaling] | None = None, categorical: list[int] | None = None
-                   ) -> dict[str, GaussianKernel]:
-    """The Gaussian kernels ``method`` has, by parameter name (``kernel_x``, ``kernel_y``): of the given
-    lengthscales, standardised by ``scaling`` and with the ``categorical`` x columns, as ``make_estimator``
+                   scaling: dict[str, Scaling] | None = None, categorical: list[int] | None = None,
+                   kernel_x: str = DEFAULT_KERNEL) -> dict[str, Kernel]:
+    """The kernels ``method`` has, by parameter name (``kernel_x``, ``kernel_y``): of the given
+    lengthscales, x's of the family ``kernel_x`` (``jdlcore.kernels.LENGTHSCALE_KERNELS``) and y's
+    Gaussian, standardised by ``scaling`` and with the ``categorical`` x columns, as ``make_estimator``
     describes."""
     scaling = scaling or {}
-    kernels = {f"kernel_{side}": GaussianKernel(value, **dict(zip(("location", "scale"), scaling.get(side, ()))),
+    families = {"x": kernel_family(kernel_x), "y": GaussianKernel}
+    kernels = {f"kernel_{side}": families[side](value, **dict(zip(("location", "scale"), scaling.get(side, ()))),
                                                 categorical=categorical if side == "x" else None)
                for side, value in (("x", lengthscale_x), ("y", lengthscale_y))}
     return {name: kernels[name] for name in estimator_class(method).KERNELS}
@@ -149,6 +153,18 @@ def fit_scaling(scaling: str | None, data: str | os.PathLike, group: zarr.Group,
     return scaling, data_scaling(data, group, view) if scaling == "robust" else {}
 
 
+def fit_kernel_x(kernel_x: str | None, table: Any) -> str:
+    """The x kernel's family for a fit: a tuning store's own (its lengthscales are that family's;
+    ``kernel_x``, if given, must agree), else ``kernel_x`` (default ``DEFAULT_KERNEL``)."""
+    if table is None:
+        return kernel_x or DEFAULT_KERNEL
+    tuned = str(table.attrs.get("kernel_x", DEFAULT_KERNEL))  # stores written before the option: Gaussian
+    if kernel_x is not None and kernel_x != tuned:
+        raise ValueError(f"kernel_x: the tuning store was tuned with the {tuned} x kernel, and its lengthscales are "
+                         f"that family's; fit with kernel_x {tuned!r} or leave it out (got {kernel_x!r})")
+    return tuned
+
+
 def fit_store(
     data: str | os.PathLike,
     out: str | os.PathLike,
@@ -158,6 +174,7 @@ def fit_store(
     reg: float,
     method: str = "jdl",
     scaling: str | None = None,
+    kernel_x: str | None = None,
     scheduler: str | None = None,
     overwrite: bool = False,
     tuning: str | os.PathLike | None = None,
@@ -174,7 +191,8 @@ def fit_store(
     default when left out. ``scaling``: "robust" standardises the kernels' inputs by each feature's
     median and interquartile range (``data_scaling``; the lengthscales are then in standard units),
     "none" uses the raw columns; default: the tuning store's, else "robust". The scaling is stored in
-    the model's kernels, so scoring applies it. ``positivity`` "auto" is the method's first rule ("project" for jdl: the
+    the model's kernels, so scoring applies it. ``kernel_x``: the x kernel's family
+    (``jdlcore.kernels.LENGTHSCALE_KERNELS``); default: the tuning store's, else Gaussian. ``positivity`` "auto" is the method's first rule ("project" for jdl: the
     conditional laws on the support atoms projected onto probability vectors that keep their mass,
     mean and second moment; "sos" for jpdl, "atoms" for greedy).
     jdl and cme run on Dask above ``AUTO_ROWS`` rows (or as ``scheduler`` says); the other methods
@@ -188,13 +206,14 @@ def fit_store(
     """
     check_keep(keep_versions)
     hyper = dict(lengthscale_x=lengthscale_x, lengthscale_y=lengthscale_y, reg=reg)
-    estimator = make_estimator(method, **hyper, **options)  # every rule, before anything is read
+    estimator = make_estimator(method, **hyper, kernel_x=kernel_x or DEFAULT_KERNEL, **options)  # every rule first
     if scaling is not None:
         check_scaling_choice(scaling)
     target = Path(out)
     refuse_existing(target, overwrite)  # before the fit, not after it
     group = open_staged(data, needs_y="fit")
     table, view = _tuning_record(tuning, data, group, method)
+    kernel_x = fit_kernel_x(kernel_x, table)
     check_lengthscale_widths(method, hyper, group, view)
     # a method without kernels (jpdl) has nothing to standardise
     scaling, vectors = (fit_scaling(scaling, data, group, table, view) if estimator_class(method).KERNELS
@@ -205,8 +224,8 @@ def fit_store(
         raise ValueError(f"method: {method} has no x kernel to compare the categorical columns "
                          f"({', '.join(x_levels)}) by; use one of {', '.join(with_x_kernel)}")
     estimator.set_params(**method_kernels(method, lengthscale_x=lengthscale_x, lengthscale_y=lengthscale_y,
-                                          scaling=vectors,
-                                          categorical=view.categorical(categorical_indices(group))))
+                                          scaling=vectors, categorical=view.categorical(categorical_indices(group)),
+                                          kernel_x=kernel_x))
     if "scaling" in estimator.parameters:  # the kernels carry the data's scaling ("robust"), or none
         estimator.set_params(scaling=scaling)
     estimator.check_params()

@@ -16,6 +16,7 @@ output path (``out``) is refused when the directory that would hold it cannot be
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import math
 import os
 import re
@@ -23,23 +24,21 @@ import tempfile
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, create_model, field_validator
+from pydantic import AfterValidator, BaseModel, BeforeValidator, StrictInt, ConfigDict, Field, ValidationError, create_model, field_validator
 
 from data_schemas.data import UNSEEN_RULES
 from jdlcore.compression import LEARNING_RATE, N_INIT
+from jdlcore.kernels import DEFAULT_KERNEL, LENGTHSCALE_KERNELS
 from jdlcore.lowrank.cholesky import DEFAULT_TOL
-from jdlcore.models.jdl import JDL
 from jdlcore.models.registry import FIT_OPTIONS, METHODS, estimator_class, method_options
-from jdlcore.params import ParameterError
-from jdlcore.scaling import DEFAULT_SCALING, SCALINGS
-from jdlcore.tuning import SEARCH_ROWS, SEARCH_ROWS_PARAM, VALIDATION_FRACTION, resolve_criterion, resolve_folds
+from jdlcore.params import AutoOr, Numbers, ParameterError
+from jdlcore.scaling import SCALINGS
+from jdlcore.tuning import TUNE_PARAMETERS, TuneOptions, resolve_folds
 
 from .evaluation import DEFAULT_COVERAGE, DEFAULT_LEVELS
 from .fitting import make_estimator
 from .scoring import parse_function
 from .staging import CHUNK_SIZE
-from jdlcore.features.summaries import DEFAULT_SUMMARIES, SUMMARY_RULES
-from .tuning import MAX_ROWS
 from .versions import DEFAULT_KEEP_VERSIONS, check_keep
 
 __all__ = ["StageSettings", "TuneSettings", "FitSettings", "ScoreSettings", "CompressSettings", "validated",
@@ -102,10 +101,23 @@ def _meets(rule: Any) -> AfterValidator:
 
     def check(value):
         if rule.violation(value) is not None:
-            raise ValueError(rule.text)
+            raise ValueError(rule.clause(value))
         return value
 
     return AfterValidator(check)
+
+
+def _declared_type(rule: Any) -> Any:
+    """The settings type of a declared rule (``jdlcore.params``): its kind (a ``Literal`` of its choices; a
+    list of floats for ``Numbers``; "auto" or the kind for ``AutoOr``), None allowed where it is optional,
+    checked by the rule itself (``_meets``)."""
+    if isinstance(rule, Numbers):
+        kind: Any = list[float]
+    elif isinstance(rule, AutoOr):  # a number from a command line's text is read as one
+        kind = Annotated[StrictInt | str, BeforeValidator(lambda v: int(v) if isinstance(v, str) and v.isdigit() else v)]
+    else:
+        kind = Literal[rule.choices] if rule.choices else rule.kind  # type: ignore[valid-type]
+    return Annotated[kind | None if rule.optional else kind, _meets(rule)]
 
 
 def _option_type(option) -> Any:
@@ -149,43 +161,33 @@ class StageSettings(_Settings):
     drop_missing_y: bool = False  # rows with a missing y: refused (one error counting them) or dropped
 
 
-class TuneSettings(_Settings):
+class _TuneFields(_Settings):
+    """The tuning's own fields; ``TuneSettings`` adds one field per tune option (``TUNE_PARAMETERS``)."""
+
     data: Path_
     out: Out_
-    lengthscales_x: list[Positive] | None = Field(None, min_length=1)
-    lengthscales_y: list[Positive] | None = Field(None, min_length=1)
-    regs: list[Positive] | None = Field(None, min_length=1)  # None: jdlcore.tuning's walked ladder
-    tol: Annotated[float, _meets(JDL.parameters["tol"].rule)] = JDL.defaults()["tol"]
-    constraints: Literal[JDL.parameters["constraints"].rule.choices] = JDL.defaults()["constraints"]  # type: ignore
-    criterion: str = "auto"
     validation: Path_ | None = None
-    max_rows: int = Field(MAX_ROWS, ge=10)
-    validation_fraction: float = Field(VALIDATION_FRACTION, gt=0, lt=1)
-    folds: Literal["auto"] | Annotated[int, Field(ge=1)] = "auto"  # at most the data's blocks: checked by the tuning
-    seed: int = 0
-    scaling: Scaling = DEFAULT_SCALING
-    search: bool = True
-    search_rows: Annotated[int, _meets(SEARCH_ROWS_PARAM.rule)] = SEARCH_ROWS
-    summaries: Literal[SUMMARY_RULES] = DEFAULT_SUMMARIES  # type: ignore[valid-type]
     scheduler: Scheduler = Field(None, validate_default=True)
 
-    @field_validator("criterion")
-    @classmethod
-    def _known_criterion(cls, criterion: str) -> str:
-        try:  # the name and its levels (the data's y width is checked when the tuning starts)
-            resolve_criterion(criterion, threshold=0.0, y_width=1)
-        except ValueError as error:
-            raise ValueError(str(error).removeprefix("criterion: ")) from None
-        if criterion.startswith("logistic"):
-            raise ValueError("logistic needs an event threshold, which jdl tune does not take; use crps, pinball:LEVELS "
-                             "or second_moment")
-        return criterion
+    def options(self) -> TuneOptions:
+        """The tune options given (``TuneOptions``; its rules across fields are checked here)."""
+        return TuneOptions(**{name: getattr(self, name) for name in TUNE_PARAMETERS})
 
     def check(self) -> None:
         if self.validation is not None and os.path.abspath(self.validation) == os.path.abspath(self.data):
             raise ValueError(f"parameter validation: must differ from data (got {self.validation!r})")
+        try:
+            self.options()
+        except ValueError as error:
+            raise ValueError(f"parameter {error}") from None
         if self.validation is not None:
             resolve_folds(self.folds, 0, self.validation_fraction, held_out=True)
+
+
+TuneSettings = create_model(
+    "TuneSettings", __base__=_TuneFields, __doc__="The tuning's parameters: its own and the tune options.",
+    **{name: (_declared_type(param.rule), default) for name, param, default in (
+        (f.name, TUNE_PARAMETERS[f.name], f.default) for f in dataclasses.fields(TuneOptions))})
 
 
 class _FitHyperparameters(_Settings):
@@ -200,6 +202,7 @@ class _FitHyperparameters(_Settings):
     reg: float | None = None
     method: Method = "jdl"
     scaling: Scaling | None = None  # None: the tuning store's, else "robust"
+    kernel_x: Literal[LENGTHSCALE_KERNELS] | None = None  # type: ignore[valid-type] - None: the tuning store's, else gaussian
     keep_versions: Annotated[int, AfterValidator(check_keep)] = DEFAULT_KEEP_VERSIONS
     scheduler: Scheduler = Field(None, validate_default=True)
 
@@ -209,7 +212,7 @@ class _FitHyperparameters(_Settings):
         explicit = self.explicit()
         if explicit is not None:  # every rule of the method, across parameters too
             with self._method_rules():
-                make_estimator(self.method, **explicit, **options)
+                make_estimator(self.method, **explicit, kernel_x=self.kernel_x or DEFAULT_KERNEL, **options)
 
     @contextlib.contextmanager
     def _method_rules(self):

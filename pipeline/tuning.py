@@ -16,7 +16,7 @@ import itertools
 import os
 import time
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable
 
 import numpy as np
 import xarray as xr
@@ -24,13 +24,11 @@ import zarr
 
 from data_schemas.tuning import SCHEMA_NAME, SCHEMA_VERSION, validate_tuning_dataset
 from jdlcore import JDL
-from jdlcore.features.summaries import DEFAULT_SUMMARIES
-from jdlcore.scaling import DEFAULT_SCALING, check_scaling_choice
 from jdlcore.tuning import (
-    LENGTHSCALE_FACTORS, SEARCH_ROWS, VALIDATION_FRACTION, Fold, Regs, as_regs, check_grid, check_search_rows,
-    default_lengthscales, resolve_criterion, score_grid, splits_for, subsample_rows,
+    LENGTHSCALE_FACTORS, STANDARDISE_ROWS, Fold, Regs, TuneOptions, as_regs, default_lengthscales, resolve_criterion,
+    score_grid, splits_for, subsample_rows,
 )
-from jdlcore.tuning.views import STANDARDISE_ROWS, TUNING_ROWS, SearchRun, ViewSearch, tuned_view
+from jdlcore.tuning.views import SearchRun, ViewSearch, tuned_view
 
 from .atomic import atomic_store, refuse_existing
 from .cluster import broadcast, dask_client, resolve_scheduler
@@ -42,100 +40,67 @@ from .tuning_record import (
 from .x_view import learn_missing, missing_attrs
 
 __all__ = ["tune_store", "load_tuning", "scored_candidates", "tuned_scaling", "tuned_summaries", "default_lengthscales",
-           "subsample_rows", "LENGTHSCALE_FACTORS", "MAX_ROWS", "STANDARDISE_ROWS"]
-
-MAX_ROWS = TUNING_ROWS
+           "subsample_rows", "LENGTHSCALE_FACTORS", "STANDARDISE_ROWS"]
 
 
 def tune_store(
     data: str | os.PathLike,
     out: str | os.PathLike,
+    options: TuneOptions | None = None,
     *,
-    lengthscales_x: Sequence[float] | None = None,
-    lengthscales_y: Sequence[float] | None = None,
-    regs: Sequence[float] | None = None,
-    tol: float = JDL.defaults()["tol"],
-    constraints: str = JDL.defaults()["constraints"],
-    criterion: str = "auto",
-    threshold: float | None = None,
     validation: str | os.PathLike | None = None,
-    max_rows: int = MAX_ROWS,
-    validation_fraction: float = VALIDATION_FRACTION,
-    folds: int | str = "auto",
-    seed: int = 0,
-    scaling: str = DEFAULT_SCALING,
-    search: bool = True,
-    search_rows: int = SEARCH_ROWS,
-    summaries: str = DEFAULT_SUMMARIES,
     scheduler: str | None = None,
     overwrite: bool = False,
     run_key: str | None = None,
     progress: Callable[[str], None] | None = None,
+    **settings: Any,
 ) -> Path:
-    """Score the grid lengthscales_x x lengthscales_y x regs on the staged store ``data`` and write
-    the tuning store ``out`` atomically; returns its path.
+    """Tune jdl on the staged store ``data`` as ``jdlcore.tune`` tunes on arrays and write the tuning
+    store ``out`` atomically; returns its path.
 
-    ``scaling``: "robust" (the default) standardises the kernels' inputs by the median and interquartile
-    range of each feature of the subsample, "none" leaves the columns as they are; the lengthscales are
-    in the resulting units. Lengthscales default to ``LENGTHSCALE_FACTORS`` times the median heuristic
-    of the (standardised) subsample. ``regs`` given are all scored; None (the default) walks
-    ``jdlcore.tuning.REG_LADDER`` per pair of lengthscales (``jdlcore.tuning.walk_ladder``), the rungs
-    not visited left NaN in the store. ``search`` (the default) refines the grid's best to one lengthscale
-    per feature (``jdlcore.tuning.search_lengthscales``, in this process); the store keeps its candidates
-    (``search_*``) and its best is the store's. Where the grid reaches the rank cap on ``search_rows``
-    training rows, the grid and the search are judged on those (``jdlcore.tuning.screen_rows``; the
-    store's ``grid_rows``) and their best on all of them.
-    ``summaries``: "boosted": the x kernel reads the boosted summaries of x of a scalar y (beside the
-    columns or alone); "auto" (the default): where they beat the columns alone, y standardised by them
-    from ``STANDARDISE_ROWS`` rows; "standardised": that on any table; "none" never (``jdlcore.tuning.views.choose_view``).
-    ``criterion``: "auto" (crps for a scalar y, else second_moment), "second_moment", "crps",
-    "pinball:LEVELS" or "logistic" (``jdlcore.tuning.resolve_criterion``); the store records the one used.
+    ``options`` (a ``jdlcore.tuning.TuneOptions``), with ``settings`` (its fields as keywords) replacing
+    some, say how the tuning searches (each field's meaning: ``TUNE_PARAMETERS[name].help``); the store
+    records them as the tuning ran (``TuneOptions.settled``: tol, constraints, scaling and the x kernel's
+    family as jdl's defaults where left out), the criterion and the folds as they resolved.
     ``validation``: a staged store of held-out rows (the same features) to score on, the candidates
-    training on the subsample of ``data`` (one fold); without it the candidates are scored on ``folds`` of
-    the subsample (``jdlcore.tuning.fold_rows``), each holding out a seeded ``validation_fraction`` of it:
-    "auto" (the default) is one where that validates ``jdlcore.tuning.MIN_VALIDATED_ROWS`` rows (from
-    10,000 rows of subsample on), else cross-validation (5 folds). ``scheduler`` (see
-    ``pipeline.cluster``; "auto" means this process, the subsample being small) decides where the
-    pairs run. In this process the default x lengthscales are scored from the longest down and the
-    shorter ones left out (NaN) once one scores worse (``score_grid``'s ``stop_early``); on Dask all at once.
+    training on the subsample of ``data`` (one fold). ``scheduler`` (see ``pipeline.cluster``; "auto"
+    means this process, the subsample being small) decides where the grid's pairs of lengthscales run:
+    in this process the default x lengthscales are scored from the longest down and the shorter ones
+    left out (NaN) once one scores worse (``score_grid``'s ``stop_early``); on Dask all at once.
     """
     target = Path(out)
     refuse_existing(target, overwrite)
-    check_scaling_choice(scaling)
+    options = TuneOptions.of(options, settings)
     group = open_staged(data, needs_y="tune")
-    score = resolve_criterion(criterion, threshold, group["y"].shape[1])
+    score = resolve_criterion(options.criterion, options.threshold, group["y"].shape[1])
     held_out = None if validation is None else _validation_group(validation, group)
-    regs = as_regs(regs)
-    for name, values in (("lengthscales_x", lengthscales_x), ("lengthscales_y", lengthscales_y)):
-        if values is not None:
-            check_grid(values, name)
-    search_rows = check_search_rows(search_rows)
-    base = JDL(tol=tol, constraints=constraints, seed=seed, scaling=scaling)
-    base.check_params()
+    base = options.base_estimator(JDL(seed=options.seed))
+    options = options.settled(base)
     n = int(group.attrs["n_samples"])
-    rows = subsample_rows(n, max_rows, seed)
-    splits = splits_for(rows.size, validation_fraction, folds, seed, held_out=held_out is not None)
+    rows = subsample_rows(n, options.max_rows, options.seed)
+    splits = splits_for(rows.size, options.validation_fraction, options.folds, options.seed,
+                        held_out=held_out is not None)
     missing = learn_missing(data, group, rows)
     started = time.perf_counter()
     where = resolve_scheduler(scheduler, rows.size)
     job = ViewSearch(
         missing.augment(group["x"].get_orthogonal_selection((rows, slice(None)))),
-        group["y"].get_orthogonal_selection((rows, slice(None))), rows, n, splits, base, regs, score, scaling,
+        group["y"].get_orthogonal_selection((rows, slice(None))), rows, n, splits, base, score, options,
         list(group.attrs["x_features"]), list(group.attrs["y_features"]), categorical_indices(group),
-        lengthscales_x, lengthscales_y, seed, search, search_rows,
-        None if where is None else _fan_out(where, base, regs, progress),
-        None if held_out is None else _held_out_rows(group, held_out, validation, max_rows, seed), progress, missing)
-    run, gain, summaries_seconds = tuned_view(job, summaries, lambda sample: (
+        grid=None if where is None else _fan_out(where, base, as_regs(options.regs), progress),
+        held_out=None if held_out is None else _held_out_rows(group, held_out, validation, options.max_rows,
+                                                              options.seed),
+        progress=progress, missing=missing)
+    run, gain, summaries_seconds = tuned_view(job, options.summaries, lambda sample: (
         read_sample(data, "x", sample), read_sample(data, "y", sample)[:, 0]))
-    ds = _run_dataset(run, regs)
+    ds = _run_dataset(run, as_regs(options.regs))
     ds.attrs.update({
-        "scaling": scaling, **missing_attrs(missing),
+        **options.record(), **missing_attrs(missing),
         "schema": SCHEMA_NAME, "schema_version": SCHEMA_VERSION, "data": str(Path(data).resolve()),
-        "data_fingerprint": data_fingerprint(group), "criterion": getattr(score, "name", str(criterion)), "tol": float(tol),
-        "constraints": constraints, "rows_used": int(rows.size), "n_samples": n,
-        "validation_fraction": float(validation_fraction), "seed": int(seed),
-        "validation": "" if held_out is None else str(Path(validation).resolve()), "search_rows": search_rows,
-        **summaries_record(run.summaries, summaries, summaries_seconds, gain),
+        "data_fingerprint": data_fingerprint(group), "criterion": getattr(score, "name", str(options.criterion)),
+        "rows_used": int(rows.size), "n_samples": n,
+        "validation": "" if held_out is None else str(Path(validation).resolve()),
+        **summaries_record(run.summaries, options.summaries, summaries_seconds, gain),
         **search_record(run.folds, run.table, run.searched, run.best, run.screen),
         "seconds": time.perf_counter() - started, **({"run_key": run_key} if run_key else {}),
     })

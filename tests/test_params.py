@@ -123,7 +123,7 @@ def test_the_cli_settings_and_fit_flow_offer_exactly_the_fit_options():
     assert (given.max_rank, given.tol, given.positivity) == (40, 0.01, "clip")
     assert set(FIT_OPTIONS) <= set(FitSettings.model_fields)
     assert set(FitSettings.model_fields) - set(FIT_OPTIONS) == {"data", "out", "tuning", "lengthscale_x",
-                                                                 "lengthscale_y", "reg", "method", "scaling",
+                                                                 "lengthscale_y", "reg", "method", "scaling", "kernel_x",
                                                                  "keep_versions", "scheduler"}
 
     pytest.importorskip("prefect")

@@ -81,7 +81,7 @@ def test_the_flows_take_their_signatures_from_the_settings():
 
 
 # each default that was written in several places, and the one place it is declared now
-ONE_DEFINITION = {r"\b(20_000|20000)\b": "jdlcore/tuning/views.py", r"\b(65_536|65536)\b": "pipeline/staging.py",
+ONE_DEFINITION = {r"\b(20_000|20000)\b": "jdlcore/tuning/constants.py", r"\b(65_536|65536)\b": "pipeline/staging.py",
                   r"(?<![\w.])0\.01\b": "jdlcore/compression/compress.py"}
 SETTINGS_USES = {"max_rows", "tune_rows", "chunk_size", "learning_rate"}
 
@@ -114,13 +114,13 @@ def numeric_constants() -> tuple[tuple[str, str], ...]:
 def test_a_default_is_read_by_every_entry(tmp_path):
     """The demo, train-and-score and the staging and tuning functions default to the settings' values."""
     import pipeline.staging
-    import pipeline.tuning
     from flows.pipelines import train_and_score
+    from jdlcore.tuning import TUNING_ROWS, TuneOptions
 
     parameters = inspect.signature(train_and_score).parameters
     assert parameters["tune_rows"].default == TuneSettings.model_fields["max_rows"].default
     assert parameters["chunk_size"].default == StageSettings.model_fields["chunk_size"].default
-    assert inspect.signature(pipeline.tuning.tune_store).parameters["max_rows"].default == pipeline.tuning.MAX_ROWS
+    assert TuneSettings.model_fields["max_rows"].default == TuneOptions().max_rows == TUNING_ROWS
     assert inspect.signature(pipeline.staging.stage).parameters["chunk_size"].default == pipeline.staging.CHUNK_SIZE
 
 
@@ -129,7 +129,7 @@ def test_a_bad_value_gets_the_same_line_from_every_entry(tmp_path, capsys):
     from flows import pipelines
     from jdl.cli import main
 
-    expected = "tune: parameter max_rows: Input should be greater than or equal to 10 (got 5)"
+    expected = "tune: parameter max_rows: must be an integer >= 10 (got 5)"
     data, out = str(tmp_path / "d.zarr"), str(tmp_path / "t.zarr")
     assert main(["tune", data, "--out", out, "--max-rows", "5"]) == 2
     assert capsys.readouterr().err.strip() == f"jdl tune: error: {expected}"

@@ -12,7 +12,7 @@ zarr = pytest.importorskip("zarr")
 from jdl.cli import main  # noqa: E402
 from pipeline.model_store import load_model  # noqa: E402
 from jdlcore.features.summaries import (  # noqa: E402
-    BOOSTER_PARAMS, LEVELS, MEDIAN, NAMES, BoostedSummaries, fit_summaries, kernel_categorical, kernel_features, row_folds,
+    BOOSTER_PARAMS, QUANTILE_LEVELS, MEDIAN, NAMES, BoostedSummaries, fit_summaries, kernel_categorical, kernel_features, row_folds,
     summary_rule,
 )
 from pipeline.staging import OTHER_CODE, categorical_levels, level_recoding, open_staged, recode  # noqa: E402
@@ -31,17 +31,18 @@ def _table(n: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
 
 def _view_search(data, rows, splits, **settings):
     """A tuning's ``ViewSearch`` on the staged store ``data``'s rows ``rows`` (store indices) and ``splits``,
-    the crps judging, ``settings`` given as keywords."""
-    from jdlcore import JDL
-    from jdlcore.tuning import as_regs, resolve_criterion
+    the crps judging, ``settings`` (tune options) given as keywords."""
+    from jdlcore.tuning import TuneOptions, resolve_criterion
     from jdlcore.tuning.views import ViewSearch
     from pipeline.staging import categorical_indices
 
     group = open_staged(data)
     X, Y = group["x"][:][rows], group["y"][:][rows]
-    return ViewSearch(X, Y, rows, int(group.attrs["n_samples"]), splits, JDL(), as_regs(settings.pop("regs", None)),
-                      resolve_criterion("crps", None, 1), "robust", list(group.attrs["x_features"]),
-                      list(group.attrs["y_features"]), categorical_indices(group), **settings)
+    options = TuneOptions(**settings)
+    base = options.base_estimator()
+    return ViewSearch(X, Y, rows, int(group.attrs["n_samples"]), splits, base, resolve_criterion("crps", None, 1),
+                      options.settled(base), list(group.attrs["x_features"]), list(group.attrs["y_features"]),
+                      categorical_indices(group))
 
 
 def _summaries_of(data, job, rule):
@@ -75,9 +76,9 @@ def _by_hand(X: np.ndarray, y: np.ndarray, train: np.ndarray, rounds: tuple[int,
                               num_boost_round=count)
 
     median = booster(0.5, rounds[MEDIAN])
-    outer = {j: booster(level, rounds[j], median.predict(X[train])) for j, level in enumerate(LEVELS) if j != MEDIAN}
+    outer = {j: booster(level, rounds[j], median.predict(X[train])) for j, level in enumerate(QUANTILE_LEVELS) if j != MEDIAN}
     return [median.predict if j == MEDIAN else (lambda rows, b=outer[j]: median.predict(rows) + b.predict(rows))
-            for j in range(len(LEVELS))]
+            for j in range(len(QUANTILE_LEVELS))]
 
 
 def test_each_row_is_summarised_by_boosters_trained_without_its_fold():
@@ -86,7 +87,7 @@ def test_each_row_is_summarised_by_boosters_trained_without_its_fold():
     boosters' predictions, for training and new rows."""
     X, y = _table(3_000)
     summaries = fit_summaries(X, y, [2], seed=3, folds=3, max_rounds=40, patience=5)
-    assert len(summaries.rounds) == len(LEVELS) and all(1 <= r <= 40 for r in summaries.rounds)
+    assert len(summaries.rounds) == len(QUANTILE_LEVELS) and all(1 <= r <= 40 for r in summaries.rounds)
     assert summaries.from_median
     new, _ = _table(500, seed=1)
     hands = [_by_hand(X, y, np.flatnonzero(row_folds(X, 3) != k), summaries.rounds, seed=3) for k in range(3)]
@@ -94,7 +95,7 @@ def test_each_row_is_summarised_by_boosters_trained_without_its_fold():
         folds = row_folds(rows, 3)
         Q = summaries.predictions(rows)
         for k in range(3):
-            for j in range(len(LEVELS)):
+            for j in range(len(QUANTILE_LEVELS)):
                 np.testing.assert_allclose(Q[folds == k, j], hands[k][j](rows[folds == k]), rtol=0, atol=1e-12)
     features = summaries.features(new)
     Q = summaries.predictions(new)
@@ -140,7 +141,7 @@ def test_each_level_s_rounds_minimise_the_held_out_loss_summed_over_the_folds():
     X, y = _table(2_000)
     cap = 60
     summaries = fit_summaries(X, y, [2], folds=3, max_rounds=cap, patience=cap)
-    for j, level in enumerate(LEVELS):
+    for j, level in enumerate(QUANTILE_LEVELS):
         loss = _fold_losses(X, y, level, 3, cap, summaries.rounds[MEDIAN]).sum(axis=0)
         assert summaries.rounds[j] == int(np.argmin(loss)) + 1
         assert loss[summaries.rounds[j] - 1] < loss[-1] or summaries.rounds[j] == cap
@@ -157,7 +158,7 @@ def test_a_level_s_boosters_stop_together_when_one_fold_s_loss_stalls():
     cap, patience = 150, 3
     summaries = fit_summaries(X, y, [2], folds=3, max_rounds=cap, patience=patience)
     stopped = []
-    for j, level in enumerate(LEVELS):
+    for j, level in enumerate(QUANTILE_LEVELS):
         loss = _fold_losses(X, y, level, 3, cap, summaries.rounds[MEDIAN])
         runs = [next((r for r in range(1, cap + 1) if r - (np.argmin(curve[:r]) + 1) >= patience), cap)
                 for curve in loss]
@@ -283,7 +284,7 @@ def test_the_map_decides_its_summaries_and_scale_floor_from_its_own_predictions_
     assert summaries.kept == tuple(name for name, column in zip(NAMES, every.T) if np.ptp(column) > 0)
     spreads = np.exp(every[:, NAMES.index("summary_log_spread")])
     assert summaries.scale_floor == np.quantile(spreads, module.SCALE_QUANTILE)
-    medians = [booster for booster in trained if booster.params["alpha"] == LEVELS[1]]
+    medians = [booster for booster in trained if booster.params["alpha"] == QUANTILE_LEVELS[1]]
     assert any(booster.current_iteration() > summaries.rounds[1] for booster in medians)
 
 

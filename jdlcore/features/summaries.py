@@ -2,7 +2,7 @@
 
 A product of per-feature kernels needs a basis that grows with the rows once several columns count at
 short lengthscales; gradient-boosted trees resolve such structure cheaply. ``fit_summaries`` fits
-quantile boosters (LightGBM, levels ``LEVELS``) of a scalar y on x, and ``BoostedSummaries.features``
+quantile boosters (LightGBM, levels ``QUANTILE_LEVELS``) of a scalar y on x, and ``BoostedSummaries.features``
 turns their predictions into summaries of the conditional law of y given x:
 
   summary_median       the predicted median, in y's units
@@ -36,14 +36,14 @@ from ..pool import pool_map, pool_threads
 from .boosting import KeptScores, at_every_row, early_stopped, first_round, in_turns
 
 __all__ = ["BoostedSummaries", "fit_summaries", "row_folds", "summary_rule", "with_summaries", "kernel_features",
-           "kernel_categorical", "DEFAULT_SUMMARIES", "LEVELS", "FOLDS", "MAX_ROWS", "NAMES", "SUMMARY_RULES",
+           "kernel_categorical", "DEFAULT_SUMMARIES", "QUANTILE_LEVELS", "FOLDS", "SUMMARY_ROWS", "NAMES", "SUMMARY_RULES",
            "BOOSTER_PARAMS", "MAX_ROUNDS", "PATIENCE"]
 
-LEVELS = (0.1, 0.5, 0.9)  # the boosters' quantile levels: the spread is 0.9's less 0.1's
-MEDIAN = LEVELS.index(0.5)  # the level the others boost from
-OUTER = [j for j in range(len(LEVELS)) if j != MEDIAN]
+QUANTILE_LEVELS = (0.1, 0.5, 0.9)  # the boosters' quantile levels: the spread is 0.9's less 0.1's
+MEDIAN = QUANTILE_LEVELS.index(0.5)  # the level the others boost from
+OUTER = [j for j in range(len(QUANTILE_LEVELS)) if j != MEDIAN]
 FOLDS = 5  # of the cross-fitting
-MAX_ROWS = 1_000_000  # rows the boosters train on (a seeded sample above that)
+SUMMARY_ROWS = 1_000_000  # rows the boosters train on (a seeded sample above that)
 MAX_ROUNDS = 2_000  # boosting rounds a booster may take
 PATIENCE = 50  # rounds without a better held-out loss after which a booster stops
 NAMES = ("summary_median", "summary_log_spread", "summary_skew")
@@ -104,7 +104,7 @@ def _splitmix(z: np.ndarray) -> np.ndarray:
 
 @dataclass
 class BoostedSummaries:
-    """The fitted map: ``boosters[k][j]`` is fold k's booster at ``LEVELS[j]`` (LightGBM model text).
+    """The fitted map: ``boosters[k][j]`` is fold k's booster at ``QUANTILE_LEVELS[j]`` (LightGBM model text).
 
     width: x's columns; categorical: their category-code columns (LightGBM splits them as categories;
     negative codes, the unseen level, read as missing); floor: the spread floor in y's units; kept: the
@@ -136,7 +136,7 @@ class BoostedSummaries:
         return len(self.boosters)
 
     def predictions(self, X: np.ndarray) -> np.ndarray:
-        """The boosters' quantiles at the rows of X (n, width), each row by its fold's, shape (n, len(LEVELS)):
+        """The boosters' quantiles at the rows of X (n, width), each row by its fold's, shape (n, len(QUANTILE_LEVELS)):
         the outer levels' the median's plus their offsets where ``from_median``."""
         X = self._check(X)
         folds, boosters = row_folds(X, self.folds), self._boosters()
@@ -161,7 +161,7 @@ class BoostedSummaries:
         return self.of_quantiles(self.predictions(X))
 
     def of_quantiles(self, Q: np.ndarray) -> np.ndarray:
-        """Every summary of ``NAMES`` from the boosters' quantiles Q (n, len(LEVELS)) as ``predictions``
+        """Every summary of ``NAMES`` from the boosters' quantiles Q (n, len(QUANTILE_LEVELS)) as ``predictions``
         gives them, shape (n, len(NAMES))."""
         spread = np.maximum(Q[:, 2] - Q[:, 0], self.floor)
         skew = np.clip((Q[:, 2] + Q[:, 0] - 2 * Q[:, 1]) / spread, -1.0, 1.0)
@@ -170,11 +170,11 @@ class BoostedSummaries:
     def augment(self, X: np.ndarray, quantiles: np.ndarray | None = None) -> np.ndarray:
         """The rows of X (n, width) as the x kernel reads them, float64: X with its summaries in use
         appended, shape (n, width + len(in_use)), or the summaries alone, (n, len(in_use)), where
-        ``columns`` is False. ``quantiles``: the boosters' ``predictions`` at X (n, len(LEVELS)), where
+        ``columns`` is False. ``quantiles``: the boosters' ``predictions`` at X (n, len(QUANTILE_LEVELS)), where
         already made (by this map, or a copy of it that reads them another way: the same boosters)."""
         X = self._check(X)
-        if quantiles is not None and quantiles.shape != (X.shape[0], len(LEVELS)):
-            raise ValueError(f"quantiles: expected shape {(X.shape[0], len(LEVELS))} for x's rows, "
+        if quantiles is not None and quantiles.shape != (X.shape[0], len(QUANTILE_LEVELS)):
+            raise ValueError(f"quantiles: expected shape {(X.shape[0], len(QUANTILE_LEVELS))} for x's rows, "
                              f"got {quantiles.shape}")
         features = self.features(X, quantiles)
         return np.hstack([X, features]) if self.columns else features
@@ -236,7 +236,7 @@ class BoostedSummaries:
         """The map as UTF-8 JSON (``from_bytes`` inverts it)."""
         written = (4 if set(STANDARDISED_ONLY) & set(self.kept) else 3 if self.from_median
                    else 2 if self.standardises else 1)
-        return json.dumps({"format": written, "levels": list(LEVELS), "width": self.width,
+        return json.dumps({"format": written, "levels": list(QUANTILE_LEVELS), "width": self.width,
                            "categorical": list(self.categorical), "floor": self.floor, "kept": list(self.kept),
                            "rounds": list(self.rounds), "columns": self.columns, "standardises": self.standardises,
                            "scale_floor": self.scale_floor, "from_median": self.from_median,
@@ -250,7 +250,7 @@ class BoostedSummaries:
             spec = json.loads(bytes(data).decode())
         except (UnicodeDecodeError, json.JSONDecodeError) as error:
             raise ValueError(f"{where}: not a summaries record ({error})") from None
-        if not isinstance(spec, dict) or spec.get("format") not in READ_FORMATS or spec.get("levels") != list(LEVELS):
+        if not isinstance(spec, dict) or spec.get("format") not in READ_FORMATS or spec.get("levels") != list(QUANTILE_LEVELS):
             raise ValueError(f"{where}: a summaries record of another format (format {spec.get('format')!r}, "
                              f"this jdl reads {', '.join(map(str, READ_FORMATS))})")
         return cls(boosters=[list(fold) for fold in spec["boosters"]], width=int(spec["width"]),
@@ -266,14 +266,14 @@ def fit_summaries(X: np.ndarray, y: np.ndarray, categorical: Sequence[int] = (),
                   rounds: Sequence[int] | None = None, like: BoostedSummaries | None = None) -> BoostedSummaries | None:
     """Cross-fitted quantile boosters of y (n,) on X (n, d), the outer levels boosting from the median
     (see the module's docstring), their rounds chosen out of fold or, where ``rounds`` gives them, one
-    count per level of ``LEVELS``; None where no summary varies over the rows (too few rows for a split,
+    count per level of ``QUANTILE_LEVELS``; None where no summary varies over the rows (too few rows for a split,
     y constant, or every row in one fold, as where x takes one value: no booster then has rows to train
     on): then there is nothing to add. ``like``: a map that already decided the summaries to keep, their
     scale floor and y's range, which this one takes (no pass over the rows to see which vary); else the
     floor is the ``SCALE_QUANTILE`` quantile of the spreads the map predicts at its rows, and the range
     that of y.
 
-    ``categorical``: the category-code columns. The caller samples the rows (``MAX_ROWS``)."""
+    ``categorical``: the category-code columns. The caller samples the rows (``SUMMARY_ROWS``)."""
     lightgbm = _lightgbm()
     X = np.asarray(X, dtype=np.float64)
     y = np.asarray(y, dtype=np.float64).reshape(-1)
@@ -284,7 +284,7 @@ def fit_summaries(X: np.ndarray, y: np.ndarray, categorical: Sequence[int] = (),
     threads = _booster_threads()
 
     def params(job: tuple[int, int]) -> dict[str, Any]:
-        return {**BOOSTER_PARAMS, "alpha": LEVELS[job[0]], "seed": seed, "num_threads": threads}
+        return {**BOOSTER_PARAMS, "alpha": QUANTILE_LEVELS[job[0]], "seed": seed, "num_threads": threads}
 
     def datasets(job: tuple[int, int], start: list[np.ndarray] | None, held_out: bool = True) -> tuple[Any, Any]:
         """(training, held-out or None) of booster (level, fold): a Dataset each (LightGBM's train writes
@@ -319,11 +319,11 @@ def fit_summaries(X: np.ndarray, y: np.ndarray, categorical: Sequence[int] = (),
     outer, outer_rounds = boosted(OUTER, start)
     fitted.update(outer)
     rounds_of = {MEDIAN: median_rounds, **dict(zip(OUTER, outer_rounds))}
-    counts = [rounds_of[j] for j in range(len(LEVELS))]
+    counts = [rounds_of[j] for j in range(len(QUANTILE_LEVELS))]
     # each fold's boosters as text, the folds side by side (about 16 ms a booster at 5,000 rows)
-    boosters = pool_map(lambda k: [fitted[j, k].model_to_string(num_iteration=counts[j]) for j in range(len(LEVELS))],
+    boosters = pool_map(lambda k: [fitted[j, k].model_to_string(num_iteration=counts[j]) for j in range(len(QUANTILE_LEVELS))],
                         list(range(folds)))
-    low, high = np.quantile(y, [LEVELS[0], LEVELS[-1]])
+    low, high = np.quantile(y, [QUANTILE_LEVELS[0], QUANTILE_LEVELS[-1]])
     floor = SPREAD_FLOOR * float(high - low) if high > low else float(np.finfo(float).tiny)
     summaries = BoostedSummaries(boosters, X.shape[1], tuple(int(j) for j in categorical), floor,
                                  rounds=tuple(counts), from_median=True, y_range=(float(y.min()), float(y.max())))
@@ -340,13 +340,13 @@ def fit_summaries(X: np.ndarray, y: np.ndarray, categorical: Sequence[int] = (),
 
 def _by_own_fold(held: list[np.ndarray], level_at: Callable[[int, int, np.ndarray], np.ndarray],
                  from_median: bool = True) -> np.ndarray:
-    """The quantiles (n, len(LEVELS)) of rows each read by its own fold's boosters (``held[k]``: the
+    """The quantiles (n, len(QUANTILE_LEVELS)) of rows each read by its own fold's boosters (``held[k]``: the
     indices of fold k's rows, n in all): level j of fold k at rows ``rows`` is ``level_at(k, j, rows)``,
     the outer levels' offsets from the median added to it where ``from_median``."""
-    Q = np.empty((sum(rows.size for rows in held), len(LEVELS)))
+    Q = np.empty((sum(rows.size for rows in held), len(QUANTILE_LEVELS)))
     for k, rows in enumerate(held):
         if rows.size:
-            for j in range(len(LEVELS)):
+            for j in range(len(QUANTILE_LEVELS)):
                 Q[rows, j] = level_at(k, j, rows)
     if from_median:
         Q[:, OUTER] += Q[:, [MEDIAN]]
@@ -355,7 +355,7 @@ def _by_own_fold(held: list[np.ndarray], level_at: Callable[[int, int, np.ndarra
 
 def _own_fold_quantiles(fitted: dict[tuple[int, int], Any], counts: list[int], start: list[np.ndarray],
                         X: np.ndarray, held: list[np.ndarray]) -> np.ndarray:
-    """The quantiles (n, len(LEVELS)) of the map at the rows of X (n, d), each row by its own fold's
+    """The quantiles (n, len(QUANTILE_LEVELS)) of the map at the rows of X (n, d), each row by its own fold's
     boosters (``held[k]``: fold k's rows) cut at ``counts``, as ``BoostedSummaries.predictions`` gives them
     to the bit: the median is its booster's score that the outer levels started from (``start[k]``:
     fold k's median booster at every row), not predicted again (on diamonds at 40,000 rows that was 547

@@ -21,26 +21,32 @@ constant patches the module that defines it. Why the search works as it does: do
 """
 from __future__ import annotations
 
-from .axes import LENGTHSCALE_FACTORS, check_grid, default_lengthscales, standardised_grid
+from .constants import (
+    CACHE_MEMORY_SHARE, CLEAR_GAIN, LEFT_OUT_FACTORS, LENGTHSCALE_FACTORS, MAP_HOLDOUT_SHARE, MIN_SEARCH_ROWS,
+    MIN_VALIDATED_ROWS, RACE_FOLDS, RACE_MARGIN, REG_LADDER, REG_START, SEARCH_KEPT_FACTORS, SEARCH_LONGEST,
+    SEARCH_ROWS, SEARCH_STEPS, SEARCH_TOLERANCE, STANDARDISE_ROWS, TUNING_ROWS, VALIDATION_FRACTION,
+)
+from .axes import check_grid, default_lengthscales, standardised_grid
 from .criteria import CRITERIA, OnYScale, resolve_criterion
 from .folds import (
-    MIN_VALIDATED_ROWS, VALIDATION_FRACTION, Fold, fold_rows, make_folds, resolve_folds, split_rows, splits_for,
+    Fold, fold_rows, make_folds, resolve_folds, split_rows, splits_for,
     subsample_rows,
 )
 from .grid import (
-    CACHE_MEMORY_SHARE, best_row, kernels_at, near_best, score_grid, score_regs, screening_params, simplest_best,
+    best_row, kernels_at, near_best, score_grid, score_regs, screening_params, simplest_best,
 )
-from .regs import DEFAULT_REGS, REG_LADDER, REG_START, SEARCH_TOLERANCE, Regs, as_regs, walk_ladder
-from .screen import MIN_SEARCH_ROWS, SEARCH_ROWS, SEARCH_ROWS_PARAM, Screen, check_search_rows, screen_rows, screened
+from .regs import DEFAULT_REGS, Regs, as_regs, walk_ladder
+from .screen import SEARCH_ROWS_PARAM, Screen, check_search_rows, screen_rows, screened
 from .search import (
-    RACE_FOLDS, RACE_MARGIN, SEARCH_KEPT_FACTORS, SEARCH_LONGEST, SEARCH_STEPS, scored_on_every_fold, search_best,
+    scored_on_every_fold, search_best,
     search_lengthscales,
 )
 from .one_view import refine, search_grid
+from .options import TUNE_PARAMETERS, TuneOptions
 from .tune import TuneResult, tune
 from .tuned_model import TunedModel
 
-__all__ = ["TuneResult", "tune", "TunedModel", "Fold", "subsample_rows", "split_rows", "fold_rows", "resolve_folds", "splits_for", "make_folds",
+__all__ = ["TuneResult", "tune", "TuneOptions", "TUNE_PARAMETERS", "TunedModel", "Fold", "subsample_rows", "split_rows", "fold_rows", "resolve_folds", "splits_for", "make_folds",
            "MIN_VALIDATED_ROWS", "score_grid", "best_row", "near_best", "simplest_best", "resolve_criterion",
            "screening_params",
            "Regs", "as_regs", "walk_ladder", "REG_LADDER", "REG_START",
@@ -48,4 +54,5 @@ __all__ = ["TuneResult", "tune", "TunedModel", "Fold", "subsample_rows", "split_
            "scored_on_every_fold", "RACE_FOLDS", "RACE_MARGIN",
            "refine", "search_grid", "Screen", "screen_rows", "screened", "score_regs", "kernels_at",
            "LENGTHSCALE_FACTORS", "DEFAULT_REGS", "CRITERIA", "OnYScale", "SEARCH_ROWS", "SEARCH_TOLERANCE", "SEARCH_LONGEST",
-           "SEARCH_STEPS", "SEARCH_KEPT_FACTORS", "CACHE_MEMORY_SHARE", "MIN_SEARCH_ROWS", "SEARCH_ROWS_PARAM", "check_search_rows", "VALIDATION_FRACTION"]
+           "SEARCH_STEPS", "SEARCH_KEPT_FACTORS", "CLEAR_GAIN", "LEFT_OUT_FACTORS", "MAP_HOLDOUT_SHARE", "STANDARDISE_ROWS",
+           "TUNING_ROWS", "CACHE_MEMORY_SHARE", "MIN_SEARCH_ROWS", "SEARCH_ROWS_PARAM", "check_search_rows", "VALIDATION_FRACTION"]

@@ -8,10 +8,10 @@ from typing import Sequence
 import numpy as np
 
 from ..kernels import Kernel, median_heuristic
+from .constants import LENGTHSCALE_FACTORS
 
-__all__ = ["LENGTHSCALE_FACTORS", "default_lengthscales", "standardised_grid", "check_grid"]
+__all__ = ["default_lengthscales", "standardised_grid", "check_grid"]
 
-LENGTHSCALE_FACTORS = (1 / 8, 1 / 4, 1 / 2)  # times the median heuristic, when no lengthscales are given
 
 
 def default_lengthscales(samples: np.ndarray, seed: int = 0, kernel: Kernel | None = None) -> list[float]:

@@ -7,12 +7,10 @@ from __future__ import annotations
 from typing import Sequence
 
 import numpy as np
+from .constants import MIN_VALIDATED_ROWS
 
-__all__ = ["Fold", "MIN_VALIDATED_ROWS", "VALIDATION_FRACTION", "subsample_rows", "split_rows", "resolve_folds", "fold_rows", "splits_for", "make_folds"]
+__all__ = ["Fold", "subsample_rows", "split_rows", "resolve_folds", "fold_rows", "splits_for", "make_folds"]
 
-# the validation rows of one split below which ``folds="auto"`` cross-validates (docs/tuning.md)
-MIN_VALIDATED_ROWS = 2_000
-VALIDATION_FRACTION = 0.2  # of the rows in each fold's validation block (4:1 splits, as in the paper)
 
 # one train/validation split of a tuning: (X_train, Y_train, X_val, Y_val), rows by features
 Fold = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]

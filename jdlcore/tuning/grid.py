@@ -19,12 +19,11 @@ from ..models.degeneracy import physical_memory, rank_budget
 from ..models.jdl import JDL
 from ..models.problem import ProblemSide, problem_from_factors, problem_side
 from .folds import Fold
-from .regs import SEARCH_TOLERANCE, Regs, as_regs
+from .regs import Regs, as_regs
+from .constants import CACHE_MEMORY_SHARE, SEARCH_TOLERANCE
 
-__all__ = ["CACHE_MEMORY_SHARE", "screening_params", "screening_support", "score_grid", "best_row", "near_best",
-           "kernels_at", "score_regs"]
+__all__ = ["screening_params", "screening_support", "score_grid", "best_row", "near_best", "kernels_at", "score_regs"]
 
-CACHE_MEMORY_SHARE = 0.125  # of physical memory: y factorisations kept between pairs (else recomputed)
 _CANDIDATE_ERRORS = (ValueError, RuntimeError, np.linalg.LinAlgError, MemoryError, FloatingPointError)
 
 

@@ -8,15 +8,10 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from .axes import check_grid
+from .constants import REG_LADDER, REG_START, SEARCH_TOLERANCE
 
-__all__ = ["REG_LADDER", "REG_START", "SEARCH_TOLERANCE", "walk_ladder", "Regs", "DEFAULT_REGS", "as_regs"]
+__all__ = ["walk_ladder", "Regs", "DEFAULT_REGS", "as_regs"]
 
-# the default regs: a ladder of decades, walked (``walk_ladder``) from REG_START by each pair of lengthscales
-# (from the previous pair's best after the first); regs given by the caller are all scored
-REG_LADDER = (1e-10, 1e-9, 1e-8, 1e-7, 1e-6, 1e-5, 1e-4, 1e-3)
-REG_START = 1e-6
-# the relative score tolerance of the walk along the regs and of the per-feature search (``search``)
-SEARCH_TOLERANCE = 2e-3
 
 
 def walk_ladder(count: int, score_at: Callable[[int], float], start: int, tolerance: float = SEARCH_TOLERANCE) -> int:

@@ -15,14 +15,10 @@ from ..models.jdl import JDL
 from ..params import Integer, Param
 from .folds import Fold
 from .grid import _CANDIDATE_ERRORS, _rank_cap
+from .constants import SEARCH_ROWS, MIN_SEARCH_ROWS
 
-__all__ = ["SEARCH_ROWS", "MIN_SEARCH_ROWS", "SEARCH_ROWS_PARAM", "Screen", "check_search_rows", "screen_rows", "screened"]
+__all__ = ["SEARCH_ROWS_PARAM", "Screen", "check_search_rows", "screen_rows", "screened"]
 
-# the training rows of the screen (screen_rows) and of the search's subsample, used where the grid's longest
-# factorisation reaches its rank cap on them (each candidate on all n rows would then cost O(n cap^2) at
-# least); their results are scored on all the rows
-SEARCH_ROWS = 4_000
-MIN_SEARCH_ROWS = 100
 SEARCH_ROWS_PARAM = Param(Integer(low=MIN_SEARCH_ROWS), "training rows the grid and the search are judged on where "
                           f"the grid's factorisations reach the rank cap on them (default {SEARCH_ROWS})")
 

@@ -19,21 +19,12 @@ from .grid import (
     _CANDIDATE_ERRORS, _factoriser, _failed, _one_or_each, _pair_problem, _pair_rows, _plain, _rank_cap, best_row,
     fold_scores, kernels_at, score_regs, scored_row, screening_params, validation_weights,
 )
-from .regs import SEARCH_TOLERANCE, Regs, as_regs
-from .screen import SEARCH_ROWS, _fold_subsamples, screened
+from .regs import Regs, as_regs
+from .screen import _fold_subsamples, screened
+from .constants import SEARCH_TOLERANCE, SEARCH_ROWS, SEARCH_STEPS, SEARCH_LONGEST, SEARCH_KEPT_FACTORS, RACE_FOLDS, RACE_MARGIN
 
-__all__ = ["SEARCH_STEPS", "SEARCH_LONGEST", "SEARCH_TOLERANCE", "SEARCH_KEPT_FACTORS", "RACE_FOLDS", "RACE_MARGIN",
-           "search_lengthscales", "search_best", "scored_on_every_fold"]
+__all__ = ["search_lengthscales", "search_best", "scored_on_every_fold"]
 
-# the steps (one sweep per step) and the longest lengthscale (standard units: the kernel then hardly
-# varies along the feature, which is left out in effect); the score tolerance is ``SEARCH_TOLERANCE``
-SEARCH_STEPS = (4.0, 2.0)  # one sweep per step
-SEARCH_LONGEST = 100.0
-SEARCH_KEPT_FACTORS = 3  # factorisations kept per side (the current lengthscales' among them: each move pairs them)
-# on more folds than ``RACE_FOLDS``, a move's candidate is scored on that many first, and on the others only
-# where it is not worse there than the best setting by more than ``RACE_MARGIN`` (relative): docs/tuning.md
-RACE_FOLDS = 2
-RACE_MARGIN = 5 * SEARCH_TOLERANCE
 
 
 class _FactorCache:

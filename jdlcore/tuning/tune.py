@@ -4,21 +4,19 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any, Callable
 
 import numpy as np
 
 from ..features.missing import MissingValues
-from ..features.summaries import DEFAULT_SUMMARIES
 from ..features.view import XView
 from ..models.conditional_model import ConditionalModel, fit_law
 from ..models.jdl import JDL
 from ..validation import as_samples, check_paired
 from .criteria import resolve_criterion
-from .folds import VALIDATION_FRACTION, splits_for, subsample_rows
-from .regs import as_regs
-from .screen import SEARCH_ROWS, check_search_rows
-from .views import TUNING_ROWS, ViewSearch, tuned_view
+from .folds import splits_for, subsample_rows
+from .options import TuneOptions
+from .views import ViewSearch, tuned_view
 
 __all__ = ["TuneResult", "tune"]
 
@@ -33,7 +31,8 @@ class TuneResult:
     ``view.pair(X, Y)``); view: how the chosen model reads x (the missing-value rule and the boosted
     summaries it kept); summaries_gain: the relative gain in validation score of the summaries over the
     columns alone (None where not compared); folds: how many train/validation splits each candidate
-    was scored on (``fold_rows``); fit_seconds: the refit's wall seconds (0 without one)."""
+    was scored on (``fold_rows``); fit_seconds: the refit's wall seconds (0 without one); options: what the
+    tuning ran with (``TuneOptions.settled``: the fields left to the estimator read from it)."""
 
     table: list[dict[str, Any]]
     best: dict[str, Any]
@@ -43,6 +42,7 @@ class TuneResult:
     view: XView = field(default_factory=XView)
     summaries_gain: float | None = None
     fit_seconds: float = 0.0
+    options: TuneOptions = field(default_factory=TuneOptions)
 
     def scores(self) -> np.ndarray:
         return np.array([row["score"] for row in self.table])
@@ -53,46 +53,31 @@ def tune(
     Y: Any,
     *,
     estimator: JDL | None = None,
-    lengthscales_x: Sequence[float] | None = None,
-    lengthscales_y: Sequence[float] | None = None,
-    regs: Sequence[float] | None = None,
-    criterion: str | Callable = "auto",
-    threshold: float | None = None,
+    options: TuneOptions | None = None,
     validation: tuple[Any, Any] | None = None,
-    validation_fraction: float = VALIDATION_FRACTION,
-    folds: int | str = "auto",
-    seed: int = 0,
-    scaling: str | None = None,
-    search: bool = True,
-    search_rows: int = SEARCH_ROWS,
-    summaries: str = DEFAULT_SUMMARIES,
-    max_rows: int = TUNING_ROWS,
     refit: bool = True,
     progress: Callable[[str], None] | None = None,
+    **settings: Any,
 ) -> TuneResult:
     """Tune a JDL ``estimator`` on X (n, d) and Y (n, q) as ``jdl tune`` tunes on a staged store, and
     (``refit``) fit the chosen setting on all the rows as ``jdl fit --tuning`` does: the same rows and
-    settings give the same model. The estimator's kernel families, factorisation settings and
-    constraints are kept (the x kernel's ``categorical`` columns hold category codes); lengthscales and
-    reg are replaced.
+    settings give the same model. ``options`` (a ``TuneOptions``), with ``settings`` (its fields as
+    keywords: ``summaries="none"``, ``folds=1``, ...) replacing some, say how the tuning searches; each
+    field's meaning is ``TUNE_PARAMETERS[name].help``. The estimator's kernel families, factorisation
+    settings, constraints and scaling are kept where the options leave them (None), its lengthscales and
+    reg replaced (``TuneOptions.base_estimator``); the x kernel's ``categorical`` columns hold category codes.
 
     X may miss values (NaN): the missing-value rule (``MissingValues``) is learned from the tuning's
-    subsample, a seeded ``max_rows`` of the rows. ``summaries`` ("auto", the default; "boosted",
-    "standardised", "none"): whether the x kernel reads the boosted summaries of x of a scalar y,
-    beside the columns or alone, and y standardised by them (``jdlcore.tuning.views.choose_view``).
-    ``scaling`` (None: the estimator's own, "robust" unless it was given another): "robust" standardises
-    the kernels' inputs by the median and interquartile range of the subsample, so lengthscales are in
-    standard units; "none" leaves the columns as they are. Lengthscales default to ``LENGTHSCALE_FACTORS``
-    times the median heuristic; regs (None, the default) walk ``REG_LADDER`` from ``REG_START`` per pair
-    (``walk_ladder``), while regs given are all scored. The default x lengthscales are scored from the
-    longest down, the shorter ones left out once one scores worse (``score_grid``'s ``stop_early``).
-    ``criterion``: see ``resolve_criterion``. ``validation``: held-out rows (X_val, Y_val) to score on
-    (one fold); without it the candidates are scored on ``folds`` (``fold_rows``), each holding out a
-    seeded ``validation_fraction``: "auto" is one where that validates ``MIN_VALIDATED_ROWS`` rows,
-    else 5-fold cross-validation. ``search``: where x (or y) has several features, the grid's best is
-    refined to one lengthscale per feature (``search_lengthscales``); on a seeded screen of
-    ``search_rows`` training rows where the grid reaches the rank cap (``screen_rows``, docs/tuning.md).
-    ``progress`` receives a line per stage."""
+    subsample, a seeded ``max_rows`` of the rows. ``summaries``: whether the x kernel reads the boosted
+    summaries of x of a scalar y, beside the columns or alone, and y standardised by them
+    (``jdlcore.tuning.views.choose_view``). Regs left out walk ``REG_LADDER`` per pair (``walk_ladder``);
+    regs given are all scored. The default x lengthscales are scored from the longest down, the shorter
+    ones left out once one scores worse (``score_grid``'s ``stop_early``). ``validation``: held-out rows
+    (X_val, Y_val) to score on (one fold); without it the candidates are scored on ``folds``
+    (``fold_rows``). ``search``: the grid's best is refined to one lengthscale per feature where x (or
+    y) has several, on a seeded screen of ``search_rows`` training rows where the grid reaches the rank
+    cap (docs/tuning.md). ``progress`` receives a line per stage."""
+    options = TuneOptions.of(options, settings)
     X = as_samples(X, "X", min_rows=5, missing=True)
     Y = as_samples(Y, "Y", min_rows=5)
     check_paired(X, Y)
@@ -104,19 +89,18 @@ def tune(
             if part.shape[1] != whole.shape[1]:
                 raise ValueError(f"{name}: has {part.shape[1]} features, the training rows have {whole.shape[1]}")
         held_out = (X_val, Y_val)
-    rows = subsample_rows(X.shape[0], max_rows, seed)
-    splits = splits_for(rows.size, validation_fraction, folds, seed, held_out=held_out is not None)
-    score = resolve_criterion(criterion, threshold, Y.shape[1])
-    base = estimator if estimator is not None else JDL()
-    base = base.with_params(scaling=base.scaling if scaling is None else scaling)
-    base.check_params()
+    rows = subsample_rows(X.shape[0], options.max_rows, options.seed)
+    splits = splits_for(rows.size, options.validation_fraction, options.folds, options.seed,
+                        held_out=held_out is not None)
+    score = resolve_criterion(options.criterion, options.threshold, Y.shape[1])
+    base = options.base_estimator(estimator)
+    options = options.settled(base)
     categorical = sorted(int(j) for j in (base._kernel("kernel_x").categorical or ()))
     missing = MissingValues.learn(X[rows], categorical)
-    job = ViewSearch(missing.augment(X[rows]), Y[rows], rows, X.shape[0], splits, base, as_regs(regs), score,
-                     base.scaling, [str(j) for j in range(X.shape[1])], [str(j) for j in range(Y.shape[1])],
-                     categorical, lengthscales_x, lengthscales_y, seed, search, check_search_rows(search_rows),
+    job = ViewSearch(missing.augment(X[rows]), Y[rows], rows, X.shape[0], splits, base, score, options,
+                     [str(j) for j in range(X.shape[1])], [str(j) for j in range(Y.shape[1])], categorical,
                      held_out=held_out, progress=progress, missing=missing)
-    run, gain, _ = tuned_view(job, summaries, lambda sample: (X[sample], Y[sample, 0]))
+    run, gain, _ = tuned_view(job, options.summaries, lambda sample: (X[sample], Y[sample, 0]))
     best = run.best
     law = JDL(**{**base.get_params(deep=False), "reg": best["reg"],
                  "kernel_x": run.kernel_x.with_lengthscale(np.asarray(best["lengthscale_x"])),
@@ -125,4 +109,5 @@ def tune(
     started = time.perf_counter()
     model = ConditionalModel.of(fit_law(law, view, X, Y), view) if refit else law
     return TuneResult(table=run.table, best=best, model=model, search=run.searched, folds=len(run.folds), view=view,
-                      summaries_gain=gain, fit_seconds=time.perf_counter() - started if refit else 0.0)
+                      summaries_gain=gain, fit_seconds=time.perf_counter() - started if refit else 0.0,
+                      options=options)

@@ -20,37 +20,24 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from ..features.missing import MissingValues
-from ..features.summaries import MAX_ROWS as SUMMARY_ROWS, BoostedSummaries, fit_summaries, summary_rule
+from ..features.summaries import SUMMARY_ROWS, BoostedSummaries, fit_summaries, summary_rule
 from ..features.view import XView
 from ..kernels import Kernel
 from ..models.jdl import JDL
 from ..pool import alongside
 from .axes import standardised_grid
+from .constants import (
+    CLEAR_GAIN, LEFT_OUT_FACTORS, MAP_HOLDOUT_SHARE, SEARCH_LONGEST, SEARCH_TOLERANCE, STANDARDISE_ROWS,
+)
 from .criteria import OnYScale
 from .folds import Fold, make_folds, subsample_rows
 from .grid import best_row, kernels_at, near_best, score_grid, simplest_best
 from .one_view import search_grid
-from .regs import SEARCH_TOLERANCE, Regs
-from .screen import SEARCH_ROWS
-from .search import SEARCH_LONGEST
+from .options import TuneOptions
+from .regs import Regs, as_regs
 
-__all__ = ["TUNING_ROWS", "CLEAR_GAIN", "LEFT_OUT_FACTORS", "MAP_HOLDOUT_SHARE", "STANDARDISE_ROWS", "ViewSearch",
-           "SearchRun", "fitted_summaries", "choose_view", "tuned_view", "relative_gain"]
+__all__ = ["ViewSearch", "SearchRun", "fitted_summaries", "choose_view", "tuned_view", "relative_gain"]
 
-TUNING_ROWS = 20_000  # rows of the seeded subsample a tuning scores its candidates on
-# the gain of the summaries over the columns, at the lengthscales searched beside them, above which the
-# summaries are kept without a search of the columns alone: that search would find the columns' own
-# lengthscales and win part of the gap back, so only a clear gain (five times the search's tolerance) skips it
-CLEAR_GAIN = 5 * SEARCH_TOLERANCE
-# the factors of the columns' lengthscales at which the summaries are left out before that gain is judged
-# (``ViewSearch.left_out``): beside the summaries the search can leave a column longer than it needs alone
-LEFT_OUT_FACTORS = (1.0, 1 / 2, 1 / 4, 1 / 8)
-# the largest share of the summaries' sample that one split's validation rows may be for the map to be
-# trained without them and used by the fit as well (else each split has a map refitted without its rows)
-MAP_HOLDOUT_SHARE = 0.05
-# the table's rows from which "auto" reads y standardised by the summaries (and the x kernel their
-# skewness too): on fewer rows the boosters' median and spread, which every row then leans on, are noisy
-STANDARDISE_ROWS = 10_000
 
 
 @dataclass
@@ -60,9 +47,10 @@ class ViewSearch:
     (n, q)) of a table of ``n_rows`` rows, whose x columns are ``x_features`` (``categorical``: the
     positions of the category-code columns) and y's ``y_features``; its splits (each (train, validation)
     positions in X; None: ``held_out`` validates, the raw x rows (codes read as the table's) and y of
-    held-out rows); the search's settings (``search_grid``'s; ``base``: the estimator whose kernel
-    families, factorisation settings and constraints the candidates keep; ``grid``: a fan-out of the
-    grid, e.g. over Dask, None to score it here); the summaries' map of each split, fitted without its
+    held-out rows); the search's settings (``options``; ``base``: the estimator whose kernel families,
+    factorisation settings, constraints and scaling the candidates keep, ``TuneOptions.base_estimator``;
+    ``score``: the criterion resolved for y; ``grid``: a fan-out of the grid, e.g. over Dask, None to
+    score it here); the summaries' map of each split, fitted without its
     validation rows (``fold_maps``; None: the tuning's own map summarises every split) and the boosters'
     quantiles at X made once (``quantiles``, by ``summarised``)."""
 
@@ -72,23 +60,22 @@ class ViewSearch:
     n_rows: int
     splits: Any
     base: JDL
-    regs: Regs
     score: Callable
-    scaling: str
+    options: TuneOptions
     x_features: Sequence[str]
     y_features: Sequence[str]
     categorical: Sequence[int] = ()
-    lengthscales_x: Sequence[float] | None = None
-    lengthscales_y: Sequence[float] | None = None
-    seed: int = 0
-    search: bool = True
-    search_rows: int = SEARCH_ROWS
     grid: Callable | None = None
     held_out: tuple[np.ndarray, np.ndarray] | None = None
     progress: Callable[[str], None] | None = None
     missing: MissingValues | None = None
     fold_maps: list[BoostedSummaries] | None = None
     quantiles: tuple[tuple[BoostedSummaries, np.ndarray], ...] = ()
+
+    @property
+    def regs(self) -> Regs:
+        """The reg axis of the options (``as_regs``)."""
+        return as_regs(self.options.regs)
 
     def summarised(self, maps: Sequence[BoostedSummaries]) -> "ViewSearch":
         """This search, with each of ``maps``' boosters' quantiles at the subsample's rows X made once here
@@ -115,11 +102,11 @@ class ViewSearch:
         alone where None); each split's rows summarised by its own map where there are ``fold_maps``."""
         view = XView(self.missing, summaries)
         X = self.augmented(summaries)
-        kernel_x, grid_x = standardised_grid(X, self.x_kernel(view), self.scaling, self.lengthscales_x or None,
-                                             self.seed, "lengthscales_x", view.columns(self.x_features), "x")
-        kernel_y, grid_y = standardised_grid(view.y(X, self.Y), self.base._kernel("kernel_y"), self.scaling,
-                                             self.lengthscales_y or None, self.seed, "lengthscales_y",
-                                             self.y_features, "y")
+        options, scaling = self.options, self.base.scaling
+        kernel_x, grid_x = standardised_grid(X, self.x_kernel(view), scaling, options.lengthscales_x, options.seed,
+                                             "lengthscales_x", view.columns(self.x_features), "x")
+        kernel_y, grid_y = standardised_grid(view.y(X, self.Y), self.base._kernel("kernel_y"), scaling,
+                                             options.lengthscales_y, options.seed, "lengthscales_y", self.y_features, "y")
         if self.splits is None:
             folds, reads = [(X, self.Y, view.rows(self.held_out[0]), self.held_out[1])], [view]
         elif summaries is None or self.fold_maps is None:
@@ -137,8 +124,8 @@ class ViewSearch:
             folds = [(Xt, read.y(Xt, Yt), Xv, read.y(Xv, Yv)) for read, (Xt, Yt, Xv, Yv) in zip(reads, folds)]
             score = OnYScale(self.score, summaries.location_scale)
         found = search_grid(folds, self.base, kernel_x, kernel_y, grid_x, grid_y, self.regs, score,
-                            search=self.search, stop_early=not self.lengthscales_x, progress=self.progress,
-                            grid=self.grid, search_rows=self.search_rows,
+                            search=options.search, stop_early=options.lengthscales_x is None,
+                            progress=self.progress, grid=self.grid, search_rows=options.search_rows,
                             start=simplest_best if view.standardises else best_row)
         return SearchRun(summaries, kernel_x, grid_x, kernel_y, grid_y, folds, *found)
 
@@ -243,7 +230,7 @@ def fitted_summaries(job: ViewSearch, rule: str, read: Callable[[np.ndarray], tu
     criterion, read through the map's ``location_scale``, is each split's law of y)."""
     if not summary_rule(rule, job.Y.shape[1]):
         return None, None, 0.0
-    sample = subsample_rows(job.n_rows, SUMMARY_ROWS, job.seed)
+    sample = subsample_rows(job.n_rows, SUMMARY_ROWS, job.options.seed)
     splits = job.splits
     one_map = splits is not None and len(splits) == 1 and splits[0][1].size <= MAP_HOLDOUT_SHARE * sample.size
     if one_map:
@@ -253,9 +240,9 @@ def fitted_summaries(job: ViewSearch, rule: str, read: Callable[[np.ndarray], tu
     X_read, y = read(sample)
     X = view.rows(X_read)
     categorical = view.categorical(job.categorical)
-    fitted = fit_summaries(X, y, categorical, seed=job.seed)
+    fitted = fit_summaries(X, y, categorical, seed=job.options.seed)
     fold_maps = None if fitted is None or splits is None or one_map else [
-        fit_summaries(X[keep], y[keep], categorical, seed=job.seed, rounds=fitted.rounds, like=fitted)
+        fit_summaries(X[keep], y[keep], categorical, seed=job.options.seed, rounds=fitted.rounds, like=fitted)
         for keep in (~np.isin(sample, job.rows[val]) for _, val in splits)]
     seconds = time.perf_counter() - started
     if job.progress is not None:
