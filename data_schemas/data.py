@@ -23,15 +23,13 @@ from typing import Any
 
 import numpy as np
 
-from jdlcore.features.levels import MISSING_LEVEL, OTHER_CODE, level_name
+from jdlcore.features.levels import MISSING_LEVEL, OTHER_CODE, is_number, level_name
 
 SCHEMA_NAME = "jdl.data"
 SCHEMA_VERSION = 4  # 2: categorical x columns; 3: the feature names as coordinates; 4: missing x values
 # what scoring does with a categorical level the model was not fitted on: refuse the batch, or read it
 # as "other", a code that matches no level
 UNSEEN_RULES = ("refuse", "other")
-# most distinct values in the first rows of a column of numbers and text for it to be read as categories
-MIXED_LEVELS = 50
 
 
 class ColumnStats:
@@ -94,17 +92,6 @@ class LevelEncoder:
                              f"({', '.join(map(repr, self.codes)) or 'none'}); a constant feature carries no information")
 
 
-def is_categorical(values: Any) -> bool:
-    """Whether a column of a first block looks categorical: it holds text, and either no number or at
-    most ``MIXED_LEVELS`` distinct values (codes such as "K", 1, 2, 3). A column of many distinct numbers
-    with a stray text cell is not: it is refused where that cell is read, naming the ways out."""
-    present = [v for v in np.asarray(values, dtype=object) if level_name(v) is not None]
-    numbers = sum(_is_number(v) for v in present)
-    if numbers == len(present):
-        return False
-    return numbers == 0 or len({level_name(v) for v in present}) <= MIXED_LEVELS
-
-
 def row_number(first_row: int | np.ndarray, i: int) -> int:
     """The source row of row ``i`` of a block: ``first_row + i``, or ``first_row[i]`` where the block's rows
     are not consecutive in the source (an array of their source rows: some were dropped)."""
@@ -139,7 +126,7 @@ def _numeric_column(values: np.ndarray, name: str, role: str, first_row: int | n
         pass
     if role == "x":  # the slow path, only for a column that holds something other than numbers
         values = np.array([np.nan if level_name(v) is None else v for v in values], dtype=object)
-    bad = [i for i, v in enumerate(values) if not _is_number(v)]
+    bad = [i for i, v in enumerate(values) if not is_number(v)]
     if bad:
         hint = (f"; name it in --categorical {name} (categorical=[{name!r}]) to read the column as categories, or "
                 "leave the cell empty to read it as missing") if role == "x" else ""
@@ -147,10 +134,3 @@ def _numeric_column(values: np.ndarray, name: str, role: str, first_row: int | n
                          f"{row_number(first_row, bad[0])}{hint}")
     return np.asarray(values, dtype=np.float64)
 
-
-def _is_number(value) -> bool:
-    try:
-        float(value)
-        return True
-    except (TypeError, ValueError):
-        return False

@@ -6,7 +6,7 @@ in constant memory. Every block is validated (``data_schemas.data``); the store 
 temporary sibling and renamed into place only when the whole source passed, so bad input leaves
 nothing behind.
 
-Categorical x columns, declared (``categorical``) or detected (``data_schemas.data.is_categorical`` on
+Categorical x columns, declared (``categorical``) or detected (``jdlcore.features.levels.is_categorical`` on
 the first ``DETECT_ROWS`` values: text, alone or mixed with numbers in a few distinct codes), are
 stored as codes 0, 1, ... with their levels in the store's ``categorical`` attribute (order of first
 appearance).
@@ -22,9 +22,10 @@ import numpy as np
 import zarr
 
 from data_schemas.data import (
-    MISSING_LEVEL, OTHER_CODE, SCHEMA_NAME, SCHEMA_VERSION, UNSEEN_RULES, ColumnStats, LevelEncoder, is_categorical,
+    MISSING_LEVEL, OTHER_CODE, SCHEMA_NAME, SCHEMA_VERSION, UNSEEN_RULES, ColumnStats, LevelEncoder,
     validate_block,
 )
+from jdlcore.features.levels import is_categorical
 
 from .atomic import atomic_store
 from .damage import settle_reads

@@ -67,6 +67,36 @@ def test_a_table_with_unnamed_columns_is_read_by_position_labels():
     np.testing.assert_array_equal(model.predict(pd.DataFrame(X[:5])), model.predict(X[:5]))
 
 
+def test_a_table_with_text_columns_is_fitted_as_jdl_stage_codes_it():
+    """A DataFrame with a text column (a missing cell among them), a column of a categorical dtype and one
+    of text mixed with a few numbers: the model learns their levels in order of first appearance, as
+    ``jdl stage`` does, and answers as the same law fitted on those codes declared categorical, to the bit;
+    it is queried by level name, and a level it lacks is refused."""
+    pd = pytest.importorskip("pandas")
+    from data_schemas.data import LevelEncoder
+
+    rng = np.random.default_rng(3)
+    n = 400
+    a, kind, grade = rng.standard_normal(n), rng.choice(["p", "q", "r"], n), rng.choice(["K", 1, 2], n)
+    y = a + 2.0 * (kind == "q") - (grade == "K") + 0.3 * rng.standard_normal(n)
+    text = kind.astype(object)
+    text[5] = None
+    frame = pd.DataFrame({"a": a, "kind": text, "size": pd.Categorical(rng.choice(["s", "m"], n)),
+                          "grade": grade.astype(object)})
+    law = JDL(kernel_x=GaussianKernel(1.0), kernel_y=GaussianKernel(0.5), reg=1e-4)
+    model = ConditionalModel(law).fit(frame, y)
+    staged = {name: LevelEncoder(name) for name in ("kind", "size", "grade")}
+    codes = np.column_stack([a] + [staged[name].encode(frame[name].to_numpy(object), 0) for name in staged])
+    assert model.columns_.levels == {name: tuple(encoder.levels) for name, encoder in staged.items()}
+    assert model.columns_.levels["kind"][:2] == (kind[0], kind[1]) and "<missing>" in model.columns_.levels["kind"]
+    assert model.law_.kernel_x.categorical == (1, 2, 3)
+    by_codes = ConditionalModel(law, categorical=(1, 2, 3)).fit(codes, y)
+    np.testing.assert_array_equal(model.conditional_quantile(frame, LEVELS), by_codes.conditional_quantile(codes, LEVELS))
+    assert np.abs(model.predict(frame).ravel() - y).mean() < 0.5  # the levels carry the law's shifts
+    with pytest.raises(ValueError, match=r"^X column 'kind': level 'z' \(row 0\) is not one the model was fitted on"):
+        model.predict(frame.head(1).assign(kind=["z"]))
+
+
 def test_the_law_s_row_methods_do_not_read_through(gappy_model):
     model, X, y = gappy_model
     with pytest.raises(AttributeError, match="marginal_ratio"):

@@ -38,8 +38,10 @@ def test_auto_cross_validates_where_one_split_validates_fewer_than_two_thousand_
 
 @pytest.mark.parametrize("folds", [0, 6, "two", True, 2.0])
 def test_a_bad_number_of_folds_is_refused_naming_folds(folds):
+    """Not "auto" or a positive integer: the option's rule; more folds than the rows hold: the bound."""
     X = np.random.default_rng(0).normal(size=(500, 1))
-    message = ("folds: must be 'auto' or an integer from 1 to 5 (the disjoint validation blocks of "
+    message = (f"folds: must be 'auto' or an integer >= 1, got {folds!r}" if folds != 6 else
+               "folds: must be 'auto' or an integer from 1 to 5 (the disjoint validation blocks of "
                f"validation_fraction 0.2 in 500 rows), got {folds!r}")
     with pytest.raises(ValueError, match="^" + re.escape(message) + "$"):
         tune(X, X ** 2, folds=folds, summaries="none")
@@ -105,6 +107,7 @@ def test_a_five_fold_score_is_the_mean_of_the_folds_scores():
     kernels = [GaussianKernel(0.7)], [GaussianKernel(0.4)]
     together = score_grid(folds, JDL(seed=0), *kernels, [1e-6, 1e-4], CRPSLoss())
     alone = [score_grid([fold], JDL(seed=0), *kernels, [1e-6, 1e-4], CRPSLoss()) for fold in folds]
-    for k, row in enumerate(together):
-        assert row["score"] == pytest.approx(np.mean([rows[k]["score"] for rows in alone]), rel=1e-12)
+    for k, row in enumerate(together):  # the folds together run on the pool's threads, BLAS at one thread, so
+        # the factorisations' sums are rounded in another order than alone: equal to rounding, not to the bit
+        assert row["score"] == pytest.approx(np.mean([rows[k]["score"] for rows in alone]), rel=1e-7)
         assert row["rank_x"] == max(rows[k]["rank_x"] for rows in alone)

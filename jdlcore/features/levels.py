@@ -13,10 +13,12 @@ from typing import Any, Sequence
 
 import numpy as np
 
-__all__ = ["XColumns", "level_name", "MISSING_LEVEL", "OTHER_CODE"]
+__all__ = ["XColumns", "level_name", "is_categorical", "is_number", "MISSING_LEVEL", "OTHER_CODE", "MIXED_LEVELS"]
 
 MISSING_LEVEL = "<missing>"  # the level of a categorical x cell that holds no value (NaN, None, empty text)
 OTHER_CODE = -1.0  # the code of a level a model was not fitted on: it matches no level
+# most distinct values of a column of numbers and text for it to be read as categories
+MIXED_LEVELS = 50
 
 
 def level_name(value: Any) -> str | None:
@@ -45,6 +47,26 @@ def level_name(value: Any) -> str | None:
     return str(int(number)) if number.is_integer() else repr(number)
 
 
+def is_categorical(values: Any) -> bool:
+    """Whether a column looks categorical: it holds text, and either no number or at most
+    ``MIXED_LEVELS`` distinct values (codes such as "K", 1, 2, 3). A column of many distinct numbers
+    with a stray text cell is not: it is refused where that cell is read, naming the ways out."""
+    present = [v for v in np.asarray(values, dtype=object) if level_name(v) is not None]
+    numbers = sum(is_number(v) for v in present)
+    if numbers == len(present):
+        return False
+    return numbers == 0 or len({level_name(v) for v in present}) <= MIXED_LEVELS
+
+
+def is_number(value: Any) -> bool:
+    """Whether ``float(value)`` reads the cell as a number."""
+    try:
+        float(value)
+        return True
+    except (TypeError, ValueError):
+        return False
+
+
 @dataclass(frozen=True)
 class XColumns:
     """A model's x columns by name, in order, and the levels of its categorical ones ({name: levels})."""
@@ -55,6 +77,24 @@ class XColumns:
     @classmethod
     def of(cls, names: Sequence[str], levels: dict[str, Sequence[str]] | None = None) -> "XColumns":
         return cls(tuple(map(str, names)), {str(k): tuple(map(str, v)) for k, v in (levels or {}).items()})
+
+    @classmethod
+    def learn(cls, table: Any) -> "XColumns":
+        """The columns of a training ``table`` (a pandas DataFrame, say) as ``jdl stage`` reads them: a
+        column of a categorical dtype, or one ``is_categorical`` finds (text, or text mixed with a few
+        numbers), holds categories, whose levels are the cells' names (``level_name``; ``MISSING_LEVEL``
+        for a missing cell) in order of first appearance. Columns of numbers stay numbers (category codes
+        among them are the caller's to declare, and are read as they are)."""
+        names = [str(label) for label in table.columns]
+        levels = {}
+        for name, label in zip(names, table.columns):
+            column = table[label]
+            values = np.asarray(column, dtype=object).reshape(-1)
+            dtype = getattr(column, "dtype", None)
+            if getattr(dtype, "name", "") == "category" or getattr(dtype, "kind", "O") == "O" and is_categorical(values):
+                seen = dict.fromkeys(MISSING_LEVEL if level is None else level for level in map(level_name, values))
+                levels[name] = tuple(seen)
+        return cls(tuple(names), levels)
 
     @property
     def categorical(self) -> list[int]:

@@ -111,14 +111,17 @@ class ConditionalModel:
         """Learn the missing-value rule from X (n, d) (NaN where a value is missing; ``categorical``
         columns hold codes) and fit a copy of ``law`` on the rows it reads, its x kernel comparing the
         category codes and the missingness indicators as categories. A table X (a pandas DataFrame)
-        gives the model its column names (``columns_``; its numbers only: code categorical cells first)."""
-        columns = XColumns.of([str(name) for name in X.columns]) if hasattr(X, "columns") else None
-        X = np.asarray(X, dtype=np.float64)
+        gives the model its column names and categories (``columns_``, ``XColumns.learn``: the columns of
+        a categorical dtype or holding text; columns of codes are ``categorical``), so that it is queried by
+        them."""
+        columns = XColumns.learn(X) if hasattr(X, "columns") else None
+        X = columns.codes(X) if columns is not None else np.asarray(X, dtype=np.float64)
         if X.ndim != 2:
             raise ValueError(f"X: must be 2-D (n, d), got shape {X.shape}")
         law = self._law().with_params()
         kernel = law._kernel("kernel_x") if "kernel_x" in law.KERNELS else None
-        categorical = sorted({int(j) for j in self.categorical} | set(getattr(kernel, "categorical", None) or ()))
+        categorical = sorted({int(j) for j in self.categorical} | set(getattr(kernel, "categorical", None) or ())
+                             | set(columns.categorical if columns is not None else ()))
         law, view = self._fitted_parts(law, kernel, categorical, X, Y)
         return self._assembled(law, view, {}, columns)
 

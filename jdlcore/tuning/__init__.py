@@ -13,11 +13,12 @@ units (``scaling="robust"``), by default ``LENGTHSCALE_FACTORS`` times the media
 cheapest x factorisation reaches its rank cap on a screen of ``SEARCH_ROWS`` rows, the grid and the
 per-feature search run on that screen.
 
-The modules, each importing only those before it: ``criteria``, ``folds``, ``axes``, ``regs``,
-``grid``, ``screen``, ``search`` (the per-feature search), ``one_view`` (the whole search on one view
-of x), ``views`` (the views of x and the choice between them), ``tune`` (the tuning on arrays) and
-``tuned_model`` (``TunedModel``, the estimator that tunes before it fits). A test that patches a
-constant patches the module that defines it. Why the search works as it does: docs/tuning.md.
+The modules, each importing only those before it: ``constants`` (the search's stated constants),
+``criteria``, ``options`` (``TuneOptions``, every option declared once), ``folds``, ``axes``,
+``regs``, ``grid``, ``screen``, ``search`` (the per-feature search), ``one_view`` (the whole search
+on one view of x), ``views`` (the views of x and the choice between them), ``tune`` (the tuning on
+arrays) and ``tuned_model`` (``TunedModel``, the estimator that tunes before it fits). A test that
+patches a constant patches the module that reads it. Why the search works as it does: docs/tuning.md.
 """
 from __future__ import annotations
 
@@ -36,7 +37,7 @@ from .grid import (
     best_row, kernels_at, near_best, score_grid, score_regs, screening_params, simplest_best,
 )
 from .regs import DEFAULT_REGS, Regs, as_regs, walk_ladder
-from .screen import SEARCH_ROWS_PARAM, Screen, check_search_rows, screen_rows, screened
+from .screen import Screen, screen_rows, screened
 from .search import (
     scored_on_every_fold, search_best,
     search_lengthscales,
@@ -55,4 +56,4 @@ __all__ = ["TuneResult", "tune", "TuneOptions", "TUNE_PARAMETERS", "TunedModel",
            "refine", "search_grid", "Screen", "screen_rows", "screened", "score_regs", "kernels_at",
            "LENGTHSCALE_FACTORS", "DEFAULT_REGS", "CRITERIA", "OnYScale", "SEARCH_ROWS", "SEARCH_TOLERANCE", "SEARCH_LONGEST",
            "SEARCH_STEPS", "SEARCH_KEPT_FACTORS", "CLEAR_GAIN", "LEFT_OUT_FACTORS", "MAP_HOLDOUT_SHARE", "STANDARDISE_ROWS",
-           "TUNING_ROWS", "CACHE_MEMORY_SHARE", "MIN_SEARCH_ROWS", "SEARCH_ROWS_PARAM", "check_search_rows", "VALIDATION_FRACTION"]
+           "TUNING_ROWS", "CACHE_MEMORY_SHARE", "MIN_SEARCH_ROWS", "VALIDATION_FRACTION"]

@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Sequence
 
 import numpy as np
+
 from .constants import MIN_VALIDATED_ROWS
 
 __all__ = ["Fold", "subsample_rows", "split_rows", "resolve_folds", "fold_rows", "splits_for", "make_folds"]

@@ -18,9 +18,9 @@ from ..lowrank.cholesky import Factorisation, PivotedCholesky, pivoted_cholesky
 from ..models.degeneracy import physical_memory, rank_budget
 from ..models.jdl import JDL
 from ..models.problem import ProblemSide, problem_from_factors, problem_side
+from .constants import CACHE_MEMORY_SHARE, SEARCH_TOLERANCE
 from .folds import Fold
 from .regs import Regs, as_regs
-from .constants import CACHE_MEMORY_SHARE, SEARCH_TOLERANCE
 
 __all__ = ["screening_params", "screening_support", "score_grid", "best_row", "near_best", "kernels_at", "score_regs"]
 

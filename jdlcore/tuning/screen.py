@@ -5,22 +5,18 @@ starts below the cap moves to the same subsample once its moves reach it: ``sear
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Sequence
 
 import numpy as np
 
 from ..kernels import Kernel
 from ..lowrank.cholesky import Factorisation, PivotedCholesky, pivoted_cholesky
 from ..models.jdl import JDL
-from ..params import Integer, Param
+from .constants import SEARCH_ROWS
 from .folds import Fold
 from .grid import _CANDIDATE_ERRORS, _rank_cap
-from .constants import SEARCH_ROWS, MIN_SEARCH_ROWS
 
-__all__ = ["SEARCH_ROWS_PARAM", "Screen", "check_search_rows", "screen_rows", "screened"]
-
-SEARCH_ROWS_PARAM = Param(Integer(low=MIN_SEARCH_ROWS), "training rows the grid and the search are judged on where "
-                          f"the grid's factorisations reach the rank cap on them (default {SEARCH_ROWS})")
+__all__ = ["Screen", "screen_rows", "screened"]
 
 
 def _subsample(n: int, max_rows: int, seed: int | None) -> np.ndarray:
@@ -47,12 +43,6 @@ class Screen:
     def size(self) -> int | None:
         """The training rows of each fold on the screen (None: all of them)."""
         return None if self.rows is None else int(self.rows[0].size)
-
-
-def check_search_rows(search_rows: Any) -> int:
-    """``search_rows`` if it is an integer >= ``MIN_SEARCH_ROWS``, else ``ParameterError`` naming the rule."""
-    SEARCH_ROWS_PARAM.check("search_rows", search_rows)
-    return int(search_rows)
 
 
 def screen_rows(folds: Sequence[Fold], base: JDL, kernel_x: Kernel, max_rows: int | None = None) -> Screen:

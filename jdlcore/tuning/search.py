@@ -14,6 +14,9 @@ import numpy as np
 from ..kernels import Kernel
 from ..lowrank.cholesky import Factorisation
 from ..models.jdl import JDL
+from .constants import (
+    RACE_FOLDS, RACE_MARGIN, SEARCH_KEPT_FACTORS, SEARCH_LONGEST, SEARCH_ROWS, SEARCH_STEPS, SEARCH_TOLERANCE,
+)
 from .folds import Fold
 from .grid import (
     _CANDIDATE_ERRORS, _factoriser, _failed, _one_or_each, _pair_problem, _pair_rows, _plain, _rank_cap, best_row,
@@ -21,7 +24,6 @@ from .grid import (
 )
 from .regs import Regs, as_regs
 from .screen import _fold_subsamples, screened
-from .constants import SEARCH_TOLERANCE, SEARCH_ROWS, SEARCH_STEPS, SEARCH_LONGEST, SEARCH_KEPT_FACTORS, RACE_FOLDS, RACE_MARGIN
 
 __all__ = ["search_lengthscales", "search_best", "scored_on_every_fold"]
 
