@@ -143,11 +143,12 @@ def fit(s: FitSettings) -> StageResult:
     # keyed by every parameter the estimator will have, so a default given explicitly is the same run
     params = run_parameters(s.method, hyper["reg"], options)
     key = run_key("fit", data=fingerprint, tuning=tuning_key, method=s.method, scaling=s.scaling, **hyper,
-                  **{name: value for name, value in params.items() if name not in hyper}, **_unless_default(s, "kernel_x"))
+                  **{name: value for name, value in params.items() if name not in hyper},
+                  **_unless_default(s, "kernel_x"))
 
     def write(overwrite: bool) -> None:
-        path, model = fit_store(s.data, s.out, **hyper, method=s.method, scaling=s.scaling, kernel_x=s.kernel_x, **options,
-                                scheduler=s.scheduler, keep_versions=s.keep_versions,
+        path, model = fit_store(s.data, s.out, **hyper, method=s.method, scaling=s.scaling, kernel_x=s.kernel_x,
+                                **options, scheduler=s.scheduler, keep_versions=s.keep_versions,
                                 overwrite=overwrite,
                                 tuning=s.tuning if tuning_key is not None else None, run_key=key,
                                 progress=report)

@@ -53,7 +53,7 @@ from .psd.conditional_fit import conditional_loss, fit_psd_conditional, tune_psd
 from .psd.fit import fit_psd_density
 from .psd.filter import PSDFilter
 from .psd.model import GaussianPSDModel
-from .tuning import TunedModel, TuneResult, tune
+from .tuning import TunedModel, TuneOptions, TuneResult, tune
 
 __version__ = "0.1.0"
 
@@ -61,7 +61,7 @@ __all__ = [
     "GaussianKernel", "LaplaceKernel", "Matern32Kernel", "Matern52Kernel", "DeltaKernel", "Kernel",
     "kernel_from_dict", "median_heuristic", "pivoted_cholesky", "run_pivoted_cholesky", "PivotedCholesky",
     "Factorisation", "FactorStorage", "InMemoryFactorStorage", "JDL", "JDLProblem", "build_problem", "JDLReductions",
-    "SpectralBasis", "spectral_basis", "tune", "TuneResult", "SecondMomentLoss", "ClippedLogisticLoss",
+    "SpectralBasis", "spectral_basis", "tune", "TuneOptions", "TuneResult", "SecondMomentLoss", "ClippedLogisticLoss",
     "relative_second_moment_loss", "clipped_logistic_loss", "CME", "KLR", "PolynomialJDL", "PolynomialBasis",
     "GreedyJDL", "ClassBasis", "GaussianPSDModel", "PSDFilter", "fit_psd_density", "fit_psd_conditional",
     "conditional_loss", "tune_psd_conditional",

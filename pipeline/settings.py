@@ -8,7 +8,7 @@ any work and passes it whole to its stages.
 A violation raises one ``ValueError`` naming the parameter, the rule and the offending value, e.g.
 ``fit: parameter tol: must be in [0, 1) (got 2.0)``. The fit's options are not listed here: they are
 the estimators' declarations (``jdlcore.models.registry.FIT_OPTIONS``), checked by the chosen
-method's own rules, and so are the tuned estimator's (jdl's) tol and constraints. Path parameters
+method's own rules, and the tune options are ``jdlcore.tuning.TuneOptions``' (``TUNE_PARAMETERS``). Path parameters
 may hold environment variables (``${JDL_HOME}/model.zarr``, as in deploy/prefect.yaml); they are
 expanded where the flow runs, and an unset variable is an error rather than a literal path. An
 output path (``out``) is refused when the directory that would hold it cannot be written to.
@@ -16,7 +16,6 @@ output path (``out``) is refused when the directory that would hold it cannot be
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import math
 import os
 import re
@@ -24,7 +23,10 @@ import tempfile
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, BeforeValidator, StrictInt, ConfigDict, Field, ValidationError, create_model, field_validator
+from pydantic import (
+    AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, StrictInt, ValidationError, create_model,
+    field_validator,
+)
 
 from data_schemas.data import UNSEEN_RULES
 from jdlcore.compression import LEARNING_RATE, N_INIT
@@ -113,11 +115,16 @@ def _declared_type(rule: Any) -> Any:
     checked by the rule itself (``_meets``)."""
     if isinstance(rule, Numbers):
         kind: Any = list[float]
-    elif isinstance(rule, AutoOr):  # a number from a command line's text is read as one
-        kind = Annotated[StrictInt | str, BeforeValidator(lambda v: int(v) if isinstance(v, str) and v.isdigit() else v)]
+    elif isinstance(rule, AutoOr):
+        kind = Annotated[StrictInt | str, BeforeValidator(_number_in_text)]
     else:
         kind = Literal[rule.choices] if rule.choices else rule.kind  # type: ignore[valid-type]
     return Annotated[kind | None if rule.optional else kind, _meets(rule)]
+
+
+def _number_in_text(value: Any) -> Any:
+    """A command line's "3" as 3; any other value as it is (for the rule to judge)."""
+    return int(value) if isinstance(value, str) and value.isdigit() else value
 
 
 def _option_type(option) -> Any:
@@ -186,8 +193,7 @@ class _TuneFields(_Settings):
 
 TuneSettings = create_model(
     "TuneSettings", __base__=_TuneFields, __doc__="The tuning's parameters: its own and the tune options.",
-    **{name: (_declared_type(param.rule), default) for name, param, default in (
-        (f.name, TUNE_PARAMETERS[f.name], f.default) for f in dataclasses.fields(TuneOptions))})
+    **{name: (_declared_type(param.rule), getattr(TuneOptions(), name)) for name, param in TUNE_PARAMETERS.items()})
 
 
 class _FitHyperparameters(_Settings):
@@ -202,7 +208,8 @@ class _FitHyperparameters(_Settings):
     reg: float | None = None
     method: Method = "jdl"
     scaling: Scaling | None = None  # None: the tuning store's, else "robust"
-    kernel_x: Literal[LENGTHSCALE_KERNELS] | None = None  # type: ignore[valid-type] - None: the tuning store's, else gaussian
+    # None: the tuning store's, else gaussian
+    kernel_x: Literal[LENGTHSCALE_KERNELS] | None = None  # type: ignore[valid-type]
     keep_versions: Annotated[int, AfterValidator(check_keep)] = DEFAULT_KEEP_VERSIONS
     scheduler: Scheduler = Field(None, validate_default=True)
 

@@ -12,7 +12,8 @@ zarr = pytest.importorskip("zarr")
 from jdl.cli import main  # noqa: E402
 from pipeline.model_store import load_model  # noqa: E402
 from jdlcore.features.summaries import (  # noqa: E402
-    BOOSTER_PARAMS, QUANTILE_LEVELS, MEDIAN, NAMES, BoostedSummaries, fit_summaries, kernel_categorical, kernel_features, row_folds,
+    BOOSTER_PARAMS, MEDIAN, NAMES, QUANTILE_LEVELS, BoostedSummaries, fit_summaries, kernel_categorical, kernel_features,
+    row_folds,
     summary_rule,
 )
 from pipeline.staging import OTHER_CODE, categorical_levels, level_recoding, open_staged, recode  # noqa: E402

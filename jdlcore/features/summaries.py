@@ -36,8 +36,8 @@ from ..pool import pool_map, pool_threads
 from .boosting import KeptScores, at_every_row, early_stopped, first_round, in_turns
 
 __all__ = ["BoostedSummaries", "fit_summaries", "row_folds", "summary_rule", "with_summaries", "kernel_features",
-           "kernel_categorical", "DEFAULT_SUMMARIES", "QUANTILE_LEVELS", "FOLDS", "SUMMARY_ROWS", "NAMES", "SUMMARY_RULES",
-           "BOOSTER_PARAMS", "MAX_ROUNDS", "PATIENCE"]
+           "kernel_categorical", "DEFAULT_SUMMARIES", "QUANTILE_LEVELS", "FOLDS", "SUMMARY_ROWS", "NAMES",
+           "SUMMARY_RULES", "BOOSTER_PARAMS", "MAX_ROUNDS", "PATIENCE"]
 
 QUANTILE_LEVELS = (0.1, 0.5, 0.9)  # the boosters' quantile levels: the spread is 0.9's less 0.1's
 MEDIAN = QUANTILE_LEVELS.index(0.5)  # the level the others boost from

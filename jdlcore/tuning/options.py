@@ -18,7 +18,8 @@ from ..models.jdl import JDL
 from ..params import AutoOr, Choice, Flag, Integer, Number, Numbers, Param, Rule
 from ..scaling import DEFAULT_SCALING, SCALINGS
 from .constants import (
-    CLEAR_GAIN, LENGTHSCALE_FACTORS, MIN_SEARCH_ROWS, MIN_VALIDATED_ROWS, REG_LADDER, REG_START, SEARCH_ROWS, SEARCH_TOLERANCE,
+    CLEAR_GAIN, LENGTHSCALE_FACTORS, MIN_SEARCH_ROWS, MIN_VALIDATED_ROWS, REG_LADDER, REG_START, SEARCH_ROWS,
+    SEARCH_TOLERANCE,
     STANDARDISE_ROWS, TUNING_ROWS, VALIDATION_FRACTION,
 )
 from .criteria import resolve_criterion
@@ -57,13 +58,18 @@ def _option(default: Any, rule: Rule, help: str) -> Any:
 
 
 _POSITIVE = Number(low=0, low_open=True)
-_SHARE = lambda value: f"{100 * value:.2g}%"  # noqa: E731 - a relative tolerance as the help states it
+
+
+def _percent(share: float) -> str:
+    """A relative tolerance as the help states it (0.002: "0.2%")."""
+    return f"{100 * share:.2g}%"
 
 
 @dataclass(frozen=True)
 class TuneOptions:
     """The settings of a tuning (each field's meaning: ``TUNE_PARAMETERS[name].help``). Sequences are
-    kept as tuples of floats; ``replace`` gives the options with some fields changed, checked again."""
+    kept as tuples of floats; None in tol, constraints, scaling or kernel_x leaves it to the estimator
+    tuned (``base_estimator``); ``replace`` gives the options with some fields changed, checked again."""
 
     lengthscales_x: tuple[float, ...] | None = _option(
         None, Numbers(_POSITIVE, optional=True),
@@ -101,8 +107,9 @@ class TuneOptions:
         "how many disjoint validation blocks of the subsample to score on, each candidate fitted on the other rows "
         "of each (at most 1 / validation_fraction); auto: one where it validates "
         f"{MIN_VALIDATED_ROWS:,} rows, else all of them (cross-validation)")
-    seed: int | None = _option(0, Integer(low=0, optional=True),
-                               "seed of the subsample, the folds and the boosters (on a staged store, of jdl's pivoting too)")
+    seed: int | None = _option(
+        0, Integer(low=0, optional=True),
+        "seed of the subsample, the folds and the boosters (on a staged store, of jdl's pivoting too)")
     scaling: str | None = _option(
         None, Choice(SCALINGS, optional=True),
         "robust: standardise each feature by its median and interquartile range, so lengthscales are in standard "
@@ -119,8 +126,8 @@ class TuneOptions:
         DEFAULT_SUMMARIES, Choice(SUMMARY_RULES),
         "boosted summaries of x for the x kernel (a scalar y): cross-fitted quantile boosters' median and log "
         "spread, beside the columns or alone (boosted); auto keeps them where they score "
-        f"{_SHARE(SEARCH_TOLERANCE)} better, and from {STANDARDISE_ROWS:,} rows learns y as (y - median) / spread "
-        f"where that scores {_SHARE(CLEAR_GAIN)} better; standardised: that on any table; none: the columns alone")
+        f"{_percent(SEARCH_TOLERANCE)} better, and from {STANDARDISE_ROWS:,} rows learns y as (y - median) / spread "
+        f"where that scores {_percent(CLEAR_GAIN)} better; standardised: that on any table; none: the columns alone")
 
     def __post_init__(self) -> None:
         for name, param in TUNE_PARAMETERS.items():
@@ -149,7 +156,8 @@ class TuneOptions:
         ``estimator`` (default ``JDL()``) with the options' tol, constraints, scaling and x kernel family
         where they are given (None keeps the estimator's), checked."""
         base = estimator if estimator is not None else JDL()
-        given = {name: getattr(self, name) for name in ("tol", "constraints", "scaling") if getattr(self, name) is not None}
+        given = {name: getattr(self, name) for name in ("tol", "constraints", "scaling")
+                 if getattr(self, name) is not None}
         if self.kernel_x is not None:
             family = base._kernel("kernel_x")
             given["kernel_x"] = kernel_family(self.kernel_x)(family.lengthscale, location=family.location,
@@ -169,6 +177,7 @@ class TuneOptions:
         return {name: list(value) if isinstance(value, tuple) else value for name, value in self.items()}
 
     def items(self) -> list[tuple[str, Any]]:
+        """(name, value) of every field, in the declaration's order."""
         return [(name, getattr(self, name)) for name in TUNE_PARAMETERS]
 
 

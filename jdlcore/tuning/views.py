@@ -106,7 +106,8 @@ class ViewSearch:
         kernel_x, grid_x = standardised_grid(X, self.x_kernel(view), scaling, options.lengthscales_x, options.seed,
                                              "lengthscales_x", view.columns(self.x_features), "x")
         kernel_y, grid_y = standardised_grid(view.y(X, self.Y), self.base._kernel("kernel_y"), scaling,
-                                             options.lengthscales_y, options.seed, "lengthscales_y", self.y_features, "y")
+                                             options.lengthscales_y, options.seed, "lengthscales_y", self.y_features,
+                                             "y")
         if self.splits is None:
             folds, reads = [(X, self.Y, view.rows(self.held_out[0]), self.held_out[1])], [view]
         elif summaries is None or self.fold_maps is None:
