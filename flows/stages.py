@@ -22,7 +22,6 @@ from data_schemas.evaluation import SCHEMA_NAME as EVALUATION_SCHEMA
 from data_schemas.model import SCHEMA_NAME as MODEL_SCHEMA
 from data_schemas.scores import SCHEMA_NAME as SCORES_SCHEMA
 from data_schemas.tuning import SCHEMA_NAME as TUNING_SCHEMA
-from jdlcore import JDL
 from jdlcore.tuning import SEARCH_ROWS
 from pipeline.compression import compress_store, open_compressed
 from pipeline.damage import naming_damage
@@ -35,7 +34,7 @@ from pipeline.settings import (
     CompressSettings, EvaluateSettings, FitSettings, ScoreSettings, StageSettings, TuneSettings,
 )
 from pipeline.staging import data_fingerprint, open_staged, stage as stage_table
-from pipeline.tuning import load_tuning, tune_store
+from pipeline.tuning import load_tuning, staged_estimator, tune_store
 
 from .artifacts import publish_fit
 from .progress import report
@@ -107,7 +106,7 @@ def tune_key(s: TuneSettings, fingerprint: str) -> str:
     (``TuneOptions.settled``), so an option given at its default is the same run. The options added after
     runs were keyed (``LATER_TUNE_OPTIONS``) are keyed only where they differ from what those runs used."""
     options = s.options()
-    settled = options.settled(options.base_estimator(JDL(seed=options.seed))).record()
+    settled = options.settled(options.base_estimator(staged_estimator(options))).record()
     held_out = {} if s.validation is None else {"validation": data_fingerprint(open_staged(s.validation))}
     keyed = {name: value for name, value in settled.items()
              if name not in LATER_TUNE_OPTIONS or value != LATER_TUNE_OPTIONS[name]}

@@ -145,9 +145,7 @@ def fit_scaling(scaling: str | None, data: str | os.PathLike, group: zarr.Group,
         from .tuning import tuned_scaling
 
         tuned, vectors = tuned_scaling(table)
-        if scaling is not None and scaling != tuned:
-            raise ValueError(f"scaling: the tuning store was tuned with scaling {tuned!r}, and its lengthscales are in "
-                             f"those units; fit with scaling {tuned!r} or leave it out (got {scaling!r})")
+        _agrees("scaling", scaling, tuned, f"scaling {tuned!r}", "in those units")
         return tuned, vectors
     scaling = scaling or DEFAULT_SCALING
     return scaling, data_scaling(data, group, view) if scaling == "robust" else {}
@@ -159,10 +157,16 @@ def fit_kernel_x(kernel_x: str | None, table: Any) -> str:
     if table is None:
         return kernel_x or DEFAULT_KERNEL
     tuned = str(table.attrs.get("kernel_x", DEFAULT_KERNEL))  # stores written before the option: Gaussian
-    if kernel_x is not None and kernel_x != tuned:
-        raise ValueError(f"kernel_x: the tuning store was tuned with the {tuned} x kernel, and its lengthscales are "
-                         f"that family's; fit with kernel_x {tuned!r} or leave it out (got {kernel_x!r})")
+    _agrees("kernel_x", kernel_x, tuned, f"the {tuned} x kernel", "that family's")
     return tuned
+
+
+def _agrees(name: str, given: str | None, tuned: str, tuned_with: str, units: str) -> None:
+    """Refuse a fit setting ``name`` given (not None) other than the ``tuned`` one its tuning store's
+    lengthscales belong to (``tuned_with``, ``units``: how the message names them)."""
+    if given is not None and given != tuned:
+        raise ValueError(f"{name}: the tuning store was tuned with {tuned_with}, and its lengthscales are {units}; "
+                         f"fit with {name} {tuned!r} or leave it out (got {given!r})")
 
 
 def fit_store(

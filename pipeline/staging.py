@@ -25,7 +25,7 @@ from data_schemas.data import (
     MISSING_LEVEL, OTHER_CODE, SCHEMA_NAME, SCHEMA_VERSION, UNSEEN_RULES, ColumnStats, LevelEncoder,
     validate_block,
 )
-from jdlcore.features.levels import is_categorical
+from jdlcore.features.levels import DETECT_ROWS, is_categorical
 
 from .atomic import atomic_store
 from .damage import settle_reads
@@ -40,7 +40,6 @@ FORMATS = {".csv": "csv", ".parquet": "parquet", ".pq": "parquet", ".npy": "npy"
 
 
 CHUNK_SIZE = 65_536  # rows per chunk of a staged store
-DETECT_ROWS = 1000  # first rows of a column that decide whether it is text (categorical)
 
 
 def _format(source: Path) -> str:

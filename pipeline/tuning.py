@@ -25,8 +25,8 @@ import zarr
 from data_schemas.tuning import SCHEMA_NAME, SCHEMA_VERSION, validate_tuning_dataset
 from jdlcore import JDL
 from jdlcore.tuning import (
-    LENGTHSCALE_FACTORS, STANDARDISE_ROWS, Fold, Regs, TuneOptions, as_regs, default_lengthscales, resolve_criterion,
-    score_grid, splits_for, subsample_rows,
+    LENGTHSCALE_FACTORS, STANDARDISE_ROWS, Fold, Regs, TuneOptions, TuningPlan, as_regs, default_lengthscales,
+    score_grid, subsample_rows,
 )
 from jdlcore.tuning.views import SearchRun, ViewSearch, tuned_view
 
@@ -40,7 +40,7 @@ from .tuning_record import (
 from .x_view import learn_missing, missing_attrs
 
 __all__ = ["tune_store", "load_tuning", "scored_candidates", "tuned_scaling", "tuned_summaries", "default_lengthscales",
-           "subsample_rows", "LENGTHSCALE_FACTORS", "STANDARDISE_ROWS"]
+           "subsample_rows", "staged_estimator", "LENGTHSCALE_FACTORS", "STANDARDISE_ROWS"]
 
 
 def tune_store(
@@ -72,28 +72,24 @@ def tune_store(
     refuse_existing(target, overwrite)
     options = TuneOptions.of(options, settings)
     group = open_staged(data, needs_y="tune")
-    score = resolve_criterion(options.criterion, options.threshold, group["y"].shape[1])
     held_out = None if validation is None else _validation_group(validation, group)
-    base = options.base_estimator(JDL(seed=options.seed))
-    options = options.settled(base)
     n = int(group.attrs["n_samples"])
-    rows = subsample_rows(n, options.max_rows, options.seed)
-    splits = splits_for(rows.size, options.validation_fraction, options.folds, options.seed,
-                        held_out=held_out is not None)
+    plan = TuningPlan.of(options, staged_estimator(options), n, group["y"].shape[1], held_out is not None)
+    options, base, rows, score, regs = plan.options, plan.base, plan.rows, plan.score, as_regs(plan.options.regs)
     missing = learn_missing(data, group, rows)
     started = time.perf_counter()
     where = resolve_scheduler(scheduler, rows.size)
     job = ViewSearch(
         missing.augment(group["x"].get_orthogonal_selection((rows, slice(None)))),
-        group["y"].get_orthogonal_selection((rows, slice(None))), rows, n, splits, base, score, options,
+        group["y"].get_orthogonal_selection((rows, slice(None))), rows, n, plan.splits, base, score, options,
         list(group.attrs["x_features"]), list(group.attrs["y_features"]), categorical_indices(group),
-        grid=None if where is None else _fan_out(where, base, as_regs(options.regs), progress),
+        grid=None if where is None else _fan_out(where, base, regs, progress),
         held_out=None if held_out is None else _held_out_rows(group, held_out, validation, options.max_rows,
                                                               options.seed),
         progress=progress, missing=missing)
     run, gain, summaries_seconds = tuned_view(job, options.summaries, lambda sample: (
         read_sample(data, "x", sample), read_sample(data, "y", sample)[:, 0]))
-    ds = _run_dataset(run, as_regs(options.regs))
+    ds = _run_dataset(run, regs)
     ds.attrs.update({
         **options.record(), **missing_attrs(missing),
         "schema": SCHEMA_NAME, "schema_version": SCHEMA_VERSION, "data": str(Path(data).resolve()),
@@ -108,6 +104,12 @@ def tune_store(
     with atomic_store(target, overwrite=overwrite) as staging:
         ds.to_zarr(staging, mode="w", zarr_format=3, consolidated=False)
     return target
+
+
+def staged_estimator(options: TuneOptions) -> JDL:
+    """The estimator a tuning of a staged store tunes: jdl at its defaults, its pivoting seeded by the
+    options' seed (what ``TuneOptions.base_estimator`` then changes)."""
+    return JDL(seed=options.seed)
 
 
 def _run_dataset(run: SearchRun, regs: Regs) -> xr.Dataset:

@@ -13,12 +13,14 @@ from typing import Any, Sequence
 
 import numpy as np
 
-__all__ = ["XColumns", "level_name", "is_categorical", "is_number", "MISSING_LEVEL", "OTHER_CODE", "MIXED_LEVELS"]
+__all__ = ["XColumns", "level_name", "is_categorical", "is_number", "MISSING_LEVEL", "OTHER_CODE", "MIXED_LEVELS",
+           "DETECT_ROWS"]
 
 MISSING_LEVEL = "<missing>"  # the level of a categorical x cell that holds no value (NaN, None, empty text)
 OTHER_CODE = -1.0  # the code of a level a model was not fitted on: it matches no level
 # most distinct values of a column of numbers and text for it to be read as categories
 MIXED_LEVELS = 50
+DETECT_ROWS = 1000  # first rows of a column that decide whether it is text (categorical)
 
 
 def level_name(value: Any) -> str | None:
@@ -81,19 +83,20 @@ class XColumns:
     @classmethod
     def learn(cls, table: Any) -> "XColumns":
         """The columns of a training ``table`` (a pandas DataFrame, say) as ``jdl stage`` reads them: a
-        column of a categorical dtype, or one ``is_categorical`` finds (text, or text mixed with a few
-        numbers), holds categories, whose levels are the cells' names (``level_name``; ``MISSING_LEVEL``
-        for a missing cell) in order of first appearance. Columns of numbers stay numbers (category codes
-        among them are the caller's to declare, and are read as they are)."""
+        column of a categorical dtype, or one ``is_categorical`` finds on its first ``DETECT_ROWS`` cells
+        (text, or text mixed with a few numbers), holds categories, whose levels are the cells' names
+        (``level_name``; ``MISSING_LEVEL`` for a missing cell) in order of first appearance. Columns of
+        numbers stay numbers (category codes among them are the caller's to declare, read as they are)."""
         names = [str(label) for label in table.columns]
         levels = {}
         for name, label in zip(names, table.columns):
             column = table[label]
             values = np.asarray(column, dtype=object).reshape(-1)
             dtype = getattr(column, "dtype", None)
-            if getattr(dtype, "name", "") == "category" or getattr(dtype, "kind", "O") == "O" and is_categorical(values):
-                seen = dict.fromkeys(MISSING_LEVEL if level is None else level for level in map(level_name, values))
-                levels[name] = tuple(seen)
+            text = getattr(dtype, "kind", "O") == "O" and is_categorical(values[:DETECT_ROWS])
+            if text or getattr(dtype, "name", "") == "category":
+                named = (level_name(value) for value in dict.fromkeys(values))  # each distinct cell named once
+                levels[name] = tuple(dict.fromkeys(MISSING_LEVEL if level is None else level for level in named))
         return cls(tuple(names), levels)
 
     @property

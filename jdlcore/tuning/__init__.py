@@ -44,10 +44,10 @@ from .search import (
 )
 from .one_view import refine, search_grid
 from .options import TUNE_PARAMETERS, TuneOptions
-from .tune import TuneResult, tune
+from .tune import TuneResult, TuningPlan, tune
 from .tuned_model import TunedModel
 
-__all__ = ["TuneResult", "tune", "TuneOptions", "TUNE_PARAMETERS", "TunedModel", "Fold", "subsample_rows", "split_rows", "fold_rows", "resolve_folds", "splits_for", "make_folds",
+__all__ = ["TuneResult", "tune", "TuneOptions", "TUNE_PARAMETERS", "TuningPlan", "TunedModel", "Fold", "subsample_rows", "split_rows", "fold_rows", "resolve_folds", "splits_for", "make_folds",
            "MIN_VALIDATED_ROWS", "score_grid", "best_row", "near_best", "simplest_best", "resolve_criterion",
            "screening_params",
            "Regs", "as_regs", "walk_ladder", "REG_LADDER", "REG_START",

@@ -18,7 +18,30 @@ from .folds import splits_for, subsample_rows
 from .options import TuneOptions
 from .views import ViewSearch, tuned_view
 
-__all__ = ["TuneResult", "tune"]
+__all__ = ["TuneResult", "TuningPlan", "tune"]
+
+
+@dataclass(frozen=True)
+class TuningPlan:
+    """What a tuning of ``n_rows`` rows runs with, made before any search (``of``): the options settled
+    (``TuneOptions.settled``), the estimator whose families and settings every candidate keeps
+    (``TuneOptions.base_estimator``), the criterion resolved for y, the seeded subsample's rows and their
+    splits (None where held-out rows validate). ``tune`` and ``pipeline.tuning.tune_store`` both start from it."""
+
+    options: TuneOptions
+    base: JDL
+    score: Callable
+    rows: np.ndarray
+    splits: list[tuple[np.ndarray, np.ndarray]] | None
+
+    @classmethod
+    def of(cls, options: TuneOptions, estimator: JDL | None, n_rows: int, y_width: int, held_out: bool
+           ) -> "TuningPlan":
+        score = resolve_criterion(options.criterion, options.threshold, y_width)
+        base = options.base_estimator(estimator)
+        rows = subsample_rows(n_rows, options.max_rows, options.seed)
+        splits = splits_for(rows.size, options.validation_fraction, options.folds, options.seed, held_out=held_out)
+        return cls(options.settled(base), base, score, rows, splits)
 
 
 @dataclass
@@ -89,15 +112,11 @@ def tune(
             if part.shape[1] != whole.shape[1]:
                 raise ValueError(f"{name}: has {part.shape[1]} features, the training rows have {whole.shape[1]}")
         held_out = (X_val, Y_val)
-    rows = subsample_rows(X.shape[0], options.max_rows, options.seed)
-    splits = splits_for(rows.size, options.validation_fraction, options.folds, options.seed,
-                        held_out=held_out is not None)
-    score = resolve_criterion(options.criterion, options.threshold, Y.shape[1])
-    base = options.base_estimator(estimator)
-    options = options.settled(base)
+    plan = TuningPlan.of(options, estimator, X.shape[0], Y.shape[1], held_out is not None)
+    options, base, rows = plan.options, plan.base, plan.rows
     categorical = sorted(int(j) for j in (base._kernel("kernel_x").categorical or ()))
     missing = MissingValues.learn(X[rows], categorical)
-    job = ViewSearch(missing.augment(X[rows]), Y[rows], rows, X.shape[0], splits, base, score, options,
+    job = ViewSearch(missing.augment(X[rows]), Y[rows], rows, X.shape[0], plan.splits, base, plan.score, options,
                      [str(j) for j in range(X.shape[1])], [str(j) for j in range(Y.shape[1])], categorical,
                      held_out=held_out, progress=progress, missing=missing)
     run, gain, _ = tuned_view(job, options.summaries, lambda sample: (X[sample], Y[sample, 0]))
